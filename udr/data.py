@@ -57,10 +57,13 @@ def seeded_split(n: int, test_fraction: float, seed: int, task: str) -> tuple[np
 
 
 def seeded_cap(n: int, cap: int, seed: int, task: str, split: str) -> np.ndarray:
-    """Positions of a seeded sample of at most `cap` of n rows, in their original order."""
+    """Positions of a seeded sample of at most `cap` of n rows, in their original order.
+
+    The sample is a prefix of one seeded permutation, so a larger cap keeps every row of a smaller one.
+    """
     if n <= cap:
         return np.arange(n)
-    return np.sort(task_rng(seed, task, f"cap/{split}").choice(n, size=cap, replace=False))
+    return np.sort(task_rng(seed, task, f"cap/{split}").permutation(n)[:cap])
 
 
 # ---------------------------------------------------------------- reading sources
@@ -241,7 +244,7 @@ def prepare_task(task: Task, data_dir: Path, out_dir: Path, *, seed: int, test_f
         frames[split] = rows_to_frame(kept)
         counts[split] = {"available": len(rows), "kept": len(kept), "cap": caps[split]}
     meta = {"task": task.name, "family": task.family, "seed": seed, "counts": counts,
-            "cap_method": "numpy default_rng([seed, sha256(task/'cap/<split>')]).choice without replacement, "
+            "cap_method": "first `cap` of numpy default_rng([seed, sha256(task/'cap/<split>')]).permutation, "
                           "kept in source order", **loaded.provenance}
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

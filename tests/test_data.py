@@ -1,0 +1,137 @@
+"""udr.data: seeded splits and caps, stable ids, malformed rows, atomic output."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from udr.data import prepare_task, seeded_cap, seeded_split
+from udr.errors import UdrError
+from udr.tasks import MirrorSource, get_task
+
+
+def test_seeded_split_same_seed_same_split_different_seed_different():
+    a = seeded_split(1000, 0.2, seed=1, task="break")
+    b = seeded_split(1000, 0.2, seed=1, task="break")
+    c = seeded_split(1000, 0.2, seed=2, task="break")
+    d = seeded_split(1000, 0.2, seed=1, task="smcalflow")
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[1], c[1]) and not np.array_equal(a[1], d[1])
+    train, test = a
+    assert len(test) == 200 and len(train) == 800
+    assert set(train).isdisjoint(test) and set(train) | set(test) == set(range(1000))
+
+
+def test_seeded_cap_is_nested_and_ordered():
+    small, big = seeded_cap(500, 50, 3, "sst2", "train"), seeded_cap(500, 100, 3, "sst2", "train")
+    assert set(small) <= set(big) and np.all(np.diff(big) > 0)
+    assert not np.array_equal(small, seeded_cap(500, 50, 4, "sst2", "train"))
+    assert np.array_equal(seeded_cap(30, 50, 3, "sst2", "train"), np.arange(30))
+
+
+def _prepare(task, data_dir, out, **kw):
+    args = dict(seed=42, test_fraction=0.2, max_train=40, max_test=10) | kw
+    return prepare_task(get_task(task), data_dir, out, **args)
+
+
+def test_prepare_real_task_writes_schema_and_meta(tmp_path, data_dir):
+    meta = _prepare("break", data_dir, tmp_path / "break")
+    train = pl.read_parquet(tmp_path / "break" / "train.parquet")
+    test = pl.read_parquet(tmp_path / "break" / "test.parquet")
+    assert train.columns == ["id", "input", "target", "label", "choices", "references"]
+    assert len(train) == 40 and len(test) == 10
+    assert set(train["id"]).isdisjoint(set(test["id"]))
+    assert meta["split"] == "seeded" and meta["seed"] == 42 and meta["counts"]["train"]["cap"] == 40
+    assert json.loads((tmp_path / "break" / "meta.json").read_text()) == meta
+    # ids are line numbers of the source file: the row with id i is line i of validation.jsonl
+    lines = (data_dir / "break" / "validation.jsonl").read_text().splitlines()
+    row = train.row(0, named=True)
+    assert json.loads(lines[row["id"]])["input"].split() == row["input"].split()
+
+
+def test_prepare_is_deterministic_and_ids_stable_across_caps(tmp_path, data_dir):
+    _prepare("sst2", data_dir, tmp_path / "a")
+    _prepare("sst2", data_dir, tmp_path / "b")
+    _prepare("sst2", data_dir, tmp_path / "c", max_train=80)
+    for f in ("train.parquet", "test.parquet"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+    small = pl.read_parquet(tmp_path / "a" / "train.parquet")
+    big = pl.read_parquet(tmp_path / "c" / "train.parquet")
+    joined = small.join(big, on="id", suffix="_big")
+    assert len(joined) == len(small) and (joined["input"] == joined["input_big"]).all()
+
+
+def test_multi_reference_test_rows_are_grouped(tmp_path, data_dir):
+    meta = _prepare("e2e", data_dir, tmp_path / "e2e", max_test=1000)
+    test = pl.read_parquet(tmp_path / "e2e" / "test.parquet")
+    assert test["input"].n_unique() == len(test) == meta["test_grouped_by_input"]["examples"]
+    assert test["references"].list.len().min() >= 1 and test["references"].list.len().max() > 1
+
+
+def test_python_code_task_prepares_with_seeded_split(tmp_path, data_dir):
+    meta = _prepare("python_code", data_dir, tmp_path / "pc")
+    assert meta["split"] == "seeded" and meta["python_version"] and meta["n_built"] > 1000
+    train = pl.read_parquet(tmp_path / "pc" / "train.parquet")
+    assert train["input"].str.starts_with("def ").sum() + train["input"].str.starts_with("async def ").sum() == 40
+
+
+def _fake_mirror(tmp_path, lines):
+    folder = tmp_path / "mirror" / "sst2"
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    (folder / "test.jsonl").write_text('{"text": "ok", "label": "positive"}\n')
+    return tmp_path / "mirror"
+
+
+@pytest.mark.parametrize(
+    "bad_line, reason",
+    [('{"text": "fine", "label": "meh"}', "unknown label 'meh'"),
+     ('{"text": "fine", "label": ', "invalid JSON"),
+     ('{"label": "positive"}', "missing field 'text'")],
+)
+def test_malformed_row_names_file_line_reason_and_leaves_nothing(tmp_path, bad_line, reason):
+    mirror = _fake_mirror(tmp_path, ['{"text": "good", "label": "positive"}', bad_line])
+    out = tmp_path / "out" / "sst2"
+    with pytest.raises(UdrError) as err:
+        prepare_task(get_task("sst2"), mirror, out, seed=1, test_fraction=0.2, max_train=10, max_test=10)
+    msg = str(err.value)
+    assert f"sst2/train.jsonl:2: malformed row" in msg and reason in msg and "\n" not in msg
+    assert not out.exists()
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # no temp dir left
+
+
+def test_failed_prepare_keeps_previous_output(tmp_path, data_dir, monkeypatch):
+    out = tmp_path / "sst2"
+    _prepare("sst2", data_dir, out)
+    before = (out / "train.parquet").read_bytes()
+    import udr.data
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(udr.data.json, "dumps", boom)
+    with pytest.raises(OSError):
+        _prepare("sst2", data_dir, out, max_train=20)
+    assert (out / "train.parquet").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["sst2"]  # no temp directory left
+
+
+def test_missing_data_directory(tmp_path):
+    with pytest.raises(UdrError, match="data directory not found"):
+        _prepare("sst2", tmp_path / "nowhere", tmp_path / "out")
+
+
+def test_hub_task_without_datasets_or_network_fails_clearly(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import fails as if not installed
+    with pytest.raises(UdrError, match=r"KaiLv/UDR_MNLI.*pip install datasets"):
+        _prepare("mnli", tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_mirror_source_describe():
+    assert "seeded split of validation" in MirrorSource("break", None, "validation").describe()

@@ -154,7 +154,7 @@ def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml")
         out = settings.root / "data" / "candidates" / "it0" / f"{name}.parquet"
         write_parquet_atomic(frame, out)
         _console().print(f"candidates {name}: {len(train)} queries x top-{cfg.k} by BM25 over "
-                         f"{candidate_field(t.family, cfg.field)}s -> {out} ({time.perf_counter() - start:.1f}s)")
+                         f"{candidate_field(t.family, cfg.field)}s -> {out.relative_to(settings.root)} ({time.perf_counter() - start:.1f}s)")
 
 
 def main() -> None:

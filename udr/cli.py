@@ -157,6 +157,27 @@ def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml")
                          f"{candidate_field(t.family, cfg.field)}s -> {out.relative_to(settings.root)} ({time.perf_counter() - start:.1f}s)")
 
 
+@app.command("score")
+def score_cmd(
+    iteration: Annotated[int, typer.Option("--iteration", "-i", min=0, help="Mining iteration (0 = BM25 candidates).")] = 0,
+    task: TaskOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Score candidates with the LM -> data/scores/it<N>/<task>.parquet (resumable; runs under torchrun)."""
+    from udr.score_job import run_score
+
+    settings = _settings(params, set_)
+    for name in _selected_tasks(settings, task):
+        summary = run_score(settings, name, iteration, progress=sys.stderr.isatty())
+        if summary is not None:
+            _console().print(
+                f"scored {name} it{iteration}: {summary.queries} queries, {summary.pairs} pairs "
+                f"({summary.reused} reused, {summary.scored} scored), {summary.pairs_per_s} pairs/s, "
+                f"{summary.tokens_per_s} tok/s, padding {summary.padding_fraction:.1%}, {summary.seconds}s "
+                f"[{summary.device}/{summary.dtype}, {summary.world_size} process(es)]")
+
+
 def main() -> None:
     """Console entry point: UdrError becomes one line on stderr and exit status 1."""
     try:

@@ -53,12 +53,24 @@ class CandidateSettings(_Strict):
     )
 
 
+class ScoreSettings(_Strict):
+    queries_per_task: int = Field(100, gt=0, description="Train queries scored per task (seeded; the same every iteration).")
+    batch_tokens: int = Field(4096, ge=64, description="Token budget of one length-bucketed batch (padded size).")
+    shard_pairs: int = Field(512, gt=0, description="Pairs per checkpointed shard (the unit of resume and of torchrun work).")
+    max_length: int = Field(1024, ge=16, description="Longest prompt + answer in tokens; longer prompts keep their end.")
+    instruction: Literal["none", "prefix"] = Field(
+        "none", description="none: no task instruction in the LM prompt (published code); prefix: instruction first.")
+    dtype: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on a GPU that supports it, fp32 on CPU.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
 class Settings(_Strict):
     seed: int = Field(42, ge=0)
     data: DataSettings = DataSettings()
     prepare: PrepareSettings
     models: ModelSettings = ModelSettings()
     candidates: CandidateSettings = CandidateSettings()
+    score: ScoreSettings = ScoreSettings()
 
     # Where params.yaml lives: relative paths in it are relative to this directory.
     root: Path = Field(Path("."), exclude=True)

@@ -4,7 +4,6 @@ prepare + candidates run on two real tasks with small caps."""
 from __future__ import annotations
 
 import polars as pl
-import pytest
 
 from tests.conftest import write_params
 

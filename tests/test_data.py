@@ -98,7 +98,7 @@ def test_malformed_row_names_file_line_reason_and_leaves_nothing(tmp_path, bad_l
     with pytest.raises(UdrError) as err:
         prepare_task(get_task("sst2"), mirror, out, seed=1, test_fraction=0.2, max_train=10, max_test=10)
     msg = str(err.value)
-    assert f"sst2/train.jsonl:2: malformed row" in msg and reason in msg and "\n" not in msg
+    assert "sst2/train.jsonl:2: malformed row" in msg and reason in msg and "\n" not in msg
     assert not out.exists()
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # no temp dir left
 

@@ -171,7 +171,7 @@ def test_failure_midway_leaves_nothing_behind(tiny_lm_dir: Path, tmp_path: Path,
         assert any(dest.parent.glob(".lm.tmp-*/model.safetensors"))
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(models, "_sha256_file", boom)
+    monkeypatch.setattr(models, "file_sha256", boom)
     with pytest.raises(RuntimeError, match="disk on fire"):
         resolve_model(str(tiny_lm_dir), dest, kind="lm")
     assert _leftovers(dest.parent) == []
@@ -182,7 +182,7 @@ def test_failed_rebuild_keeps_previous_model(tiny_lm_dir: Path, tmp_path: Path, 
     resolve_model(str(tiny_lm_dir), dest, kind="lm")
     before = (dest / RECORD_NAME).read_text()
 
-    monkeypatch.setattr(models, "_sha256_file", lambda path: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(models, "file_sha256", lambda path: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
         resolve_model(str(tiny_lm_dir), dest, kind="lm", force=True)
     assert (dest / RECORD_NAME).read_text() == before

@@ -6,7 +6,6 @@ cache) must equal a direct one-pair-at-a-time computation (full logits, no cache
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
@@ -28,17 +27,15 @@ TASKS = {"sst2": "classification", "comv": "multiple_choice", "break": "generati
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, data_dir):
     """A project dir with three real tasks prepared, BM25 candidates, and a tiny LM resolved."""
-    from udr.cli import main  # noqa: F401  (import check)
-    from udr.config import load_settings
     from udr.models import resolve_model
 
     root = tmp_path_factory.mktemp("proj")
     write_params(root, {t: {"max_train": 30, "max_test": 5} for t in TASKS}, data_dir,
                  candidates={"k": 5, "field": "paper"},
                  score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048})
-    settings = load_settings(root / "params.yaml")
     from udr.bm25 import bm25_candidates
-    from udr.data import prepare_task, prepared_dir, read_prepared, write_parquet_atomic
+    from udr.data import prepare_task, prepared_dir, read_prepared
+    from udr.files import write_parquet_atomic
     from udr.tasks import get_task
 
     for name in TASKS:
@@ -202,7 +199,11 @@ def test_two_process_torchrun_equals_one_process(project, scored, tmp_path):
     proc = _torchrun(root, 2, "comv")
     assert proc.returncode == 0, proc.stderr[-2000:]
     two = pl.read_parquet(root / "data/scores/it0/comv.parquet")
-    assert two.equals(scored["comv"][1])
+    one = scored["comv"][1]
+    # Same pairs, ranks and provenance; scores equal up to float summation order (each process
+    # runs 1 thread, the single process 2), which torch does not make bitwise identical.
+    assert two.drop("score").equals(one.drop("score"))
+    np.testing.assert_allclose(two["score"].to_numpy(), one["score"].to_numpy(), rtol=0, atol=1e-9)
     assert '"world_size": 2' in (root / "data/scores/it0/comv.json").read_text()
 
 

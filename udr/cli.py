@@ -141,7 +141,8 @@ def models_cmd(
 def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Iteration 0: BM25 top-K candidates for every train query -> data/candidates/it0/<task>.parquet."""
     from udr.bm25 import bm25_candidates, candidate_field
-    from udr.data import read_prepared, write_parquet_atomic
+    from udr.data import read_prepared
+    from udr.files import write_parquet_atomic
     from udr.tasks import get_task
 
     settings = _settings(params, set_)

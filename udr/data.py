@@ -273,14 +273,3 @@ def read_prepared(root: Path, task: str, split: str):
     if not path.is_file():
         raise UdrError(f"missing prepared data {path}: run `udr prepare --task {task}` first")
     return pl.read_parquet(path)
-
-
-def write_parquet_atomic(frame, path: Path) -> None:
-    """Write a polars frame to `path` via a temp file and rename (no half-written file on failure)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        frame.write_parquet(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

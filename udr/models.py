@@ -7,7 +7,6 @@ are never copied or loaded.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from udr.errors import UdrError
+from udr.files import file_sha256
 
 RECORD_NAME = "udr_model.json"
 
@@ -76,7 +76,7 @@ def resolve_model(spec: str, dest: Path, *, kind: Kind, force: bool = False) -> 
         record = {"spec": spec, "kind": kind, **_build(spec, tmp, kind)}
         _check_model_dir(tmp, spec)
         record["weights_sha256"] = {
-            str(p.relative_to(tmp)): _sha256_file(p) for p in sorted(tmp.rglob("*.safetensors"))
+            str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*.safetensors"))
         }
         (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         _swap_into_place(tmp, dest)
@@ -316,14 +316,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _is_cached(dest: Path, spec: str, kind: str) -> bool:
     record = _read_record(dest)
     return (
@@ -378,6 +370,9 @@ def _load(path: Path, kind: str, auto_cls: Any) -> tuple[Any, Any]:
         raise UdrError(
             f"model at {path} was resolved as kind {record.get('kind')!r}, not {kind!r}: run `udr models` first"
         )
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a per-load "Loading weights" bar is noise in stage logs
     model = auto_cls.from_pretrained(path, use_safetensors=True, dtype=torch.float32)
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(path)

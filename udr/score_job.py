@@ -14,7 +14,6 @@ Under torchrun, process r scores shards r, r+P, ...; rank 0 merges once every pr
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
+from udr.files import file_sha256, write_parquet_atomic, write_text_atomic
 
 SCORE_COLUMNS = ("query_id", "candidate_id", "score", "rank", "scored_in")
 
@@ -72,14 +72,6 @@ class ScoreSummary:
     dtype: str
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 class _Dist:
     """torch.distributed when launched by torchrun (WORLD_SIZE > 1), a no-op otherwise."""
 
@@ -123,7 +115,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     import polars as pl
     import torch
 
-    from udr.data import read_prepared, write_parquet_atomic
+    from udr.data import read_prepared
     from udr.models import load_causal_lm
     from udr.scoring import LMScorer, PromptBuilder, score_items
     from udr.tasks import get_task
@@ -167,7 +159,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     lm_dir = root / "models" / "base" / "lm"
     fingerprint = {
         "task": task_name, "iteration": iteration, "todo": len(todo), "shard_pairs": cfg.shard_pairs,
-        "candidates": _file_digest(cand_file), "train": _file_digest(read_prepared_path(root, task_name)),
+        "candidates": file_sha256(cand_file), "train": file_sha256(read_prepared_path(root, task_name)),
         "lm": json.loads((lm_dir / "udr_model.json").read_text()) if (lm_dir / "udr_model.json").is_file() else None,
         "score": cfg.model_dump(exclude={"batch_tokens", "device"}), "dtype": dtype, "seed": settings.seed,
     }
@@ -236,9 +228,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     summary = ScoreSummary(task_name, iteration, len(queries), len(merged), len(reused), len(new), n_tokens,
                            pad, round(seconds, 2), round(len(new) / seconds, 2), round(n_tokens / seconds, 1),
                            dist.world, device_type, dtype)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(summary), indent=2) + "\n")
-    os.replace(tmp, out.with_suffix(".json"))
+    write_text_atomic(out.with_suffix(".json"), json.dumps(asdict(summary), indent=2) + "\n")
     dist.close()
     return summary
 
@@ -260,9 +250,7 @@ def _open_partial(partial: Path, fingerprint: dict) -> None:
             pass
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    tmp = partial / "manifest.json.tmp"
-    tmp.write_text(json.dumps(fingerprint, indent=2, sort_keys=True))
-    os.replace(tmp, manifest)
+    write_text_atomic(manifest, json.dumps(fingerprint, indent=2, sort_keys=True))
 
 
 def _append_stats(partial: Path, rank: int, shard: int, stats: dict) -> None:

@@ -157,20 +157,34 @@ class LMScorer:
         return [[float(s)] for s in sums], stats
 
     def _score_shared_prefix(self, items):
-        """Several continuations per prompt: the prompt runs once; its key/value cache serves them all."""
+        """Several continuations per prompt: the prompt runs once; its key/value cache serves them all.
+
+        Tokens that every continuation of an item starts with (e.g. "Answer:") are moved into the
+        shared prompt; their log-probability is the same for each continuation and is added to each.
+        """
         torch = self._torch
-        ids, mask, stats = self._pad([it.prompt for it in items])
+        shared = [common_prefix(it.continuations) for it in items]
+        prompts = [it.prompt + sh for it, sh in zip(items, shared)]
+        ids, mask, stats = self._pad(prompts)
         out = self.decoder(input_ids=ids, attention_mask=mask, use_cache=True)
         hidden, cache = out.last_hidden_state, out.past_key_values
-        lengths = [len(it.prompt) for it in items]
+        lengths = [len(p) for p in prompts]
         last = hidden[torch.arange(len(items), device=self.device), torch.tensor(lengths, device=self.device) - 1]
+
+        shared_lp = torch.zeros(len(items), dtype=torch.float64)
+        rows = [r for r, sh in enumerate(shared) for _ in sh]
+        if rows:
+            cols = [len(it.prompt) - 1 + j for it, sh in zip(items, shared) for j in range(len(sh))]
+            lp = self._logprobs(hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+                                torch.tensor([t for sh in shared for t in sh], device=self.device))
+            shared_lp.index_add_(0, torch.tensor(rows), lp.double().cpu())
 
         flat = [(r, c) for r, it in enumerate(items) for c in range(len(it.continuations))]
         owner = torch.tensor([r for r, _ in flat], device=self.device)
-        conts = [items[r].continuations[c] for r, c in flat]
-        # First continuation token: predicted by the prompt's last hidden state.
+        conts = [items[r].continuations[c][len(shared[r]):] for r, c in flat]
+        # First remaining continuation token: predicted by the (extended) prompt's last hidden state.
         first_lp = self._logprobs(last[owner], torch.tensor([c[0] for c in conts], device=self.device))
-        totals = first_lp.double().cpu().clone()
+        totals = first_lp.double().cpu() + shared_lp[owner.cpu()]
 
         rest = [c[:-1] for c in conts]  # inputs whose hidden states predict tokens 1..m-1
         if max(len(r) for r in rest) > 0:
@@ -201,6 +215,15 @@ class LMScorer:
             result[r].append(v)
         stats.pairs = len(items)
         return result, stats
+
+
+def common_prefix(continuations: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The longest token prefix shared by all continuations, leaving each at least one token."""
+    shortest = min(len(c) for c in continuations)
+    n = 0
+    while n < shortest - 1 and all(c[n] == continuations[0][n] for c in continuations):
+        n += 1
+    return tuple(continuations[0][:n])
 
 
 def reference_logprobs(model, prompt: Sequence[int], continuation: Sequence[int]) -> float:

@@ -16,23 +16,22 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file and rename: readers never see half a file."""
+def _write_atomic(path: Path, write) -> None:
+    """Call `write(tmp)` on a temp sibling of `path`, then rename it over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temp file and rename: readers never see half a file."""
+    _write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
 def write_parquet_atomic(frame, path: Path) -> None:
     """Write a polars frame to `path` via a temp file and rename (no half-written file on failure)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        frame.write_parquet(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _write_atomic(path, frame.write_parquet)

@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 
 from udr.errors import UdrError
+from udr.progress import progress_bar
 from udr.tasks import Family
 
 K1 = 1.5
@@ -93,7 +94,7 @@ def bm25_candidates(train, family: Family, field: Literal["paper", "input", "tar
     ids = np.asarray(train["id"].to_list(), dtype=np.int64)
     index = BM25Index(texts)
     q_ids, c_ids, ranks, scores = [], [], [], []
-    with _progress(progress) as bar:
+    with progress_bar(progress) as bar:
         job = bar.add_task(f"BM25 top-{k} over {column}s", total=len(texts))
         for pos, text in enumerate(texts):
             top, sc = index.top_k(text, k, exclude=pos)
@@ -107,9 +108,3 @@ def bm25_candidates(train, family: Family, field: Literal["paper", "input", "tar
          "rank": np.concatenate(ranks).astype(np.int32), "score": np.concatenate(scores).astype(np.float32)}
     )
 
-
-def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    disable=not enabled, transient=True)

@@ -143,6 +143,7 @@ def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml")
     from udr.bm25 import bm25_candidates, candidate_field
     from udr.data import read_prepared
     from udr.files import write_parquet_atomic
+    from udr.score_job import candidates_path
     from udr.tasks import get_task
 
     settings = _settings(params, set_)
@@ -152,7 +153,7 @@ def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml")
         start = time.perf_counter()
         train = read_prepared(settings.root, name, "train")
         frame = bm25_candidates(train, t.family, cfg.field, cfg.k, progress=sys.stderr.isatty())
-        out = settings.root / "data" / "candidates" / "it0" / f"{name}.parquet"
+        out = candidates_path(settings.root, 0, name)
         write_parquet_atomic(frame, out)
         _console().print(f"candidates {name}: {len(train)} queries x top-{cfg.k} by BM25 over "
                          f"{candidate_field(t.family, cfg.field)}s -> {out.relative_to(settings.root)} ({time.perf_counter() - start:.1f}s)")

@@ -25,6 +25,7 @@ import numpy as np
 
 from udr.errors import UdrError
 from udr.files import file_sha256, write_parquet_atomic, write_text_atomic
+from udr.progress import progress_bar
 
 SCORE_COLUMNS = ("query_id", "candidate_id", "score", "rank", "scored_in")
 
@@ -117,7 +118,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
 
     from udr.data import read_prepared
     from udr.models import load_causal_lm
-    from udr.scoring import LMScorer, PromptBuilder, score_items
+    from udr.scoring import BatchStats, LMScorer, PromptBuilder, score_items
     from udr.tasks import get_task
 
     task = get_task(task_name)
@@ -171,8 +172,6 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     mine = [s for s in range(n_shards) if s % dist.world == dist.rank
             and not (partial / f"shard-{s:05d}.parquet").is_file()]
 
-    from udr.scoring import BatchStats
-
     totals = BatchStats()
     if mine:
         if device_type == "cpu" and dist.world > 1:
@@ -185,8 +184,10 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
         builder = PromptBuilder(tokenizer, task.template, task.instruction if cfg.instruction == "prefix" else None,
                                 cfg.max_length)
         q_col, c_col = todo["query_id"].to_list(), todo["candidate_id"].to_list()
-        with _progress(progress and dist.rank == 0) as bar:
-            job = bar.add_task(f"scoring {task_name} it{iteration}", total=len(mine) * cfg.shard_pairs, pps=0.0, tps=0.0)
+        shard_bounds = {s: (s * cfg.shard_pairs, min((s + 1) * cfg.shard_pairs, len(todo))) for s in mine}
+        with progress_bar(progress and dist.rank == 0, "{task.fields[pps]:.1f} pairs/s  {task.fields[tps]:.0f} tok/s") as bar:
+            job = bar.add_task(f"scoring {task_name} it{iteration}",
+                               total=sum(hi - lo for lo, hi in shard_bounds.values()), pps=0.0, tps=0.0)
             t0 = time.perf_counter()
 
             def tick(stats):
@@ -195,7 +196,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
                 bar.update(job, advance=stats.pairs, pps=totals.pairs / dt, tps=totals.tokens / dt)
 
             for done, s in enumerate(mine):
-                lo, hi = s * cfg.shard_pairs, min((s + 1) * cfg.shard_pairs, len(todo))
+                lo, hi = shard_bounds[s]
                 items = [builder.item(rows[q], rows[c], generation) for q, c in zip(q_col[lo:hi], c_col[lo:hi])]
                 scores, _ = score_items(scorer, items, generation, cfg.batch_tokens, on_batch=tick)
                 shard = pl.DataFrame({"query_id": q_col[lo:hi], "candidate_id": c_col[lo:hi], "score": scores,
@@ -269,10 +270,3 @@ def _padding_from_stats(partial: Path) -> float:
             padded += last["padded"]
     return round(padded / (tokens + padded), 4) if tokens + padded else 0.0
 
-
-def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[pps]:.1f} pairs/s  {task.fields[tps]:.0f} tok/s"),
-                    TimeRemainingColumn(), disable=not enabled, transient=True)

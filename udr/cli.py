@@ -32,6 +32,7 @@ TaskOpt = Annotated[
     Optional[list[str]],
     typer.Option("--task", "-t", help="Only this task (repeatable); default: every task in params."),
 ]
+IterationOpt = Annotated[int, typer.Option("--iteration", "-i", min=0, help="Round of Algorithm 1 (0 = BM25 candidates).")]
 
 
 def _console():
@@ -161,7 +162,7 @@ def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml")
 
 @app.command("score")
 def score_cmd(
-    iteration: Annotated[int, typer.Option("--iteration", "-i", min=0, help="Mining iteration (0 = BM25 candidates).")] = 0,
+    iteration: IterationOpt = 0,
     task: TaskOpt = None,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
@@ -178,6 +179,55 @@ def score_cmd(
                 f"({summary.reused} reused, {summary.scored} scored), {summary.pairs_per_s} pairs/s, "
                 f"{summary.tokens_per_s} tok/s, padding {summary.padding_fraction:.1%}, {summary.seconds}s "
                 f"[{summary.device}/{summary.dtype}, {summary.world_size} process(es)]")
+
+
+@app.command("train")
+def train_cmd(iteration: IterationOpt = 0, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Train the bi-encoder on round N's scores -> models/rounds/it<N>/ (resumable; runs under torchrun)."""
+    from udr.index import round_model_dir
+    from udr.training import run_train
+
+    settings = _settings(params, set_)
+    _check_round(settings, iteration)
+    root = settings.root
+    init = root / "models" / "base" / "encoder" if iteration == 0 else round_model_dir(root, iteration - 1)
+    summary = run_train(settings, iteration, init=init, out=round_model_dir(root, iteration),
+                        log_dir=root / "metrics" / "train" / f"it{iteration}", progress=sys.stderr.isatty())
+    if summary is not None:
+        _console().print(f"trained round {iteration}: {summary.steps} steps, loss {summary.loss_start:.4f} -> "
+                         f"{summary.loss_end:.4f}, {summary.seconds}s -> {round_model_dir(root, iteration).relative_to(root)}")
+
+
+@app.command("mine")
+def mine_cmd(iteration: IterationOpt = 1, task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"),
+             set_: SetOpt = None) -> None:
+    """Mine round N's candidates with round N-1's retriever -> data/candidates/it<N>/<task>.parquet."""
+    from udr.mining import run_mine
+
+    settings = _settings(params, set_)
+    _check_round(settings, iteration)
+    for name in _selected_tasks(settings, task):
+        s = run_mine(settings, name, iteration, progress=sys.stderr.isatty())
+        _console().print(f"mined {name} it{iteration}: {s.queries} queries x top-{s.k}, {s.new} new "
+                         f"({s.new_fraction:.1%}), {s.previous_found_again:.1%} of the previous list found again, "
+                         f"{s.candidates} candidates in all ({s.seconds}s)")
+
+
+@app.command("index")
+def index_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Copy the last round's retriever to models/final/ and embed every task's pool with it."""
+    from udr.index import run_index
+
+    settings = _settings(params, set_)
+    report = run_index(settings, progress=sys.stderr.isatty())
+    pools = ", ".join(f"{t} {r['pool']}" for t, r in report["tasks"].items())
+    _console().print(f"indexed with round {report['round']}'s model ({report['model']}): {pools}")
+
+
+def _check_round(settings, iteration: int) -> None:
+    rounds = settings.train.rounds
+    if iteration not in rounds:
+        raise UdrError(f"bad iteration {iteration}: params define rounds {rounds} (train.later_rounds)")
 
 
 def main() -> None:

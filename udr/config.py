@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from udr.errors import UdrError
 
@@ -64,6 +64,52 @@ class ScoreSettings(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
+class EncoderSettings(_Strict):
+    query_instruction: bool = Field(True, description="Prepend the task instruction to queries too (paper); false: demonstrations only (published code).")
+    max_query_length: int = Field(128, ge=8, le=512)
+    max_demo_length: int = Field(256, ge=8, le=512)
+
+
+class TrainSettings(_Strict):
+    later_rounds: dict[int, int] = Field(
+        default_factory=lambda: {1: 0, 2: 1},
+        description="Rounds after round 0, each mapped to the round before it (DVC templates cannot count).")
+    loss: Literal["paper", "published"] = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
+    loss_lambda: float = Field(0.8, ge=0.0, le=1.0)
+    candidates_per_query: int = Field(8, ge=2, description="l: candidates sampled per query per step.")
+    sampling: Literal["uniform", "published", "epr"] = Field(
+        "uniform", description="uniform: l at random; published: 1 of the top 5, 1 of the bottom 5, the rest from the middle; "
+        "epr: 1 positive of the top 5 and 1 negative of the bottom 5 (l = 2).")
+    alpha: float = Field(0.5, gt=0.0, le=1.0, description="Task sampling p ~ q^alpha.")
+    batch_size: int = Field(128, gt=0, description="Queries per optimiser step (all from one task).")
+    micro_batch: int = Field(16, gt=0, description="Queries per forward/backward (gradient accumulation).")
+    epochs_first: float = Field(30.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps).")
+    epochs_later: float = Field(10.0, gt=0.0, description="Epochs of every later round.")
+    lr: float = Field(1e-4, gt=0.0)
+    warmup_steps: int = Field(500, ge=0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    checkpoint_steps: int = Field(50, gt=0, description="Save a resumable checkpoint every this many steps.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("later_rounds")
+    @classmethod
+    def _chain(cls, value: dict[int, int]) -> dict[int, int]:
+        want = {n: n - 1 for n in range(1, len(value) + 1)}
+        if dict(value) != want:
+            raise ValueError(f"must map each later round to the one before it, e.g. {want}")
+        return value
+
+    @property
+    def rounds(self) -> list[int]:
+        """All rounds, 0 first."""
+        return [0, *sorted(self.later_rounds)]
+
+
+class MineSettings(_Strict):
+    k: int = Field(20, gt=0, le=1000, description="K: candidates mined per scored query by the current retriever.")
+    batch_size: int = Field(64, gt=0, description="Texts per encoder batch when embedding.")
+
+
 class Settings(_Strict):
     seed: int = Field(42, ge=0)
     data: DataSettings = DataSettings()
@@ -71,6 +117,9 @@ class Settings(_Strict):
     models: ModelSettings = ModelSettings()
     candidates: CandidateSettings = CandidateSettings()
     score: ScoreSettings = ScoreSettings()
+    encoder: EncoderSettings = EncoderSettings()
+    train: TrainSettings = TrainSettings()
+    mine: MineSettings = MineSettings()
 
     # Where params.yaml lives: relative paths in it are relative to this directory.
     root: Path = Field(Path("."), exclude=True)
@@ -123,7 +172,8 @@ def _format_validation_error(exc: ValidationError) -> str:
         return f"bad parameter {key}: unknown key"
     if first["type"] == "missing":
         return f"bad parameter {key}: required key is missing"
-    return f"bad parameter {key}: {first['msg']} (got {first.get('input')!r})"
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"bad parameter {key}: {msg} (got {first.get('input')!r})"
 
 
 def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from udr.distributed import Distributed
 from udr.errors import UdrError
 from udr.files import file_sha256, write_parquet_atomic, write_text_atomic
 from udr.progress import progress_bar
@@ -71,29 +72,7 @@ class ScoreSummary:
     world_size: int
     device: str
     dtype: str
-
-
-class _Dist:
-    """torch.distributed when launched by torchrun (WORLD_SIZE > 1), a no-op otherwise."""
-
-    def __init__(self, device_type: str):
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if self.world > 1:
-            import torch.distributed as dist
-
-            if not dist.is_initialized():
-                dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
-            self._dist = dist
-
-    def barrier(self) -> None:
-        if self.world > 1:
-            self._dist.barrier()
-
-    def close(self) -> None:
-        if self.world > 1 and self._dist.is_initialized():
-            self._dist.destroy_process_group()
+    top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
 
 
 def _resolve_device(settings):
@@ -154,7 +133,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["query_id", "candidate_id"])
 
     device_type, dtype = _resolve_device(settings)
-    dist = _Dist(device_type)
+    dist = Distributed(device_type)
     out = scores_path(root, iteration, task_name)
     partial = out.parent / f".{task_name}.partial"
     lm_dir = root / "models" / "base" / "lm"
@@ -228,7 +207,8 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     seconds = time.perf_counter() - start
     summary = ScoreSummary(task_name, iteration, len(queries), len(merged), len(reused), len(new), n_tokens,
                            pad, round(seconds, 2), round(len(new) / seconds, 2), round(n_tokens / seconds, 1),
-                           dist.world, device_type, dtype)
+                           dist.world, device_type, dtype,
+                           round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6))
     write_text_atomic(out.with_suffix(".json"), json.dumps(asdict(summary), indent=2) + "\n")
     dist.close()
     return summary

@@ -1,0 +1,190 @@
+"""udr.search against a brute-force numpy oracle: exact top-k, exclusion, ties, save/load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from udr.errors import UdrError
+from udr.search import _torch_top_k, exact_top_k, load_embeddings, save_embeddings
+
+N, M, D = 50, 300, 16
+
+
+def grid_data(seed: int, n: int = N, m: int = M, d: int = D):
+    """Random vectors on a 1/4 grid: every inner product is exact in float32, with many ties."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(-8, 9, size=(n, d)).astype(np.float32) / 4
+    p = rng.integers(-8, 9, size=(m, d)).astype(np.float32) / 4
+    return q, p
+
+
+def gauss_data(seed: int, n: int = N, m: int = M, d: int = D):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, d)).astype(np.float32), rng.standard_normal((m, d)).astype(np.float32)
+
+
+def brute_force(q, p, k, exclude=None):
+    """Oracle: float64 scores, stable argsort of -score (ties by lower index), masked exclusions."""
+    scores = q.astype(np.float64) @ p.astype(np.float64).T
+    if exclude is not None:
+        rows = np.flatnonzero(exclude >= 0)
+        scores[rows, exclude[rows]] = -np.inf
+    idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, idx, axis=1), idx
+
+
+@pytest.mark.parametrize("k", [1, 10, 299, 300])
+def test_equals_brute_force_on_grid_data(k):
+    q, p = grid_data(0)
+    scores, idx = exact_top_k(q, p, k)
+    ref_s, ref_i = brute_force(q, p, k)
+    assert scores.shape == idx.shape == (N, k)
+    assert scores.dtype == np.float32 and idx.dtype == np.int64
+    np.testing.assert_array_equal(idx, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 10, 299])
+def test_equals_brute_force_on_gaussian_data(k):
+    # No exact ties here; near-ties may round either way in float32, so compare ranked scores
+    # and check that every returned index really has the score reported for it.
+    q, p = gauss_data(1)
+    scores, idx = exact_top_k(q, p, k)
+    ref_s, ref_i = brute_force(q, p, k)
+    np.testing.assert_allclose(scores, ref_s, atol=1e-5)
+    np.testing.assert_allclose(scores, np.take_along_axis(q @ p.T, idx, axis=1), atol=1e-5)
+    assert (np.diff(scores, axis=1) <= 0).all()
+    assert all(len(set(row)) == k for row in idx.tolist())
+    assert (idx == ref_i).mean() > 0.99
+
+
+@pytest.mark.parametrize("k", [1, 10, 299])
+def test_exclusion_never_returns_the_query_itself(k):
+    _, p = grid_data(2)
+    rows = np.arange(0, M, 6)
+    q, exclude = p[rows], rows.copy()
+    exclude[::5] = -1  # some queries exclude nothing
+    scores, idx = exact_top_k(q, p, k, exclude=exclude)
+    assert idx.shape == (len(rows), k)
+    for r in np.flatnonzero(exclude >= 0):
+        assert exclude[r] not in idx[r]
+    ref_s, ref_i = brute_force(q, p, k, exclude)
+    np.testing.assert_array_equal(idx, ref_i)
+    np.testing.assert_allclose(scores, ref_s, atol=1e-5)
+
+
+def test_ties_go_to_the_lower_index():
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((5, 8)).astype(np.float32)
+    pool = np.concatenate([base, base, base, base])  # row r duplicates rows r+5, r+10, r+15
+    q = base[[2]]
+    _, idx = exact_top_k(q, pool, 4)
+    assert idx.tolist() == [[2, 7, 12, 17]]
+    _, idx = exact_top_k(q, pool, 3, exclude=np.array([2]))
+    assert idx.tolist() == [[7, 12, 17]]
+
+
+def test_ties_across_the_fetch_boundary_are_exact():
+    # Every pool row scores the same: far more ties than the extra rows fetched, so the
+    # re-search / full-row fallback must kick in and return the lowest indices.
+    pool = np.ones((500, 4), np.float32)
+    q = np.ones((3, 4), np.float32)
+    exclude = np.array([0, 3, -1])
+    for run in (exact_top_k, lambda *a, **kw: _torch_top_k(*a, device="cpu", batch_size=2, **kw)):
+        scores, idx = run(q, pool, 5, exclude=exclude)
+        assert idx.tolist() == [[1, 2, 3, 4, 5], [0, 1, 2, 4, 5], [0, 1, 2, 3, 4]]
+        np.testing.assert_array_equal(scores, np.full((3, 5), 4, np.float32))
+
+
+@pytest.mark.parametrize("k", [1, 10, 299])
+def test_torch_path_equals_faiss_path(k):
+    _, p = grid_data(4)
+    q, _ = grid_data(5)
+    exclude = np.arange(N) * 3
+    faiss_s, faiss_i = exact_top_k(q, p, k, exclude=exclude)
+    torch_s, torch_i = _torch_top_k(q, p, k, exclude, device="cpu", batch_size=7)
+    np.testing.assert_array_equal(torch_i, faiss_i)
+    np.testing.assert_allclose(torch_s, faiss_s, atol=1e-5)
+    torch_s, torch_i = _torch_top_k(q, p, k, None, device="cpu", batch_size=4096)
+    np.testing.assert_array_equal(torch_i, brute_force(q, p, k)[1])
+
+
+def test_small_batches_give_the_same_result():
+    q, p = grid_data(6)
+    whole = exact_top_k(q, p, 10)
+    batched = exact_top_k(q, p, 10, batch_size=3)
+    np.testing.assert_array_equal(whole[1], batched[1])
+    np.testing.assert_array_equal(whole[0], batched[0])
+
+
+def test_inputs_are_converted_to_contiguous_float32():
+    q, p = grid_data(7)
+    ref = exact_top_k(q, p, 5)
+    got = exact_top_k(np.asfortranarray(q.astype(np.float64)), p[::-1][::-1].tolist(), 5)
+    np.testing.assert_array_equal(got[1], ref[1])
+
+
+def test_k_out_of_range():
+    q, p = grid_data(8, m=20)
+    with pytest.raises(UdrError, match=r"^k out of range: asked for 50 neighbours from a pool of 20"):
+        exact_top_k(q, p, 50)
+    with pytest.raises(UdrError, match=r"k out of range: asked for 20 neighbours from a pool of 20"):
+        exact_top_k(q, p, 20, exclude=np.full(N, -1))
+    with pytest.raises(UdrError, match=r"k out of range: asked for 0 neighbours"):
+        exact_top_k(q, p, 0)
+
+
+def test_dimension_mismatch_and_empty_pool():
+    q, p = grid_data(9)
+    with pytest.raises(UdrError, match=r"dimension mismatch: queries have dimension 16, pool has 8"):
+        exact_top_k(q, p[:, :8], 3)
+    with pytest.raises(UdrError, match=r"empty pool"):
+        exact_top_k(q, np.empty((0, D), np.float32), 3)
+
+
+def test_bad_exclude_and_values():
+    q, p = grid_data(10)
+    with pytest.raises(UdrError, match=r"outside the pool"):
+        exact_top_k(q, p, 3, exclude=np.full(N, M))
+    with pytest.raises(UdrError, match=r"exclude must be 50 integer pool indices"):
+        exact_top_k(q, p, 3, exclude=np.zeros(N - 1, np.int64))
+    q[0, 0] = np.nan
+    with pytest.raises(UdrError, match=r"queries contain NaN"):
+        exact_top_k(q, p, 3)
+
+
+def test_save_load_round_trip(tmp_path):
+    emb = np.random.default_rng(11).standard_normal((37, 24)).astype(np.float32)
+    meta = {"model": "tiny", "task": "sst2", "rows": 37, "normalised": False, "ids": [1, 2, 3]}
+    path = tmp_path / "sub" / "train.npy"
+    save_embeddings(path, emb, meta)
+    assert path.is_file() and (tmp_path / "sub" / "train.npy.json").is_file()
+    assert sorted(x.name for x in path.parent.iterdir()) == ["train.npy", "train.npy.json"]
+    got, got_meta = load_embeddings(path)
+    assert got.dtype == emb.dtype and got.tobytes() == emb.tobytes() and got.shape == emb.shape
+    assert got_meta == meta
+    # a name without the .npy suffix is kept as given
+    save_embeddings(tmp_path / "plain", emb, {})
+    assert (tmp_path / "plain").is_file()
+    assert load_embeddings(tmp_path / "plain")[1] == {}
+
+
+def test_load_missing_files(tmp_path):
+    path = tmp_path / "train.npy"
+    with pytest.raises(UdrError, match=r"missing index: .*train\.npy \(run `udr index` first\)"):
+        load_embeddings(path)
+    save_embeddings(path, np.zeros((2, 3), np.float32), {"a": 1})
+    (tmp_path / "train.npy.json").unlink()
+    with pytest.raises(UdrError, match=r"missing index metadata: .*train\.npy\.json"):
+        load_embeddings(path)
+
+
+def test_stale_metadata_is_detected(tmp_path):
+    path = tmp_path / "train.npy"
+    save_embeddings(path, np.zeros((2, 3), np.float32), {})
+    meta_text = (tmp_path / "train.npy.json").read_text()
+    save_embeddings(path, np.zeros((4, 3), np.float32), {})
+    (tmp_path / "train.npy.json").write_text(meta_text)
+    with pytest.raises(UdrError, match=r"does not match its metadata"):
+        load_embeddings(path)

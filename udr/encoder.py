@@ -1,0 +1,180 @@
+"""The UDR bi-encoder: a query encoder E_q and a demonstration encoder E_d, CLS pooling, dot product.
+
+sim(x, z) = E_q([I] x) . E_d(I z), where I is the task instruction and z the whole demonstration
+(input and answer, rendered with the task's template). The instruction goes on the demonstration
+side always and on the query side when `query_instruction` is true (the paper); the published code
+leaves test queries bare.
+
+On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrained`, safetensors),
+``tokenizer/``, and ``udr_encoder.json`` with the settings below. `BiEncoder.load(path)` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from udr.errors import UdrError
+from udr.files import write_text_atomic
+
+SETTINGS_NAME = "udr_encoder.json"
+
+
+@dataclass(frozen=True)
+class BiEncoderSettings:
+    """How texts are built and cut for the two encoders."""
+
+    query_instruction: bool = True
+    max_query_length: int = 128
+    max_demo_length: int = 256
+    pooling: str = "cls"
+    base: str = ""  # the base model directory or spec it was initialised from (provenance only)
+
+
+def query_text(instruction: str, input: str, with_instruction: bool) -> str:
+    """What E_q reads for a query x."""
+    return f"{instruction}{input}" if with_instruction else input
+
+
+def demo_text(instruction: str, rendered: str) -> str:
+    """What E_d reads for a demonstration z (already rendered with the task template)."""
+    return f"{instruction}{rendered}"
+
+
+class BiEncoder:
+    """Two transformers encoders sharing one tokenizer. `embed` keeps gradients (training);
+    `encode` is batched, length-sorted inference returning numpy float32."""
+
+    def __init__(self, query_model: Any, demo_model: Any, tokenizer: Any, settings: BiEncoderSettings):
+        self.query_model = query_model
+        self.demo_model = demo_model
+        self.tokenizer = tokenizer
+        self.settings = settings
+
+    # ------------------------------------------------------------ construction and I/O
+
+    @classmethod
+    def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> "BiEncoder":
+        """Both encoders initialised from the same resolved base encoder (two independent copies)."""
+        from udr.models import load_encoder
+
+        query_model, tokenizer = load_encoder(base_dir)
+        demo_model, _ = load_encoder(base_dir)
+        return cls(query_model, demo_model, tokenizer, settings)
+
+    @classmethod
+    def load(cls, path: Path) -> "BiEncoder":
+        """Load a saved bi-encoder directory (safetensors only)."""
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        path = Path(path)
+        meta = path / SETTINGS_NAME
+        if not meta.is_file():
+            raise UdrError(f"missing model: {path} is not a udr bi-encoder (no {SETTINGS_NAME}); "
+                           "train one with `udr train` or pass --model")
+        try:
+            settings = BiEncoderSettings(**json.loads(meta.read_text()))
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise UdrError(f"{meta}: unreadable bi-encoder settings ({exc})") from None
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        models = [AutoModel.from_pretrained(path / side, use_safetensors=True, dtype=torch.float32).eval()
+                  for side in ("query", "demo")]
+        tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer")
+        return cls(models[0], models[1], tokenizer, settings)
+
+    def save(self, path: Path) -> None:
+        """Write the bi-encoder to `path` (replaced atomically: built beside it, then renamed)."""
+        import shutil
+
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.query_model.save_pretrained(tmp / "query", safe_serialization=True)
+        self.demo_model.save_pretrained(tmp / "demo", safe_serialization=True)
+        self.tokenizer.save_pretrained(tmp / "tokenizer")
+        write_text_atomic(tmp / SETTINGS_NAME, json.dumps(asdict(self.settings), indent=2) + "\n")
+        old = path.with_name(path.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    # ------------------------------------------------------------ embedding
+
+    def to(self, device) -> "BiEncoder":
+        self.query_model.to(device)
+        self.demo_model.to(device)
+        return self
+
+    def train(self, mode: bool = True) -> "BiEncoder":
+        self.query_model.train(mode)
+        self.demo_model.train(mode)
+        return self
+
+    def parameters(self):
+        yield from self.query_model.parameters()
+        yield from self.demo_model.parameters()
+
+    @property
+    def device(self):
+        return next(self.query_model.parameters()).device
+
+    def _model(self, side: str):
+        if side not in ("query", "demo"):
+            raise ValueError(f"side must be 'query' or 'demo', got {side!r}")
+        return self.query_model if side == "query" else self.demo_model
+
+    def _max_length(self, side: str) -> int:
+        return self.settings.max_query_length if side == "query" else self.settings.max_demo_length
+
+    def embed(self, texts: Sequence[str], side: str, model: Any = None):
+        """CLS embeddings (n, d) of `texts` with gradients; `model` overrides the side's module
+        (the DDP wrapper during training)."""
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length(side),
+                               return_tensors="pt").to(self.device)
+        out = (model or self._model(side))(**batch)
+        return out.last_hidden_state[:, 0]
+
+    def encode(self, texts: Sequence[str], side: str, batch_size: int = 64, progress: bool = False,
+               description: str = "embedding"):
+        """CLS embeddings as a float32 numpy array (n, d), in the order of `texts`. Batches are cut
+        from length-sorted texts, so padding stays small; the result does not depend on it beyond
+        float rounding."""
+        import numpy as np
+        import torch
+
+        from udr.progress import progress_bar
+
+        texts = list(texts)
+        lengths = [len(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
+        out = None
+        was_training = self._model(side).training
+        self._model(side).eval()
+        with torch.inference_mode(), progress_bar(progress, "{task.fields[rate]}") as bar:
+            job = bar.add_task(description, total=len(texts), rate="")
+            for lo in range(0, len(order), batch_size):
+                idx = order[lo:lo + batch_size]
+                emb = self.embed([texts[i] for i in idx], side).float().cpu().numpy()
+                if out is None:
+                    out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
+                out[idx] = emb
+                bar.update(job, advance=len(idx))
+        self._model(side).train(was_training)
+        if out is None:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        return out
+
+    @property
+    def dimension(self) -> int:
+        return int(self.query_model.config.hidden_size)

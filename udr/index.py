@@ -1,0 +1,90 @@
+"""Embedding a task's demonstration pool (its whole train split) with E_d, and the final index.
+
+`udr index` copies the last round's bi-encoder to `models/final/` and writes, for every task,
+`models/final/index/<task>.npy` (float32, one row per pool item) with a JSON sidecar holding the
+pool's ids, the pool file's hash and the model it was made with, so a stale index is detected.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from udr.errors import UdrError
+
+
+def round_model_dir(root: Path, iteration: int) -> Path:
+    return root / "models" / "rounds" / f"it{iteration}"
+
+
+def final_model_dir(root: Path) -> Path:
+    return root / "models" / "final"
+
+
+def index_path(model_dir: Path, task: str) -> Path:
+    return Path(model_dir) / "index" / f"{task}.npy"
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """A short hash of a bi-encoder's settings and weights."""
+    import hashlib
+
+    from udr.encoder import SETTINGS_NAME
+    from udr.files import file_sha256
+
+    model_dir = Path(model_dir)
+    parts = [file_sha256(model_dir / SETTINGS_NAME)]
+    parts += [file_sha256(p) for p in sorted(model_dir.glob("*/model.safetensors"))]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+
+
+def pool_texts(task_name: str, frame) -> list[str]:
+    """What E_d reads for each row of a pool frame (columns input, target)."""
+    from udr.encoder import demo_text
+    from udr.tasks import get_task
+
+    task = get_task(task_name)
+    return [demo_text(task.instruction, task.render(i, t)) for i, t in zip(frame["input"], frame["target"])]
+
+
+def embed_pool(encoder, task_name: str, frame, batch_size: int, progress: bool) -> np.ndarray:
+    """E_d embeddings (n, d) of a pool frame's rows, in row order."""
+    return encoder.encode(pool_texts(task_name, frame), "demo", batch_size=batch_size, progress=progress,
+                          description=f"embedding {task_name} pool")
+
+
+def run_index(settings, *, progress: bool = True) -> dict:
+    """Copy the last round's model to models/final and index every task's pool with it."""
+    from udr.data import prepared_dir, read_prepared
+    from udr.encoder import BiEncoder
+    from udr.files import file_sha256
+    from udr.search import save_embeddings
+
+    root = settings.root
+    last = settings.train.rounds[-1]
+    src = round_model_dir(root, last)
+    if not src.is_dir():
+        raise UdrError(f"missing model {src}: run `udr train --iteration {last}` first")
+    dest = final_model_dir(root)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    encoder = BiEncoder.load(tmp)
+    fingerprint = model_fingerprint(tmp)
+    report = {"round": last, "model": fingerprint, "tasks": {}}
+    for name in settings.task_names():
+        t0 = time.perf_counter()
+        pool = read_prepared(root, name, "train")
+        emb = embed_pool(encoder, name, pool, settings.mine.batch_size, progress)
+        save_embeddings(index_path(tmp, name), emb, {
+            "task": name, "ids": [int(i) for i in pool["id"]], "model": fingerprint,
+            "pool_sha256": file_sha256(prepared_dir(root, name) / "train.parquet")})
+        report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
+    (tmp / "index" / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return report

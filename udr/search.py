@@ -1,0 +1,224 @@
+"""Exact maximum-inner-product top-K search (faiss `IndexFlatIP` on CPU, torch matmul + topk on
+an accelerator), used to mine demonstration candidates and to serve retrieval, plus atomic
+save/load of embedding matrices (`.npy` with a JSON sidecar). Results are deterministic: scores
+descend and equal scores (as computed in float32) are broken by lower pool index first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from udr.errors import UdrError
+from udr.files import write_text_atomic
+
+# Neighbours fetched beyond the k needed, so that a tie at the k-th place can usually be resolved
+# without a second search (see `_select`).
+_EXTRA = 8
+
+
+def exact_top_k(
+    queries: np.ndarray,
+    pool: np.ndarray,
+    k: int,
+    exclude: np.ndarray | None = None,
+    device: str = "cpu",
+    batch_size: int = 4096,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k pool rows with the largest inner product with each query, best first.
+
+    queries: (n, d), pool: (m, d); both are made contiguous float32. `exclude[i]` is a pool index
+    that query i must not get back (its own row when the queries are pool rows), or -1 for none;
+    the list still has k entries. Returns (scores (n, k) float32, indices (n, k) int64), scores
+    descending, ties by lower pool index first.
+
+    device "cpu" searches a faiss `IndexFlatIP`; any other torch device string ("cuda", "cuda:1")
+    uses torch matmul + topk, `batch_size` queries at a time (which holds a batch_size x m float32
+    score matrix on the device). Either way each query batch first fetches k (+1 with exclusion)
+    + 8 neighbours, re-sorts them by (-score, index) and keeps the first k. That order is exact
+    whenever the k-th kept score is strictly above the lowest fetched score (every unfetched row
+    scores at most that). Rows where it is not (a tie across the fetch boundary) are redone with
+    every score considered, so the result is exact for ties of any size. "Tie" means equal float32
+    scores as computed; the faiss and torch paths may differ in the last bit of a score and hence
+    in the order of near-ties. The torch path assumes full-fp32 matmul (TF32 off, torch's default).
+    """
+    queries = _as_matrix(queries, "queries")
+    pool = _as_matrix(pool, "pool")
+    n, m = len(queries), len(pool)
+    if m == 0:
+        raise UdrError("empty pool: nothing to search (the pool has 0 rows)")
+    if queries.shape[1] != pool.shape[1]:
+        raise UdrError(
+            f"dimension mismatch: queries have dimension {queries.shape[1]}, pool has {pool.shape[1]}"
+        )
+    k = int(k)
+    room = m - (1 if exclude is not None else 0)
+    if k < 1 or k > room:
+        which = "other " if exclude is not None else ""
+        raise UdrError(f"k out of range: asked for {k} neighbours from a pool of {m} "
+                       f"(at most {room} {which}rows can be returned)")
+    if batch_size < 1:
+        raise UdrError(f"batch_size must be at least 1, got {batch_size}")
+    if exclude is not None:
+        exclude = np.asarray(exclude)
+        if exclude.shape != (n,) or not np.issubdtype(exclude.dtype, np.integer):
+            raise UdrError(f"exclude must be {n} integer pool indices (-1 for none), "
+                           f"got shape {exclude.shape} dtype {exclude.dtype}")
+        exclude = exclude.astype(np.int64)
+        if n and (exclude.min() < -1 or exclude.max() >= m):
+            raise UdrError(f"exclude holds an index outside the pool of {m} rows (use -1 for none)")
+    if n == 0:
+        return np.empty((0, k), np.float32), np.empty((0, k), np.int64)
+    if device == "cpu":
+        return _faiss_top_k(queries, pool, k, exclude, batch_size)
+    return _torch_top_k(queries, pool, k, exclude, device, batch_size)
+
+
+def _as_matrix(x, name: str) -> np.ndarray:
+    """`x` as a contiguous float32 (rows, dim) array with finite values, or a UdrError."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise UdrError(f"{name} must be a 2-D (rows, dim) array, got shape {x.shape}")
+    if x.shape[1] == 0:
+        raise UdrError(f"{name} have dimension 0")
+    if not np.isfinite(x).all():
+        raise UdrError(f"{name} contain NaN or infinite values")
+    return x
+
+
+def _fetch_size(k: int, exclude: np.ndarray | None, m: int) -> int:
+    return min(m, k + (1 if exclude is not None else 0) + _EXTRA)
+
+
+def _select(scores: np.ndarray, idx: np.ndarray, k: int, exclude: np.ndarray | None, m: int):
+    """Exact top-k from fetched candidates: (scores (r, k), indices (r, k), trusted (r,)).
+
+    `scores`/`idx` (r, f) hold, per row, the f best pool rows in any order. Rows are re-sorted by
+    (-score, index) with excluded entries last. A row is trusted when all m were fetched or its
+    k-th kept score is strictly above its lowest fetched score: rows left out score no higher than
+    that, so none of them can belong in the top k.
+    """
+    drop = idx < 0
+    if exclude is not None:
+        drop |= idx == exclude[:, None]
+    order = np.lexsort((idx, -scores, drop), axis=1)
+    s = np.take_along_axis(scores, order, axis=1)[:, :k]
+    i = np.take_along_axis(idx, order, axis=1)[:, :k]
+    kept_dropped = np.take_along_axis(drop, order, axis=1)[:, :k].any(axis=1)
+    if scores.shape[1] >= m:
+        trusted = ~kept_dropped
+    else:
+        trusted = (s[:, -1] > scores.min(axis=1)) & ~kept_dropped
+    return s, i.astype(np.int64), trusted
+
+
+def _faiss_top_k(queries, pool, k, exclude, batch_size):
+    import faiss
+
+    m = len(pool)
+    index = faiss.IndexFlatIP(pool.shape[1])
+    index.add(pool)
+    out_s = np.empty((len(queries), k), np.float32)
+    out_i = np.empty((len(queries), k), np.int64)
+    for lo in range(0, len(queries), batch_size):
+        rows = np.arange(lo, min(lo + batch_size, len(queries)))
+        fetch = _fetch_size(k, exclude, m)
+        while len(rows):
+            scores, idx = index.search(queries[rows], fetch)
+            ex = exclude[rows] if exclude is not None else None
+            s, i, ok = _select(scores, idx, k, ex, m)
+            out_s[rows[ok]], out_i[rows[ok]] = s[ok], i[ok]
+            if fetch >= m and not ok.all():
+                raise UdrError("faiss returned an incomplete ranking (non-finite scores?)")
+            # Ties across the fetch boundary: search those rows again, fetching 4x as many.
+            rows, fetch = rows[~ok], min(m, fetch * 4)
+    return out_s, out_i
+
+
+def _torch_top_k(queries, pool, k, exclude, device, batch_size):
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise UdrError(f"bad device '{device}': {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UdrError(f"device '{device}' requested but CUDA is not available")
+    m = len(pool)
+    fetch = _fetch_size(k, exclude, m)
+    out_s = np.empty((len(queries), k), np.float32)
+    out_i = np.empty((len(queries), k), np.int64)
+    with torch.inference_mode():
+        pool_t = torch.from_numpy(pool).to(dev)
+        for lo in range(0, len(queries), batch_size):
+            hi = min(lo + batch_size, len(queries))
+            full = torch.from_numpy(queries[lo:hi]).to(dev) @ pool_t.T
+            top = torch.topk(full, fetch, dim=1, largest=True, sorted=True)
+            scores, idx = top.values.cpu().numpy(), top.indices.cpu().numpy()
+            ex = exclude[lo:hi] if exclude is not None else None
+            s, i, ok = _select(scores, idx, k, ex, m)
+            if not ok.all():
+                # Ties across the fetch boundary: rank those rows over all m scores (same values).
+                bad = np.flatnonzero(~ok)
+                all_s = full[torch.from_numpy(bad).to(dev)].cpu().numpy()
+                all_i = np.broadcast_to(np.arange(m, dtype=np.int64), all_s.shape)
+                ex_bad = ex[bad] if ex is not None else None
+                s[bad], i[bad], _ = _select(all_s, all_i, k, ex_bad, m)
+            out_s[lo:hi], out_i[lo:hi] = s, i
+    return out_s, out_i
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def save_embeddings(path, emb: np.ndarray, meta: dict) -> None:
+    """Write `emb` to `path` (.npy, no pickle) and `meta` to `<path>.json`, each atomically.
+
+    The sidecar stores {"shape", "dtype", "meta"}; `load_embeddings` checks shape and dtype
+    against the array so that a half-replaced pair is caught.
+    """
+    path = Path(path)
+    emb = np.asarray(emb)
+    if emb.ndim != 2:
+        raise UdrError(f"embeddings must be a 2-D (rows, dim) array, got shape {emb.shape}")
+    try:
+        sidecar = json.dumps({"shape": list(emb.shape), "dtype": emb.dtype.str, "meta": meta},
+                             indent=2, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise UdrError(f"embedding metadata for {path} is not JSON-serialisable: {exc}") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("wb") as fh:  # a file object: np.save would append ".npy" to a name
+            np.save(fh, emb, allow_pickle=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    write_text_atomic(_meta_path(path), sidecar + "\n")
+
+
+def load_embeddings(path) -> tuple[np.ndarray, dict]:
+    """Read back what `save_embeddings` wrote: (embeddings, meta)."""
+    path = Path(path)
+    meta_path = _meta_path(path)
+    if not path.is_file():
+        raise UdrError(f"missing index: {path} (run `udr index` first)")
+    if not meta_path.is_file():
+        raise UdrError(f"missing index metadata: {meta_path} (run `udr index` first)")
+    try:
+        emb = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise UdrError(f"unreadable index {path}: {exc}") from None
+    try:
+        sidecar = json.loads(meta_path.read_text())
+        shape, dtype, meta = tuple(sidecar["shape"]), sidecar["dtype"], sidecar["meta"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {exc}") from None
+    if emb.shape != shape or emb.dtype.str != dtype:
+        raise UdrError(f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
+                       f"metadata {shape} {dtype}); rerun `udr index`")
+    return emb, meta

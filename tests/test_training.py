@@ -78,7 +78,7 @@ def project(tmp_path_factory, data_dir):
                  candidates={"k": 5, "field": "paper"},
                  score={"queries_per_task": 8, "shard_pairs": 16, "batch_tokens": 2048},
                  encoder={"max_query_length": 64, "max_demo_length": 96},
-                 train={"later_rounds": {1: 0}, "batch_size": 4, "micro_batch": 2, "epochs_first": 2,
+                 train={"later_rounds": {"it1": "it0"}, "batch_size": 4, "micro_batch": 2, "epochs_first": 2,
                         "epochs_later": 1, "warmup_steps": 1, "lr": 1e-3, "checkpoint_steps": 3,
                         "candidates_per_query": 4},
                  mine={"k": 4, "batch_size": 8})

@@ -32,7 +32,15 @@ TaskOpt = Annotated[
     Optional[list[str]],
     typer.Option("--task", "-t", help="Only this task (repeatable); default: every task in params."),
 ]
-IterationOpt = Annotated[int, typer.Option("--iteration", "-i", min=0, help="Round of Algorithm 1 (0 = BM25 candidates).")]
+def _parse_round(value: str) -> int:
+    text = str(value).removeprefix("it")
+    if not text.isdigit():
+        raise typer.BadParameter(f"expected a round number such as 1 or it1, got {value!r}")
+    return int(text)
+
+
+IterationOpt = Annotated[int, typer.Option("--iteration", "-i", parser=_parse_round, metavar="N|itN",
+                                           help="Round of Algorithm 1 (0 = BM25 candidates); 1 or it1.")]
 
 
 def _console():

@@ -71,8 +71,8 @@ class EncoderSettings(_Strict):
 
 
 class TrainSettings(_Strict):
-    later_rounds: dict[int, int] = Field(
-        default_factory=lambda: {1: 0, 2: 1},
+    later_rounds: dict[str, str] = Field(
+        default_factory=lambda: {"it1": "it0", "it2": "it1"},
         description="Rounds after round 0, each mapped to the round before it (DVC templates cannot count).")
     loss: Literal["paper", "published"] = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
     loss_lambda: float = Field(0.8, ge=0.0, le=1.0)
@@ -93,16 +93,16 @@ class TrainSettings(_Strict):
 
     @field_validator("later_rounds")
     @classmethod
-    def _chain(cls, value: dict[int, int]) -> dict[int, int]:
-        want = {n: n - 1 for n in range(1, len(value) + 1)}
+    def _chain(cls, value: dict[str, str]) -> dict[str, str]:
+        want = {f"it{n}": f"it{n - 1}" for n in range(1, len(value) + 1)}
         if dict(value) != want:
-            raise ValueError(f"must map each later round to the one before it, e.g. {want}")
+            raise ValueError(f"must map each later round to the one before it, e.g. {want or {'it1': 'it0'}}")
         return value
 
     @property
     def rounds(self) -> list[int]:
-        """All rounds, 0 first."""
-        return [0, *sorted(self.later_rounds)]
+        """All rounds as integers, 0 first."""
+        return list(range(len(self.later_rounds) + 1))
 
 
 class MineSettings(_Strict):

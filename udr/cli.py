@@ -232,6 +232,32 @@ def index_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
     _console().print(f"indexed with round {report['round']}'s model ({report['model']}): {pools}")
 
 
+@app.command("rounds")
+def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Per round: training loss start/end, mined candidates that were new, mean LM score of the best
+    candidate, stage seconds (read from the stages' outputs)."""
+    from rich.table import Table
+
+    from udr.rounds import rounds_table
+
+    settings = _settings(params, set_)
+    table = Table("round", "task", "pairs", "scored", "best LM score (all)", "retrieved: best / mean", "mined new", "loss start",
+                  "loss end", "score s", "mine s", "train s")
+
+    def fmt(v, spec=""):
+        return "-" if v is None else format(v, spec)
+
+    for r in rounds_table(settings):
+        table.add_row(str(r["round"]), r["task"], fmt(r["pairs"]), fmt(r["scored"]), fmt(r["top1_score_mean"], ".4f"),
+                      "-" if not r["retrieved"] else f"{r['retrieved'][0]:.4f} / {r['retrieved'][1]:.4f}",
+                      fmt(r["mined_new_fraction"], ".1%"), fmt(r.get("train_loss_start"), ".3f"),
+                      fmt(r.get("train_loss_end"), ".3f"), fmt(r["score_seconds"], ".0f"), fmt(r["mine_seconds"], ".0f"),
+                      fmt(r.get("train_seconds"), ".0f"))
+    from rich.console import Console
+
+    Console().print(table)  # the report itself goes to stdout
+
+
 def _check_round(settings, iteration: int) -> None:
     rounds = settings.train.rounds
     if iteration not in rounds:

@@ -359,7 +359,7 @@ def plot_losses(log_dir: Path, png: Path, title: str) -> None:
         w = max(1, len(values) // 20)
         smooth = np.convolve(values, np.ones(w) / w, mode="valid")
         line, = ax.plot(steps, values, alpha=0.25)
-        ax.plot(steps[w - 1:], smooth, color=line.get_color(), label=f"{key} (moving mean of {w})")
+        ax.plot(steps[w - 1:], smooth, color=line.get_color(), label=key if w == 1 else f"{key} (moving mean of {w})")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title)

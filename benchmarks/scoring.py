@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
     ap.add_argument("--pairs-per-task", type=int, default=64)
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--batch-tokens", type=int, default=4096, help="udr scorer's token budget per batch")
+    ap.add_argument("--batch-tokens", type=int, default=1024, help="udr scorer's token budget per batch")
     ap.add_argument("--ref-batch-size", type=int, default=8, help="reference scorer's sequences per batch")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",

@@ -55,7 +55,7 @@ class CandidateSettings(_Strict):
 
 class ScoreSettings(_Strict):
     queries_per_task: int = Field(100, gt=0, description="Train queries scored per task (seeded; the same every iteration).")
-    batch_tokens: int = Field(4096, ge=64, description="Token budget of one length-bucketed batch (padded size).")
+    batch_tokens: int = Field(1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU.")
     shard_pairs: int = Field(512, gt=0, description="Pairs per checkpointed shard (the unit of resume and of torchrun work).")
     max_length: int = Field(1024, ge=16, description="Longest prompt + answer in tokens; longer prompts keep their end.")
     instruction: Literal["none", "prefix"] = Field(

@@ -8,6 +8,17 @@ from __future__ import annotations
 import os
 
 
+def resolve_device_type(want: str, key: str) -> str:
+    """"cuda" or "cpu" for a device parameter (auto | cpu | cuda); `key` names it in errors."""
+    import torch
+
+    from udr.errors import UdrError
+
+    if want == "cuda" and not torch.cuda.is_available():
+        raise UdrError(f"bad parameter {key}: cuda requested but no CUDA device is available")
+    return "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
+
+
 class Distributed:
     def __init__(self, device_type: str):
         self.world = int(os.environ.get("WORLD_SIZE", "1"))

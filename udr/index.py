@@ -73,7 +73,9 @@ def run_index(settings, *, progress: bool = True) -> dict:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
-    encoder = BiEncoder.load(tmp)
+    from udr.distributed import resolve_device_type
+
+    encoder = BiEncoder.load(tmp).to(resolve_device_type(settings.train.device, "train.device"))
     fingerprint = model_fingerprint(tmp)
     report = {"round": last, "model": fingerprint, "tasks": {}}
     for name in settings.task_names():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.distributed import Distributed
+from udr.distributed import Distributed, resolve_device_type
 from udr.errors import UdrError
 from udr.files import file_sha256, write_parquet_atomic, write_text_atomic
 from udr.progress import progress_bar
@@ -78,10 +78,7 @@ class ScoreSummary:
 def _resolve_device(settings):
     import torch
 
-    want = settings.score.device
-    if want == "cuda" and not torch.cuda.is_available():
-        raise UdrError("bad parameter score.device: cuda requested but no CUDA device is available")
-    device_type = "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
+    device_type = resolve_device_type(settings.score.device, "score.device")
     dtype = settings.score.dtype
     if dtype == "auto":
         dtype = "bf16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"

@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from udr.distributed import Distributed
+from udr.distributed import Distributed, resolve_device_type
 from udr.errors import UdrError
 from udr.files import write_text_atomic
 
@@ -169,9 +169,7 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
     steps = max(1, math.ceil((cfg.epochs_first if iteration == 0 else cfg.epochs_later) * total_queries / cfg.batch_size))
     l = 2 if cfg.sampling == "epr" else cfg.candidates_per_query
 
-    device_type = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise UdrError("bad parameter train.device: cuda requested but no CUDA device is available")
+    device_type = resolve_device_type(cfg.device, "train.device")
     dp = Distributed(device_type)
     device = torch.device(f"cuda:{dp.local_rank}" if device_type == "cuda" else "cpu")
 

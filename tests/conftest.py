@@ -49,3 +49,17 @@ def run_cli(capsys, monkeypatch):
         return code, out.out, out.err
 
     return run
+
+
+def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, max_test: int, k: int) -> None:
+    """Prepare real tasks in `root` with tiny caps and write their BM25 candidates (round 0)."""
+    from udr.bm25 import bm25_candidates
+    from udr.data import prepare_task, prepared_dir, read_prepared
+    from udr.files import write_parquet_atomic
+    from udr.tasks import get_task
+
+    for name in tasks:
+        prepare_task(get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2,
+                     max_train=max_train, max_test=max_test)
+        frame = bm25_candidates(read_prepared(root, name, "train"), get_task(name).family, "paper", k, progress=False)
+        write_parquet_atomic(frame, root / "data" / "candidates" / "it0" / f"{name}.parquet")

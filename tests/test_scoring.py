@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.conftest import REPO, write_params
+from tests.conftest import REPO, prepare_with_candidates, write_params
 from tests.tiny_models import byte_tokenizer, save_tiny_lm, tiny_llama
 from udr.errors import UdrError
 from udr.scoring import LMScorer, PromptBuilder, ScoringItem, length_batches, pair_score, reference_logprobs
@@ -33,16 +33,7 @@ def project(tmp_path_factory, data_dir):
     write_params(root, {t: {"max_train": 30, "max_test": 5} for t in TASKS}, data_dir,
                  candidates={"k": 5, "field": "paper"},
                  score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048})
-    from udr.bm25 import bm25_candidates
-    from udr.data import prepare_task, prepared_dir, read_prepared
-    from udr.files import write_parquet_atomic
-    from udr.tasks import get_task
-
-    for name in TASKS:
-        prepare_task(get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2,
-                     max_train=30, max_test=5)
-        frame = bm25_candidates(read_prepared(root, name, "train"), get_task(name).family, "paper", 5, progress=False)
-        write_parquet_atomic(frame, root / "data" / "candidates" / "it0" / f"{name}.parquet")
+    prepare_with_candidates(root, TASKS, data_dir, max_train=30, max_test=5, k=5)
     resolve_model(str(save_tiny_lm(root / "tiny-src")), root / "models" / "base" / "lm", kind="lm")
     return root
 

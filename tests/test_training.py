@@ -8,13 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 
-from tests.conftest import REPO, write_params
+from tests.conftest import REPO, prepare_with_candidates, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
 from udr.training import TaskSampler, sample_candidates
@@ -67,11 +66,7 @@ def test_sample_candidates_schemes(scheme):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, data_dir):
     """Two real tasks (tiny caps), BM25 candidates, a tiny LM and a tiny BERT resolved."""
-    from udr.bm25 import bm25_candidates
-    from udr.data import prepare_task, prepared_dir, read_prepared
-    from udr.files import write_parquet_atomic
     from udr.models import resolve_model
-    from udr.tasks import get_task
 
     root = tmp_path_factory.mktemp("loop")
     write_params(root, {t: {"max_train": 24, "max_test": 4} for t in TASKS}, data_dir,
@@ -82,11 +77,7 @@ def project(tmp_path_factory, data_dir):
                         "epochs_later": 1, "warmup_steps": 1, "lr": 1e-3, "checkpoint_steps": 3,
                         "candidates_per_query": 4},
                  mine={"k": 4, "batch_size": 8})
-    for name in TASKS:
-        prepare_task(get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2,
-                     max_train=24, max_test=4)
-        frame = bm25_candidates(read_prepared(root, name, "train"), get_task(name).family, "paper", 5, progress=False)
-        write_parquet_atomic(frame, root / "data" / "candidates" / "it0" / f"{name}.parquet")
+    prepare_with_candidates(root, TASKS, data_dir, max_train=24, max_test=4, k=5)
     resolve_model(str(save_tiny_lm(root / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
     resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
     return root

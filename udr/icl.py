@@ -1,0 +1,83 @@
+"""In-context prompt assembly: which retrieved demonstrations go into the prompt, and in what order.
+
+Retrievers return a test input's demonstrations most similar first. The paper keeps, for
+classification and multiple choice, the first `max_demos` (8); for generation, as many as fit in
+the LM's context C minus the test input minus the longest target the LM may write (the largest L
+with |z_1| + ... + |z_L| + |x| + |y_max| <= C). Classification prompts obey the same budget.
+They are then ordered: ascending similarity (the paper and EPR: the most similar demonstration
+right before the test input), descending, or random (seeded).
+
+A prompt is ``[instruction] render(z_1) "\\n" ... render(z_L) "\\n" x "\\t"``: the scoring
+stage's layout, with the task's template (see :mod:`udr.tasks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from udr.errors import UdrError
+
+Order = Literal["ascending", "descending", "random"]
+ORDERS = ("ascending", "descending", "random")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """An assembled prompt: its token ids and the pool ids of the demonstrations in prompt order."""
+
+    token_ids: tuple[int, ...]
+    demo_ids: tuple[int, ...]
+
+
+def select_demonstrations(lengths: Sequence[int], budget: int, max_demos: int | None) -> int:
+    """How many of the ranked demonstrations (most similar first) to keep: the longest prefix whose
+    total length fits `budget`, capped at `max_demos` (None: no cap)."""
+    if budget < 0:
+        raise UdrError(f"the test input alone leaves no room in the context (budget {budget} tokens)")
+    used = n = 0
+    for length in lengths:
+        if (max_demos is not None and n >= max_demos) or used + length > budget:
+            break
+        used += length
+        n += 1
+    return n
+
+
+def order_demonstrations(ranked: Sequence[int], order: Order, rng: np.random.Generator | None = None) -> list[int]:
+    """Put selected demonstrations (most similar first) into prompt order."""
+    if order == "ascending":
+        return list(reversed(ranked))
+    if order == "descending":
+        return list(ranked)
+    if order == "random":
+        if rng is None:
+            raise UdrError("order 'random' needs a seeded generator")
+        return [ranked[i] for i in rng.permutation(len(ranked))]
+    raise UdrError(f"bad parameter order: {order!r} (expected one of {', '.join(ORDERS)})")
+
+
+def assemble(encode: Callable[[str], tuple[int, ...]], template: str, instruction: str | None,
+             demos: Sequence[tuple[int, str, str]], query_input: str, *, context: int, reserve: int,
+             max_demos: int | None, order: Order, rng: np.random.Generator | None = None) -> Prompt:
+    """The prompt for one test input.
+
+    encode: text -> token ids (no special tokens); demos: (pool id, input, answer), most similar
+    first; context: C; reserve: tokens kept free for the answer (the longest target, or the longest
+    label continuation).
+    """
+    head = encode(instruction) if instruction else ()
+    query = encode(template.partition("{answer}")[0].format(input=query_input))
+    rendered = [encode(template.format(input=i, answer=a) + "\n") for _, i, a in demos]
+    budget = context - reserve - len(head) - len(query)
+    n = select_demonstrations([len(r) for r in rendered], max(budget, 0), max_demos)
+    chosen = order_demonstrations(list(range(n)), order, rng)
+    ids = list(head)
+    for j in chosen:
+        ids += rendered[j]
+    ids += query
+    if len(ids) + reserve > context:  # the query alone is too long: keep its end (as scoring does)
+        ids = ids[len(ids) + reserve - context:]
+    return Prompt(tuple(ids), tuple(demos[j][0] for j in chosen))

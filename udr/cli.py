@@ -32,6 +32,8 @@ TaskOpt = Annotated[
     Optional[list[str]],
     typer.Option("--task", "-t", help="Only this task (repeatable); default: every task in params."),
 ]
+
+
 def _parse_round(value: str) -> int:
     text = str(value).removeprefix("it")
     if not text.isdigit():
@@ -236,6 +238,7 @@ def index_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
 def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Per round: training loss start/end, mined candidates that were new, mean LM score of the best
     candidate, stage seconds (read from the stages' outputs)."""
+    from rich.console import Console
     from rich.table import Table
 
     from udr.rounds import rounds_table
@@ -253,8 +256,6 @@ def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
                       fmt(r["mined_new_fraction"], ".1%"), fmt(r.get("train_loss_start"), ".3f"),
                       fmt(r.get("train_loss_end"), ".3f"), fmt(r["score_seconds"], ".0f"), fmt(r["mine_seconds"], ".0f"),
                       fmt(r.get("train_seconds"), ".0f"))
-    from rich.console import Console
-
     Console().print(table)  # the report itself goes to stdout
 
 

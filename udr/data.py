@@ -265,11 +265,15 @@ def prepared_dir(root: Path, task: str) -> Path:
     return root / "data" / "prepared" / task
 
 
+def prepared_file(root: Path, task: str, split: str) -> Path:
+    return prepared_dir(root, task) / f"{split}.parquet"
+
+
 def read_prepared(root: Path, task: str, split: str):
     """The prepared split as a polars DataFrame, or a UdrError saying to run `udr prepare`."""
     import polars as pl
 
-    path = prepared_dir(root, task) / f"{split}.parquet"
+    path = prepared_file(root, task, split)
     if not path.is_file():
         raise UdrError(f"missing prepared data {path}: run `udr prepare --task {task}` first")
     return pl.read_parquet(path)

@@ -42,24 +42,26 @@ def model_fingerprint(model_dir: Path) -> str:
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
-def pool_texts(task_name: str, frame) -> list[str]:
-    """What E_d reads for each row of a pool frame (columns input, target)."""
+def pool_texts(task_name: str, inputs, targets) -> list[str]:
+    """What E_d reads for each (input, target) of a task's pool: the instruction, then the rendered
+    demonstration."""
     from udr.encoder import demo_text
     from udr.tasks import get_task
 
     task = get_task(task_name)
-    return [demo_text(task.instruction, task.render(i, t)) for i, t in zip(frame["input"], frame["target"])]
+    return [demo_text(task.instruction, task.render(i, t)) for i, t in zip(inputs, targets)]
 
 
 def embed_pool(encoder, task_name: str, frame, batch_size: int, progress: bool) -> np.ndarray:
     """E_d embeddings (n, d) of a pool frame's rows, in row order."""
-    return encoder.encode(pool_texts(task_name, frame), "demo", batch_size=batch_size, progress=progress,
+    return encoder.encode(pool_texts(task_name, frame["input"], frame["target"]), "demo", batch_size=batch_size, progress=progress,
                           description=f"embedding {task_name} pool")
 
 
 def run_index(settings, *, progress: bool = True) -> dict:
     """Copy the last round's model to models/final and index every task's pool with it."""
-    from udr.data import prepared_dir, read_prepared
+    from udr.data import prepared_file, read_prepared
+    from udr.distributed import resolve_device_type
     from udr.encoder import BiEncoder
     from udr.files import file_sha256
     from udr.search import save_embeddings
@@ -73,8 +75,6 @@ def run_index(settings, *, progress: bool = True) -> dict:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
-    from udr.distributed import resolve_device_type
-
     encoder = BiEncoder.load(tmp).to(resolve_device_type(settings.train.device, "train.device"))
     fingerprint = model_fingerprint(tmp)
     report = {"round": last, "model": fingerprint, "tasks": {}}
@@ -84,7 +84,7 @@ def run_index(settings, *, progress: bool = True) -> dict:
         emb = embed_pool(encoder, name, pool, settings.mine.batch_size, progress)
         save_embeddings(index_path(tmp, name), emb, {
             "task": name, "ids": [int(i) for i in pool["id"]], "model": fingerprint,
-            "pool_sha256": file_sha256(prepared_dir(root, name) / "train.parquet")})
+            "pool_sha256": file_sha256(prepared_file(root, name, "train"))})
         report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
     (tmp / "index" / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     shutil.rmtree(dest, ignore_errors=True)

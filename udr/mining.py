@@ -40,8 +40,8 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
     import polars as pl
 
     from udr.data import read_prepared
-    from udr.encoder import BiEncoder
-    from udr.encoder import query_text
+    from udr.distributed import resolve_device_type
+    from udr.encoder import BiEncoder, query_text
     from udr.index import embed_pool, round_model_dir
     from udr.score_job import candidates_path, select_queries
     from udr.search import exact_top_k
@@ -67,8 +67,6 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
     k = min(settings.mine.k, len(ids) - 1)
     if k < 1:
         raise UdrError(f"{task_name}: the pool has {len(ids)} rows, too few to mine from")
-
-    from udr.distributed import resolve_device_type
 
     device = resolve_device_type(settings.train.device, "train.device")
     encoder = BiEncoder.load(model_dir).to(device)

@@ -92,7 +92,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     import polars as pl
     import torch
 
-    from udr.data import read_prepared
+    from udr.data import prepared_file, read_prepared
     from udr.models import load_causal_lm
     from udr.scoring import BatchStats, LMScorer, PromptBuilder, score_items
     from udr.tasks import get_task
@@ -136,7 +136,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     lm_dir = root / "models" / "base" / "lm"
     fingerprint = {
         "task": task_name, "iteration": iteration, "todo": len(todo), "shard_pairs": cfg.shard_pairs,
-        "candidates": file_sha256(cand_file), "train": file_sha256(read_prepared_path(root, task_name)),
+        "candidates": file_sha256(cand_file), "train": file_sha256(prepared_file(root, task_name, "train")),
         "lm": json.loads((lm_dir / "udr_model.json").read_text()) if (lm_dir / "udr_model.json").is_file() else None,
         "score": cfg.model_dump(exclude={"batch_tokens", "device"}), "dtype": dtype, "seed": settings.seed,
     }
@@ -209,12 +209,6 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     write_text_atomic(out.with_suffix(".json"), json.dumps(asdict(summary), indent=2) + "\n")
     dist.close()
     return summary
-
-
-def read_prepared_path(root: Path, task: str) -> Path:
-    from udr.data import prepared_dir
-
-    return prepared_dir(root, task) / "train.parquet"
 
 
 def _open_partial(partial: Path, fingerprint: dict) -> None:

@@ -100,7 +100,8 @@ def load_scored_queries(root: Path, tasks: Sequence[str], iteration: int, encode
     import polars as pl
 
     from udr.data import read_prepared
-    from udr.encoder import demo_text, query_text
+    from udr.encoder import query_text
+    from udr.index import pool_texts
     from udr.score_job import scores_path
     from udr.tasks import get_task
 
@@ -120,7 +121,7 @@ def load_scored_queries(root: Path, tasks: Sequence[str], iteration: int, encode
             q = rows[int(qid)]
             queries.append(ScoredQuery(
                 name, int(qid), query_text(task.instruction, q["input"], encoder_cfg.query_instruction), cids,
-                tuple(demo_text(task.instruction, task.render(rows[c]["input"], rows[c]["target"])) for c in cids)))
+                tuple(pool_texts(name, [rows[c]["input"] for c in cids], [rows[c]["target"] for c in cids]))))
         out[name] = queries
     return out
 

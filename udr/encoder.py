@@ -161,8 +161,8 @@ class BiEncoder:
         out = None
         was_training = self._model(side).training
         self._model(side).eval()
-        with torch.inference_mode(), progress_bar(progress, "{task.fields[rate]}") as bar:
-            job = bar.add_task(description, total=len(texts), rate="")
+        with torch.inference_mode(), progress_bar(progress) as bar:
+            job = bar.add_task(description, total=len(texts))
             for lo in range(0, len(order), batch_size):
                 idx = order[lo:lo + batch_size]
                 emb = self.embed([texts[i] for i in idx], side).float().cpu().numpy()

@@ -192,20 +192,32 @@ def score_cmd(
 
 
 @app.command("train")
-def train_cmd(iteration: IterationOpt = 0, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+def train_cmd(
+    iteration: IterationOpt = 0,
+    epr: Annotated[bool, typer.Option("--epr", help="Train the EPR baseline on round 0's scores -> models/epr/.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
     """Train the bi-encoder on round N's scores -> models/rounds/it<N>/ (resumable; runs under torchrun)."""
     from udr.index import round_model_dir
-    from udr.training import run_train
+    from udr.retrievers import method_model_dir
+    from udr.training import epr_settings, run_train
 
     settings = _settings(params, set_)
     _check_round(settings, iteration)
     root = settings.root
-    init = root / "models" / "base" / "encoder" if iteration == 0 else round_model_dir(root, iteration - 1)
-    summary = run_train(settings, iteration, init=init, out=round_model_dir(root, iteration),
-                        log_dir=root / "metrics" / "train" / f"it{iteration}", progress=sys.stderr.isatty())
+    init = root / "models" / "base" / "encoder" if iteration == 0 or epr else round_model_dir(root, iteration - 1)
+    if epr:
+        if iteration != 0:
+            raise UdrError("the EPR baseline trains on round 0's scores only: drop --iteration")
+        settings, out, log_dir, name = epr_settings(settings), method_model_dir(root, "epr"), "epr", "EPR baseline"
+    else:
+        out, log_dir, name = round_model_dir(root, iteration), f"it{iteration}", f"round {iteration}"
+    summary = run_train(settings, 0 if epr else iteration, init=init, out=out,
+                        log_dir=root / "metrics" / "train" / log_dir, progress=sys.stderr.isatty())
     if summary is not None:
-        _console().print(f"trained round {iteration}: {summary.steps} steps, loss {summary.loss_start:.4f} -> "
-                         f"{summary.loss_end:.4f}, {summary.seconds}s -> {round_model_dir(root, iteration).relative_to(root)}")
+        _console().print(f"trained {name}: {summary.steps} steps, loss {summary.loss_start:.4f} -> "
+                         f"{summary.loss_end:.4f}, {summary.seconds}s -> {out.relative_to(root)}")
 
 
 @app.command("mine")
@@ -221,6 +233,34 @@ def mine_cmd(iteration: IterationOpt = 1, task: TaskOpt = None, params: ParamsOp
         _console().print(f"mined {name} it{iteration}: {s.queries} queries x top-{s.k}, {s.new} new "
                          f"({s.new_fraction:.1%}), {s.previous_found_again:.1%} of the previous list found again, "
                          f"{s.candidates} candidates in all ({s.seconds}s)")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    method: Annotated[str, typer.Option("--method", "-m", help="random, bm25, sbert, epr or udr.")],
+    task: TaskOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/."""
+    from udr.evaluate import run_evaluate
+
+    settings = _settings(params, set_)
+    for name, r in run_evaluate(settings, method, tasks=_selected_tasks(settings, task) if task else None,
+                                progress=sys.stderr.isatty()).items():
+        graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
+        _console().print(f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} test examples, "
+                         f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s")
+
+
+@app.command("report")
+def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Collect metrics/<method>/*.json -> metrics/summary.json, metrics/results.md and the shots plot."""
+    from udr.report import run_report
+
+    settings = _settings(params, set_)
+    run_report(settings)
+    print((settings.root / "metrics" / "results.md").read_text(), end="")
 
 
 @app.command("index")

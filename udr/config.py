@@ -110,6 +110,32 @@ class MineSettings(_Strict):
     batch_size: int = Field(64, gt=0, description="Texts per encoder batch when embedding.")
 
 
+Method = Literal["random", "bm25", "sbert", "epr", "udr"]
+METHODS: tuple[str, ...] = ("random", "bm25", "sbert", "epr", "udr")
+
+
+class EvaluateSettings(_Strict):
+    context: int = Field(2048, ge=32, description="C: the LM's context in tokens for one prompt (demonstrations + input + answer).")
+    max_demos: int = Field(8, gt=0, description="Demonstrations for classification / multiple choice.")
+    max_new_tokens: int = Field(128, gt=0, description="Longest generated answer; the budget reserves min(this, the pool's longest target).")
+    candidates: int = Field(64, gt=0, description="Demonstrations retrieved per generation input before the context budget cuts them.")
+    order: Literal["ascending", "descending", "random"] = Field(
+        "ascending", description="ascending: most similar next to the test input (paper); descending; random (seeded).")
+    batch_tokens: int = Field(4096, ge=64, description="Padded prompt tokens per LM batch (speed only).")
+    shots: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Demonstration counts of the shots plot.")
+    shots_tasks: list[str] = Field(default_factory=lambda: ["sst2", "e2e"], description="Tasks of the shots plot.")
+    shots_methods: list[Method] = Field(default_factory=lambda: ["bm25", "epr", "udr"], description="Methods of the shots plot.")
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("shots")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value):
+            raise ValueError("demonstration counts must be at least 1")
+        return sorted(set(value))
+
+
 class Settings(_Strict):
     seed: int = Field(42, ge=0)
     data: DataSettings = DataSettings()
@@ -120,6 +146,7 @@ class Settings(_Strict):
     encoder: EncoderSettings = EncoderSettings()
     train: TrainSettings = TrainSettings()
     mine: MineSettings = MineSettings()
+    evaluate: EvaluateSettings = EvaluateSettings()
 
     # Where params.yaml lives: relative paths in it are relative to this directory.
     root: Path = Field(Path("."), exclude=True)
@@ -188,6 +215,9 @@ def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:
 
     for name in settings.prepare.tasks:
         get_task(name)  # unknown task -> UdrError listing the known ones
+    for name in settings.evaluate.shots_tasks:
+        if name not in settings.prepare.tasks:
+            raise UdrError(f"bad parameter evaluate.shots_tasks: task '{name}' is not in prepare.tasks")
     return settings
 
 

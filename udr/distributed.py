@@ -19,6 +19,17 @@ def resolve_device_type(want: str, key: str) -> str:
     return "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
 
 
+def resolve_lm_precision(device: str, dtype: str, section: str) -> tuple[str, str]:
+    """(device type, dtype) for an LM stage's `device` and `dtype` parameters: dtype auto means
+    bf16 autocast on a GPU that supports it, fp32 otherwise."""
+    import torch
+
+    device_type = resolve_device_type(device, f"{section}.device")
+    if dtype == "auto":
+        dtype = "bf16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    return device_type, dtype
+
+
 class Distributed:
     def __init__(self, device_type: str):
         self.world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -29,7 +29,8 @@ class BiEncoderSettings:
     query_instruction: bool = True
     max_query_length: int = 128
     max_demo_length: int = 256
-    pooling: str = "cls"
+    pooling: str = "cls"  # cls (UDR); mean (sentence-transformers models such as all-MiniLM-L6-v2)
+    normalize: bool = False  # L2-normalise embeddings (sentence-transformers' Normalize: cosine similarity)
     base: str = ""  # the base model directory or spec it was initialised from (provenance only)
 
 
@@ -138,12 +139,21 @@ class BiEncoder:
         return self.settings.max_query_length if side == "query" else self.settings.max_demo_length
 
     def embed(self, texts: Sequence[str], side: str, model: Any = None):
-        """CLS embeddings (n, d) of `texts` with gradients; `model` overrides the side's module
+        """Pooled embeddings (n, d) of `texts` with gradients; `model` overrides the side's module
         (the DDP wrapper during training)."""
         batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length(side),
                                return_tensors="pt").to(self.device)
-        out = (model or self._model(side))(**batch)
-        return out.last_hidden_state[:, 0]
+        hidden = (model or self._model(side))(**batch).last_hidden_state
+        if self.settings.pooling == "cls":
+            emb = hidden[:, 0]
+        elif self.settings.pooling == "mean":
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        else:
+            raise UdrError(f"unknown pooling {self.settings.pooling!r} (expected cls or mean)")
+        if self.settings.normalize:
+            emb = emb / emb.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+        return emb
 
     def encode(self, texts: Sequence[str], side: str, batch_size: int = 64, progress: bool = False,
                description: str = "embedding"):

@@ -171,8 +171,12 @@ def bleu(predictions: Sequence[str], references: Sequence[Sequence[str]], max_or
 def sentence_bleu_mean(predictions: Sequence[str], references: Sequence[Sequence[str]], max_order: int = 4,
                        smooth: str = "add-k", tokenize: str = "13a", lowercase: bool = False) -> float:
     """Mean of per-example smoothed sentence BLEU (default: add-one on 2..4-grams, as CodeXGLUE)."""
+    import logging
+
     from sacrebleu.metrics import BLEU
 
+    # sacrebleu warns on every sentence that effective_order is off; off is what CodeXGLUE computes.
+    logging.getLogger("sacrebleu").setLevel(logging.ERROR)
     preds, refs = _prepare(predictions, references)
     metric = BLEU(max_ngram_order=max_order, smooth_method=smooth, tokenize=tokenize, lowercase=lowercase)
     return sum(float(metric.sentence_score(p, rs).score) for p, rs in zip(preds, refs)) / len(preds)

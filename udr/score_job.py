@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.distributed import Distributed, resolve_device_type
+from udr.distributed import Distributed, resolve_lm_precision
 from udr.errors import UdrError
 from udr.files import file_sha256, write_parquet_atomic, write_text_atomic
 from udr.progress import progress_bar
@@ -75,16 +75,6 @@ class ScoreSummary:
     top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
 
 
-def _resolve_device(settings):
-    import torch
-
-    device_type = resolve_device_type(settings.score.device, "score.device")
-    dtype = settings.score.dtype
-    if dtype == "auto":
-        dtype = "bf16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
-    return device_type, dtype
-
-
 def run_score(settings, task_name: str, iteration: int, *, progress: bool = True,
               stop_after_shards: int | None = None) -> ScoreSummary | None:
     """Score a task's pairs for one iteration; returns the summary (None on ranks other than 0,
@@ -129,7 +119,7 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
         reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
     todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["query_id", "candidate_id"])
 
-    device_type, dtype = _resolve_device(settings)
+    device_type, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     dist = Distributed(device_type)
     out = scores_path(root, iteration, task_name)
     partial = out.parent / f".{task_name}.partial"

@@ -143,6 +143,16 @@ def _mean(xs: Sequence[float]) -> float:
     return round(float(np.mean(xs)), 6) if len(xs) else float("nan")
 
 
+def epr_settings(settings):
+    """The EPR baseline's recipe on UDR's budget: round-0 (BM25) scores only, one positive of the
+    top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone, and as
+    many epochs as all of UDR's rounds together; same encoder init, batch, lr and inputs."""
+    cfg = settings.train
+    epochs = cfg.epochs_first + cfg.epochs_later * len(cfg.later_rounds)
+    train = cfg.model_copy(update={"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs})
+    return settings.model_copy(update={"train": train})
+
+
 def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path, progress: bool = True,
               stop_after_steps: int | None = None) -> TrainSummary | None:
     """Train one round from `init` (a base encoder directory, or a saved bi-encoder) into `out`.

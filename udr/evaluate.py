@@ -1,0 +1,209 @@
+"""The `udr evaluate` stage: in-context learning on each task's test split with one retriever's
+demonstrations.
+
+For every test input the retriever ranks the task's pool (its prepared train split); the prompt
+takes, most similar first, `evaluate.max_demos` demonstrations for classification / multiple choice
+and as many as fit in the context for generation (:func:`udr.icl.assemble`), in `evaluate.order`.
+The LM then predicts (:mod:`udr.predict`) and the task's metric scores it (:mod:`udr.metrics`).
+
+Outputs, per method and task:
+- ``metrics/<method>/<task>.json``: metric, score, graded score, n, seconds, mean demonstrations and
+  prompt tokens, and for the shots plot's tasks and methods the score at each demonstration count;
+- ``data/predictions/<method>/<task>.parquet``: id, prediction, gold, the demonstration ids in prompt
+  order, prompt tokens: every result can be inspected.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from udr.errors import UdrError
+
+
+def metrics_path(root: Path, method: str, task: str) -> Path:
+    return root / "metrics" / method / f"{task}.json"
+
+
+def predictions_path(root: Path, method: str, task: str) -> Path:
+    return root / "data" / "predictions" / method / f"{task}.parquet"
+
+
+@dataclass
+class LanguageModel:
+    """The inference LM with its tokenizer, label scorer and greedy generator."""
+
+    model: object
+    tokenizer: object
+    scorer: object
+    generator: object
+
+    @classmethod
+    def load(cls, settings) -> "LanguageModel":
+        import torch
+
+        from udr.distributed import resolve_lm_precision
+        from udr.models import load_causal_lm
+        from udr.predict import GreedyGenerator
+        from udr.scoring import LMScorer
+
+        lm_dir = settings.root / "models" / "base" / "lm"
+        if not lm_dir.is_dir():
+            raise UdrError(f"missing model {lm_dir}: run `udr models` first")
+        device_type, dtype = resolve_lm_precision(settings.evaluate.device, settings.evaluate.dtype, "evaluate")
+        model, tokenizer = load_causal_lm(lm_dir)
+        model.to(torch.device(device_type))
+        bf16 = dtype == "bf16"
+        return cls(model, tokenizer, LMScorer(model, bf16=bf16, pad_id=tokenizer.pad_token_id or 0),
+                   GreedyGenerator(model, tokenizer, bf16=bf16))
+
+
+class TaskEvaluation:
+    """One task's pool, test split, retrieved demonstrations and tokenised texts, ready to build
+    prompts at any demonstration count."""
+
+    def __init__(self, settings, lm: LanguageModel, method: str, task_name: str, *, progress: bool):
+        from udr.data import read_prepared
+        from udr.retrievers import build_retriever
+        from udr.scoring import PromptBuilder
+        from udr.tasks import get_task
+
+        cfg = settings.evaluate
+        self.settings, self.lm, self.method = settings, lm, method
+        self.task = get_task(task_name)
+        self.generation = self.task.family == "generation"
+        root = settings.root
+        pool = read_prepared(root, task_name, "train")
+        self.test = read_prepared(root, task_name, "test").to_dicts()
+        if not self.test:
+            raise UdrError(f"task {task_name} has no test rows: nothing to evaluate")
+        self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
+        instruction = self.task.instruction if settings.score.instruction == "prefix" else None
+        self.builder = PromptBuilder(lm.tokenizer, self.task.template, instruction, cfg.context)
+        self.instruction = instruction
+
+        want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
+        k = min(want, len(pool))
+        retriever = build_retriever(method, settings, task_name, pool, progress=progress)
+        start = time.perf_counter()
+        self.ranking = retriever.rank([r["input"] for r in self.test], k)
+        self.retrieval_seconds = time.perf_counter() - start
+        if self.generation:
+            longest = max(len(self.builder.encode(t)) for _, t in self.pool.values())
+            self.max_new_tokens = min(cfg.max_new_tokens, longest)
+
+    def shots(self) -> list[int]:
+        cfg = self.settings.evaluate
+        if self.task.name in cfg.shots_tasks and self.method in cfg.shots_methods:
+            return list(cfg.shots)
+        return []
+
+    def prompts(self, max_demos: int | None):
+        """One assembled prompt per test row (demonstrations capped at `max_demos`, None: as many as fit)."""
+        from udr.data import task_rng
+        from udr.icl import assemble
+
+        cfg = self.settings.evaluate
+        out = []
+        for row, ranked in zip(self.test, self.ranking.ids):
+            demos = [(int(i), *self.pool[int(i)]) for i in ranked]
+            if self.generation:
+                reserve = self.max_new_tokens
+            else:
+                reserve = max(len(self.builder.encode(c)) for c in row["choices"])
+            rng = task_rng(self.settings.seed, self.task.name, f"order/{row['id']}") if cfg.order == "random" else None
+            out.append(assemble(self.builder.encode, self.task.template, self.instruction, demos, row["input"],
+                                context=cfg.context, reserve=reserve, max_demos=max_demos, order=cfg.order, rng=rng))
+        return out
+
+    def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
+        """(predictions for the metric, their texts)."""
+        from udr.predict import predict_choices
+        from udr.scoring import ScoringItem
+
+        cfg = self.settings.evaluate
+        if self.generation:
+            texts = self.lm.generator.generate([p.token_ids for p in prompts], self.max_new_tokens,
+                                               cfg.batch_tokens, on_batch)
+            return texts, texts
+        items = []
+        for row, p in zip(self.test, prompts):
+            conts = tuple(self.builder.encode(c) for c in row["choices"])
+            items.append(ScoringItem(int(row["id"]), 0, p.token_ids, conts, int(row["label"])))
+        labels, _ = predict_choices(self.lm.scorer, items, cfg.batch_tokens, on_batch)
+        return labels, [row["choices"][i] for row, i in zip(self.test, labels)]
+
+    def run(self, max_demos: int | None, bar=None, description: str = "") -> tuple[dict, list, list[str]]:
+        """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts)."""
+        from udr.metrics import score_task
+
+        prompts = self.prompts(max_demos)
+        job = bar.add_task(description, total=len(prompts)) if bar is not None else None
+        advance = (lambda n: bar.advance(job, n)) if bar is not None else None
+        start = time.perf_counter()
+        preds, texts = self.predict(prompts, advance)
+        result = score_task(self.task.metric, preds, self.test)
+        result["seconds"] = round(time.perf_counter() - start, 2)
+        result["demos_mean"] = float(np.mean([len(p.demo_ids) for p in prompts]))
+        result["prompt_tokens_mean"] = float(np.mean([len(p.token_ids) for p in prompts]))
+        if bar is not None:
+            bar.remove_task(job)
+        return result, prompts, texts
+
+
+def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]) -> None:
+    import polars as pl
+
+    from udr.files import write_parquet_atomic
+
+    frame = pl.DataFrame({
+        "id": [int(r["id"]) for r in ev.test],
+        "prediction": texts,
+        "gold": [r["target"] for r in ev.test],
+        "demo_ids": [list(p.demo_ids) for p in prompts],
+        "prompt_tokens": [len(p.token_ids) for p in prompts],
+    }, schema_overrides={"demo_ids": pl.List(pl.Int64)})
+    write_parquet_atomic(frame, path)
+
+
+def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progress: bool = True) -> dict[str, dict]:
+    """Evaluate `method` on the tasks (default: all in params); returns {task: result} as written."""
+    from udr.files import write_text_atomic
+    from udr.progress import progress_bar
+
+    cfg = settings.evaluate
+    if method not in ("random", "bm25", "sbert", "epr", "udr"):
+        raise UdrError(f"unknown method '{method}'; known methods: random, bm25, sbert, epr, udr")
+    root = settings.root
+    lm = LanguageModel.load(settings)
+    results = {}
+    for name in tasks or settings.task_names():
+        start = time.perf_counter()
+        ev = TaskEvaluation(settings, lm, method, name, progress=progress)
+        with progress_bar(progress) as bar:
+            main_demos = None if ev.generation else cfg.max_demos
+            result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}")
+            shots = {}
+            for n in ev.shots():
+                if n == main_demos:
+                    shots[str(n)] = _shot_entry(result)
+                else:
+                    shot, _, _ = ev.run(n, bar, f"{method} on {name}, {n} demonstrations")
+                    shots[str(n)] = _shot_entry(shot)
+        result = {"method": method, "task": name, "family": ev.task.family, "group": ev.task.group, **result,
+                  "retrieval_seconds": round(ev.retrieval_seconds, 2), "context": cfg.context, "order": cfg.order,
+                  "total_seconds": round(time.perf_counter() - start, 2)}
+        if shots:
+            result["shots"] = shots
+        _write_predictions(predictions_path(root, method, name), ev, prompts, texts)
+        write_text_atomic(metrics_path(root, method, name), json.dumps(result, indent=2) + "\n")
+        results[name] = result
+    return results
+
+
+def _shot_entry(result: dict) -> dict:
+    return {"score": result["score"], "graded": result["graded"]["score"], "demos_mean": result["demos_mean"]}

@@ -91,6 +91,7 @@ class TaskEvaluation:
         retriever = build_retriever(method, settings, task_name, pool, progress=progress)
         start = time.perf_counter()
         self.ranking = retriever.rank([r["input"] for r in self.test], k)
+        self._done: dict[tuple[int, ...], object] = {}  # prompt token ids -> prediction
         self.retrieval_seconds = time.perf_counter() - start
         if self.generation:
             longest = max(len(self.builder.encode(t)) for _, t in self.pool.values())
@@ -121,21 +122,30 @@ class TaskEvaluation:
         return out
 
     def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
-        """(predictions for the metric, their texts)."""
+        """(predictions for the metric, their texts). A prompt already predicted at another
+        demonstration count (e.g. 8 for a shots point equal to the main run) is not run again."""
         from udr.predict import predict_choices
         from udr.scoring import ScoringItem
 
         cfg = self.settings.evaluate
+        todo = [j for j, p in enumerate(prompts) if p.token_ids not in self._done]
+        if on_batch and len(todo) < len(prompts):
+            on_batch(len(prompts) - len(todo))
         if self.generation:
-            texts = self.lm.generator.generate([p.token_ids for p in prompts], self.max_new_tokens,
+            texts = self.lm.generator.generate([prompts[j].token_ids for j in todo], self.max_new_tokens,
                                                cfg.batch_tokens, on_batch)
-            return texts, texts
+            self._done.update((prompts[j].token_ids, t) for j, t in zip(todo, texts))
+            preds = [self._done[p.token_ids] for p in prompts]
+            return preds, preds
         items = []
-        for row, p in zip(self.test, prompts):
+        for j in todo:
+            row = self.test[j]
             conts = tuple(self.builder.encode(c) for c in row["choices"])
-            items.append(ScoringItem(int(row["id"]), 0, p.token_ids, conts, int(row["label"])))
+            items.append(ScoringItem(int(row["id"]), 0, prompts[j].token_ids, conts, int(row["label"])))
         labels, _ = predict_choices(self.lm.scorer, items, cfg.batch_tokens, on_batch)
-        return labels, [row["choices"][i] for row, i in zip(self.test, labels)]
+        self._done.update((prompts[j].token_ids, label) for j, label in zip(todo, labels))
+        preds = [self._done[p.token_ids] for p in prompts]
+        return preds, [row["choices"][i] for row, i in zip(self.test, preds)]
 
     def run(self, max_demos: int | None, bar=None, description: str = "") -> tuple[dict, list, list[str]]:
         """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts)."""
@@ -189,11 +199,8 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
             result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}")
             shots = {}
             for n in ev.shots():
-                if n == main_demos:
-                    shots[str(n)] = _shot_entry(result)
-                else:
-                    shot, _, _ = ev.run(n, bar, f"{method} on {name}, {n} demonstrations")
-                    shots[str(n)] = _shot_entry(shot)
+                shot = result if n == main_demos else ev.run(n, bar, f"{method} on {name}, {n} demonstrations")[0]
+                shots[str(n)] = _shot_entry(shot)
         result = {"method": method, "task": name, "family": ev.task.family, "group": ev.task.group, **result,
                   "retrieval_seconds": round(ev.retrieval_seconds, 2), "context": cfg.context, "order": cfg.order,
                   "total_seconds": round(time.perf_counter() - start, 2)}

@@ -51,6 +51,22 @@ def run_cli(capsys, monkeypatch):
     return run
 
 
+def run_udr(root: Path, *args: str) -> None:
+    """Run `udr ARGS` in-process in `root` and assert it exits 0 (for module-scoped fixtures, which
+    cannot use the `run_cli` fixture)."""
+    from udr.cli import main
+
+    old = os.getcwd()
+    os.chdir(root)
+    sys.argv = ["udr", *args]
+    try:
+        main()
+    except SystemExit as exc:
+        assert not exc.code, f"udr {' '.join(args)} exited {exc.code}"
+    finally:
+        os.chdir(old)
+
+
 def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, max_test: int, k: int) -> None:
     """Prepare real tasks in `root` with tiny caps and write their BM25 candidates (round 0)."""
     from udr.bm25 import bm25_candidates

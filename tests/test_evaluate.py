@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.conftest import prepare_with_candidates, write_params
+from tests.conftest import prepare_with_candidates, run_udr, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 
 TASKS = ["sst2", "break"]
@@ -18,9 +18,7 @@ METHODS = ["random", "bm25", "sbert", "epr", "udr"]
 def evaluated(tmp_path_factory, data_dir):
     """Round 0 and the EPR baseline trained on tiny models, every method evaluated, the report written."""
     import os
-    import sys
 
-    from udr.cli import main
     from udr.models import resolve_model
 
     root = tmp_path_factory.mktemp("eval")
@@ -37,18 +35,9 @@ def evaluated(tmp_path_factory, data_dir):
     resolve_model(str(save_tiny_lm(root / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
     resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
     os.environ.pop("UDR_DATA_DIR", None)
-    old = os.getcwd()
-    os.chdir(root)
-    try:
-        for args in (["score"], ["train"], ["train", "--epr"], ["index"],
-                     *(["evaluate", "--method", m] for m in METHODS), ["report"]):
-            sys.argv = ["udr", *args]
-            try:
-                main()
-            except SystemExit as exc:
-                assert not exc.code, f"udr {' '.join(args)} exited {exc.code}"
-    finally:
-        os.chdir(old)
+    for args in (["score"], ["train"], ["train", "--epr"], ["index"],
+                 *(["evaluate", "--method", m] for m in METHODS), ["report"]):
+        run_udr(root, *args)
     return root
 
 

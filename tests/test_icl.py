@@ -7,12 +7,18 @@ import pytest
 
 from udr.errors import UdrError
 from udr.icl import assemble, order_demonstrations, select_demonstrations
+from udr.scoring import PromptBuilder
 
 TEMPLATE = "{input}\t{answer}"
 
 
 def encode(text: str) -> tuple[int, ...]:
     return tuple(text.encode())  # one token per byte
+
+
+def builder(instruction: str | None) -> PromptBuilder:
+    return PromptBuilder(lambda text, add_special_tokens=False: {"input_ids": list(encode(text))}, TEMPLATE,
+                         instruction, max_length=10_000)
 
 
 DEMOS = [(10, "most similar", "a"), (11, "second", "bb"), (12, "third one", "ccc"), (13, "fourth", "d")]
@@ -40,7 +46,7 @@ def test_order_parameter():
 @pytest.mark.parametrize("context", [30, 45, 60, 200])
 def test_assemble_respects_the_budget(context):
     reserve = 5
-    p = assemble(encode, TEMPLATE, "Do it: ", DEMOS, "query text", context=context, reserve=reserve,
+    p = assemble(builder("Do it: "), DEMOS, "query text", context=context, reserve=reserve,
                  max_demos=None, order="ascending")
     assert len(p.token_ids) + reserve <= context
     # the kept demonstrations are the most similar ones, and one more would not have fit
@@ -52,13 +58,13 @@ def test_assemble_respects_the_budget(context):
 
 
 def test_assemble_text_and_order():
-    p = assemble(encode, TEMPLATE, None, DEMOS, "q", context=1000, reserve=0, max_demos=2, order="ascending")
+    p = assemble(builder(None), DEMOS, "q", context=1000, reserve=0, max_demos=2, order="ascending")
     assert p.demo_ids == (11, 10)  # the most similar right before the query
     assert bytes(p.token_ids).decode() == "second\tbb\nmost similar\ta\nq\t"
-    p = assemble(encode, TEMPLATE, "I: ", DEMOS, "q", context=1000, reserve=0, max_demos=2, order="descending")
+    p = assemble(builder("I: "), DEMOS, "q", context=1000, reserve=0, max_demos=2, order="descending")
     assert p.demo_ids == (10, 11) and bytes(p.token_ids).decode().startswith("I: most similar\ta\n")
 
 
 def test_assemble_long_query_keeps_its_end():
-    p = assemble(encode, TEMPLATE, None, DEMOS, "x" * 50 + "END", context=20, reserve=4, max_demos=8, order="ascending")
+    p = assemble(builder(None), DEMOS, "x" * 50 + "END", context=20, reserve=4, max_demos=8, order="ascending")
     assert p.demo_ids == () and len(p.token_ids) == 16 and bytes(p.token_ids).decode().endswith("END\t")

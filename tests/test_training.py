@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.conftest import REPO, prepare_with_candidates, write_params
+from tests.conftest import REPO, prepare_with_candidates, run_udr, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
 from udr.training import TaskSampler, sample_candidates
@@ -86,23 +86,10 @@ def project(tmp_path_factory, data_dir):
 @pytest.fixture(scope="module")
 def looped(project):
     """Round 0 and round 1 run through the CLI entry point (in-process)."""
-    from udr.cli import main
-
-    def cli(*args):
-        old = os.getcwd()
-        os.chdir(project)
-        sys.argv = ["udr", *args]
-        try:
-            main()
-        except SystemExit as exc:
-            assert not exc.code, f"udr {' '.join(args)} exited {exc.code}"
-        finally:
-            os.chdir(old)
-
     os.environ.pop("UDR_DATA_DIR", None)
     for args in (["score", "-i", "0"], ["train", "-i", "0"], ["mine", "-i", "1"], ["score", "-i", "1"],
                  ["train", "-i", "1"], ["index"]):
-        cli(*args)
+        run_udr(project, *args)
     return project
 
 

@@ -84,7 +84,6 @@ class TaskEvaluation:
         self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
         instruction = self.task.instruction if settings.score.instruction == "prefix" else None
         self.builder = PromptBuilder(lm.tokenizer, self.task.template, instruction, cfg.context)
-        self.instruction = instruction
 
         want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
         k = min(want, len(pool))
@@ -117,8 +116,7 @@ class TaskEvaluation:
             else:
                 reserve = max(len(self.builder.encode(c)) for c in row["choices"])
             rng = task_rng(self.settings.seed, self.task.name, f"order/{row['id']}") if cfg.order == "random" else None
-            out.append(assemble(self.builder.encode, self.task.template, self.instruction, demos, row["input"],
-                                context=cfg.context, reserve=reserve, max_demos=max_demos, order=cfg.order, rng=rng))
+            out.append(assemble(self.builder, demos, row["input"], context=cfg.context, reserve=reserve, max_demos=max_demos, order=cfg.order, rng=rng))
         return out
 
     def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
@@ -184,10 +182,10 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
     """Evaluate `method` on the tasks (default: all in params); returns {task: result} as written."""
     from udr.files import write_text_atomic
     from udr.progress import progress_bar
+    from udr.retrievers import check_method
 
     cfg = settings.evaluate
-    if method not in ("random", "bm25", "sbert", "epr", "udr"):
-        raise UdrError(f"unknown method '{method}'; known methods: random, bm25, sbert, epr, udr")
+    check_method(method)  # before loading the LM
     root = settings.root
     lm = LanguageModel.load(settings)
     results = {}

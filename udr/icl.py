@@ -14,7 +14,7 @@ stage's layout, with the task's template (see :mod:`udr.tasks`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -59,18 +59,18 @@ def order_demonstrations(ranked: Sequence[int], order: Order, rng: np.random.Gen
     raise UdrError(f"bad parameter order: {order!r} (expected one of {', '.join(ORDERS)})")
 
 
-def assemble(encode: Callable[[str], tuple[int, ...]], template: str, instruction: str | None,
-             demos: Sequence[tuple[int, str, str]], query_input: str, *, context: int, reserve: int,
+def assemble(builder, demos: Sequence[tuple[int, str, str]], query_input: str, *, context: int, reserve: int,
              max_demos: int | None, order: Order, rng: np.random.Generator | None = None) -> Prompt:
     """The prompt for one test input.
 
-    encode: text -> token ids (no special tokens); demos: (pool id, input, answer), most similar
+    builder: the scoring stage's :class:`udr.scoring.PromptBuilder` (tokeniser, template and
+    instruction: the same layout as LM scoring); demos: (pool id, input, answer), most similar
     first; context: C; reserve: tokens kept free for the answer (the longest target, or the longest
     label continuation).
     """
-    head = encode(instruction) if instruction else ()
-    query = encode(template.partition("{answer}")[0].format(input=query_input))
-    rendered = [encode(template.format(input=i, answer=a) + "\n") for _, i, a in demos]
+    head = builder.encode(builder.instruction) if builder.instruction else ()
+    query = builder.query_prefix(query_input)
+    rendered = [builder.demonstration(i, a) for _, i, a in demos]
     budget = context - reserve - len(head) - len(query)
     n = select_demonstrations([len(r) for r in rendered], max(budget, 0), max_demos)
     chosen = order_demonstrations(list(range(n)), order, rng)

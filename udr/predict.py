@@ -68,23 +68,15 @@ class GreedyGenerator:
         self.pad_id = int(pad if pad is not None else 0)
         self._torch = torch
 
-    def _left_pad(self, prompts: Sequence[Sequence[int]]):
-        torch = self._torch
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for r, p in enumerate(prompts):
-            ids[r, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
-            mask[r, width - len(p):] = 1
-        return ids.to(self.device), mask.to(self.device)
-
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_tokens: int,
                  on_batch: Callable[[int], None] | None = None) -> list[str]:
         """The first generated line for each prompt (token ids), in the prompts' order."""
+        from udr.scoring import pad_sequences
+
         torch = self._torch
         out: list[str | None] = [None] * len(prompts)
         for batch in _generation_batches([len(p) for p in prompts], max_new_tokens, batch_tokens):
-            ids, mask = self._left_pad([prompts[i] for i in batch])
+            ids, mask = pad_sequences([prompts[i] for i in batch], self.pad_id, self.device, left=True)
             with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 gen = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
                                           max_new_tokens=max_new_tokens, eos_token_id=self.stop_ids,

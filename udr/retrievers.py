@@ -164,6 +164,14 @@ def _udr_index(model_dir: Path, task: str, pool_ids: np.ndarray, pool_sha: str) 
     return emb
 
 
+def check_method(method: str) -> None:
+    """A one-line error for a method name udr does not know."""
+    from udr.config import METHODS
+
+    if method not in METHODS:
+        raise UdrError(f"unknown method '{method}'; known methods: {', '.join(METHODS)}")
+
+
 def build_retriever(method: str, settings, task_name: str, pool, *, progress: bool = False) -> PoolRetriever:
     """The retriever `method` over `pool` (a prepared train frame) of `task_name`."""
     from udr.tasks import get_task
@@ -175,8 +183,7 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
         return RandomRetriever(ids, settings.seed, task_name)
     if method == "bm25":
         return BM25Retriever(ids, inputs)
-    if method not in ("sbert", "epr", "udr"):
-        raise UdrError(f"unknown method '{method}'; known methods: random, bm25, sbert, epr, udr")
+    check_method(method)
 
     from udr.distributed import resolve_device_type
     from udr.encoder import BiEncoder, query_text

@@ -93,6 +93,20 @@ def length_batches(items: Sequence[ScoringItem], batch_tokens: int) -> Iterator[
 # ---------------------------------------------------------------- the model side
 
 
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, device, left: bool = False):
+    """(ids, attention mask) long tensors on `device`, padded on the right (or the left, for generation)."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, s in enumerate(seqs):
+        cols = slice(width - len(s), width) if left else slice(0, len(s))
+        ids[row, cols] = torch.tensor(list(s), dtype=torch.long)
+        mask[row, cols] = 1
+    return ids.to(device), mask.to(device)
+
+
 class LMScorer:
     """Summed log-likelihoods of continuations after prompts, with a causal LM (transformers)."""
 
@@ -131,15 +145,9 @@ class LMScorer:
             return self._score_shared_prefix(items)
 
     def _pad(self, seqs: Sequence[Sequence[int]]):
-        torch = self._torch
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for row, s in enumerate(seqs):
-            ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[row, : len(s)] = 1
+        ids, mask = pad_sequences(seqs, self.pad_id, self.device)
         real = sum(len(s) for s in seqs)
-        return ids.to(self.device), mask.to(self.device), BatchStats(real, ids.numel() - real)
+        return ids, mask, BatchStats(real, ids.numel() - real)
 
     def _score_single(self, items):
         """One continuation per prompt: one forward over prompt + continuation."""

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.tiny_models import save_tiny_encoder
+
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("UDR_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
@@ -79,3 +81,32 @@ def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, m
                      max_train=max_train, max_test=max_test)
         frame = bm25_candidates(read_prepared(root, name, "train"), get_task(name).family, "paper", k, progress=False)
         write_parquet_atomic(frame, root / "data" / "candidates" / "it0" / f"{name}.parquet")
+
+
+SERVED_TASKS = ["sst2", "break"]
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory, data_dir):
+    """A project for the serving tests: sst2 and break prepared (30 train rows each) and a tiny
+    bi-encoder as round 0, copied to models/final and indexed by `udr index`."""
+    import os
+
+    from udr.data import prepare_task, prepared_dir
+    from udr.encoder import BiEncoder, BiEncoderSettings
+    from udr.index import round_model_dir
+    from udr.models import resolve_model
+    from udr.tasks import get_task
+
+    root = tmp_path_factory.mktemp("serve")
+    write_params(root, {t: {"max_train": 30, "max_test": 4} for t in SERVED_TASKS}, data_dir,
+                 train={"later_rounds": {}}, mine={"batch_size": 8})
+    for name in SERVED_TASKS:
+        prepare_task(get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2,
+                     max_train=30, max_test=4)
+    settings = BiEncoderSettings(max_query_length=48, max_demo_length=64)
+    base = resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
+    BiEncoder.from_base(base, settings).save(round_model_dir(root, 0))
+    os.environ.pop("UDR_DATA_DIR", None)
+    run_udr(root, "index")
+    return root

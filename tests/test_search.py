@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from udr.errors import UdrError
-from udr.search import _torch_top_k, exact_top_k, load_embeddings, save_embeddings
+from udr.search import ExactIndex, exact_top_k, load_embeddings, save_embeddings
 
 N, M, D = 50, 300, 16
 
@@ -17,6 +17,11 @@ def grid_data(seed: int, n: int = N, m: int = M, d: int = D):
     q = rng.integers(-8, 9, size=(n, d)).astype(np.float32) / 4
     p = rng.integers(-8, 9, size=(m, d)).astype(np.float32) / 4
     return q, p
+
+
+def _torch_top_k_on_cpu(q, p, k, exclude=None, batch_size=2):
+    """The torch (accelerator) route, run on the CPU."""
+    return ExactIndex(p, "cpu", use_faiss=False).search(q, k, exclude, batch_size)
 
 
 def gauss_data(seed: int, n: int = N, m: int = M, d: int = D):
@@ -91,7 +96,7 @@ def test_ties_across_the_fetch_boundary_are_exact():
     pool = np.ones((500, 4), np.float32)
     q = np.ones((3, 4), np.float32)
     exclude = np.array([0, 3, -1])
-    for run in (exact_top_k, lambda *a, **kw: _torch_top_k(*a, device="cpu", batch_size=2, **kw)):
+    for run in (exact_top_k, _torch_top_k_on_cpu):
         scores, idx = run(q, pool, 5, exclude=exclude)
         assert idx.tolist() == [[1, 2, 3, 4, 5], [0, 1, 2, 4, 5], [0, 1, 2, 3, 4]]
         np.testing.assert_array_equal(scores, np.full((3, 5), 4, np.float32))
@@ -103,10 +108,10 @@ def test_torch_path_equals_faiss_path(k):
     q, _ = grid_data(5)
     exclude = np.arange(N) * 3
     faiss_s, faiss_i = exact_top_k(q, p, k, exclude=exclude)
-    torch_s, torch_i = _torch_top_k(q, p, k, exclude, device="cpu", batch_size=7)
+    torch_s, torch_i = _torch_top_k_on_cpu(q, p, k, exclude, batch_size=7)
     np.testing.assert_array_equal(torch_i, faiss_i)
     np.testing.assert_allclose(torch_s, faiss_s, atol=1e-5)
-    torch_s, torch_i = _torch_top_k(q, p, k, None, device="cpu", batch_size=4096)
+    torch_s, torch_i = _torch_top_k_on_cpu(q, p, k, None, batch_size=4096)
     np.testing.assert_array_equal(torch_i, brute_force(q, p, k)[1])
 
 
@@ -188,3 +193,13 @@ def test_stale_metadata_is_detected(tmp_path):
     (tmp_path / "train.npy.json").write_text(meta_text)
     with pytest.raises(UdrError, match=r"does not match its metadata"):
         load_embeddings(path)
+
+
+def test_one_index_searched_many_times_equals_one_off_searches():
+    q, p = grid_data(8)
+    index = ExactIndex(p)
+    for lo in range(0, N, 7):
+        np.testing.assert_array_equal(index.search(q[lo:lo + 7], 5)[1], exact_top_k(q[lo:lo + 7], p, 5)[1])
+    assert len(index) == M
+    with pytest.raises(UdrError, match="CPU only"):
+        ExactIndex(p, "cuda", use_faiss=True)

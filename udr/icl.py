@@ -81,3 +81,14 @@ def assemble(builder, demos: Sequence[tuple[int, str, str]], query_input: str, *
     if len(ids) + reserve > context:  # the query alone is too long: keep its end (as scoring does)
         ids = ids[len(ids) + reserve - context:]
     return Prompt(tuple(ids), tuple(demos[j][0] for j in chosen))
+
+
+def prompt_text(template: str, instruction: str | None, demos: Sequence[tuple[str, str]], query_input: str, *,
+                order: Order = "ascending", rng: np.random.Generator | None = None) -> str:
+    """The same layout as :func:`assemble`, as text and without a token budget: every one of `demos`
+    ((input, answer), most similar first) in `order`, then the test input, ready to send to an LM."""
+    from udr.scoring import render_demonstration, render_query
+
+    chosen = order_demonstrations(list(range(len(demos))), order, rng)
+    return ((instruction or "") + "".join(render_demonstration(template, *demos[j]) for j in chosen)
+            + render_query(template, query_input))

@@ -42,6 +42,23 @@ def model_fingerprint(model_dir: Path) -> str:
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
+def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint: str | None = None) -> np.ndarray:
+    """The pool embeddings written by `udr index` for `task`, checked against the model (its
+    `fingerprint`, computed when not given), the pool file's hash and the pool's ids."""
+    from udr.search import load_embeddings
+
+    path = index_path(model_dir, task)
+    if not path.is_file():
+        raise UdrError(f"missing index {path}: run `udr index` first")
+    emb, meta = load_embeddings(path)
+    if meta.get("model") != (fingerprint or model_fingerprint(model_dir)) or meta.get("pool_sha256") != pool_sha:
+        raise UdrError(f"mismatched index {path}: made with another model or pool; run `udr index` again")
+    if list(meta.get("ids", [])) != [int(i) for i in pool_ids]:
+        raise UdrError(f"mismatched index {path}: it lists other pool ids than the prepared train split; "
+                       "run `udr index` again")
+    return emb
+
+
 def pool_texts(task_name: str, inputs, targets) -> list[str]:
     """What E_d reads for each (input, target) of a task's pool: the instruction, then the rendered
     demonstration."""

@@ -104,6 +104,8 @@ class DenseRetriever:
 
     def __init__(self, encoder, pool_ids: Sequence[int], pool_embeddings: np.ndarray, query_text=lambda x: x,
                  batch_size: int = 64):
+        from udr.search import ExactIndex
+
         self.encoder = encoder
         self.pool_ids = np.asarray(pool_ids, dtype=np.int64)
         if len(pool_embeddings) != len(self.pool_ids):
@@ -111,17 +113,16 @@ class DenseRetriever:
         self.pool_embeddings = pool_embeddings
         self.query_text = query_text
         self.batch_size = batch_size
+        device = "cpu" if encoder.device.type == "cpu" else str(encoder.device)
+        self.index = ExactIndex(pool_embeddings, device)
 
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
         return self.encoder.encode([self.query_text(q) for q in queries], "query", batch_size=self.batch_size)
 
     def rank(self, queries, k, exclude=None):
-        from udr.search import exact_top_k
-
         excl = _exclude_positions(self.pool_ids, exclude, len(queries))
         _check_k(k, len(self.pool_ids), excl is not None)
-        device = "cpu" if self.encoder.device.type == "cpu" else str(self.encoder.device)
-        scores, pos = exact_top_k(self.embed_queries(queries), self.pool_embeddings, k, exclude=excl, device=device)
+        scores, pos = self.index.search(self.embed_queries(queries), k, exclude=excl)
         return Ranking(self.pool_ids[pos], scores)
 
 
@@ -146,22 +147,6 @@ def method_model_dir(root: Path, method: str) -> Path | None:
 
     return {"sbert": root / "models" / "base" / "encoder", "epr": root / "models" / "epr",
             "udr": final_model_dir(root)}.get(method)
-
-
-def _udr_index(model_dir: Path, task: str, pool_ids: np.ndarray, pool_sha: str) -> np.ndarray:
-    """The pool embeddings written by `udr index`, checked against the model and the pool file."""
-    from udr.index import index_path, model_fingerprint
-    from udr.search import load_embeddings
-
-    path = index_path(model_dir, task)
-    if not path.is_file():
-        raise UdrError(f"missing index {path}: run `udr index` first")
-    emb, meta = load_embeddings(path)
-    if meta.get("model") != model_fingerprint(model_dir) or meta.get("pool_sha256") != pool_sha:
-        raise UdrError(f"stale index {path}: made with another model or pool; run `udr index` again")
-    if list(meta.get("ids", [])) != pool_ids.tolist():
-        raise UdrError(f"index {path} lists other pool ids than the prepared train split; run `udr index` again")
-    return emb
 
 
 def check_method(method: str) -> None:
@@ -204,8 +189,9 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
     if method == "udr":
         from udr.data import prepared_file
         from udr.files import file_sha256
+        from udr.index import load_index
 
-        emb = _udr_index(model_dir, task_name, ids, file_sha256(prepared_file(root, task_name, "train")))
+        emb = load_index(model_dir, task_name, ids, file_sha256(prepared_file(root, task_name, "train")))
     else:
         emb = embed_pool(encoder, task_name, pool, batch, progress)
     instruction = get_task(task_name).instruction

@@ -252,6 +252,17 @@ def reference_logprobs(model, prompt: Sequence[int], continuation: Sequence[int]
 # ---------------------------------------------------------------- building items from prepared data
 
 
+def render_demonstration(template: str, input: str, answer: str) -> str:
+    """One demonstration as it stands in a prompt: the task template, then a newline."""
+    return template.format(input=input, answer=answer) + "\n"
+
+
+def render_query(template: str, input: str) -> str:
+    """The test input as it ends a prompt: the template up to where the answer goes."""
+    head, _, _ = template.partition("{answer}")
+    return head.format(input=input)
+
+
 @dataclass
 class PromptBuilder:
     """Tokenises rows once and assembles (prompt, continuations) token ids for pairs."""
@@ -268,11 +279,10 @@ class PromptBuilder:
         return self._cache[text]
 
     def demonstration(self, input: str, answer: str) -> tuple[int, ...]:
-        return self.encode(self.template.format(input=input, answer=answer) + "\n")
+        return self.encode(render_demonstration(self.template, input, answer))
 
     def query_prefix(self, input: str) -> tuple[int, ...]:
-        head, _, _ = self.template.partition("{answer}")
-        return self.encode(head.format(input=input))
+        return self.encode(render_query(self.template, input))
 
     def item(self, query: dict, candidate: dict, generation: bool) -> ScoringItem:
         head = self.encode(self.instruction) if self.instruction else ()

@@ -28,53 +28,134 @@ def exact_top_k(
     device: str = "cpu",
     batch_size: int = 4096,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The k pool rows with the largest inner product with each query, best first.
+    """The k pool rows with the largest inner product with each query, best first: a one-off
+    :class:`ExactIndex` search (see :meth:`ExactIndex.search` for the contract)."""
+    return ExactIndex(pool, device).search(queries, k, exclude, batch_size)
 
-    queries: (n, d), pool: (m, d); both are made contiguous float32. `exclude[i]` is a pool index
-    that query i must not get back (its own row when the queries are pool rows), or -1 for none;
-    the list still has k entries. Returns (scores (n, k) float32, indices (n, k) int64), scores
-    descending, ties by lower pool index first.
 
-    device "cpu" searches a faiss `IndexFlatIP`; any other torch device string ("cuda", "cuda:1")
-    uses torch matmul + topk, `batch_size` queries at a time (which holds a batch_size x m float32
-    score matrix on the device). Either way each query batch first fetches k (+1 with exclusion)
-    + 8 neighbours, re-sorts them by (-score, index) and keeps the first k. That order is exact
-    whenever the k-th kept score is strictly above the lowest fetched score (every unfetched row
-    scores at most that). Rows where it is not (a tie across the fetch boundary) are redone with
-    every score considered, so the result is exact for ties of any size. "Tie" means equal float32
-    scores as computed; the faiss and torch paths may differ in the last bit of a score and hence
-    in the order of near-ties. The torch path assumes full-fp32 matmul (TF32 off, torch's default).
+class ExactIndex:
+    """Exact maximum-inner-product search over a fixed pool (m, d), built once, searched many times.
+
+    device "cpu" holds a faiss `IndexFlatIP`; any other torch device string ("cuda", "cuda:1")
+    holds the pool as a tensor there and searches with torch matmul + topk. `use_faiss=False`
+    takes the torch route on the CPU too (tests compare the two).
     """
-    queries = _as_matrix(queries, "queries")
-    pool = _as_matrix(pool, "pool")
-    n, m = len(queries), len(pool)
-    if m == 0:
-        raise UdrError("empty pool: nothing to search (the pool has 0 rows)")
-    if queries.shape[1] != pool.shape[1]:
-        raise UdrError(
-            f"dimension mismatch: queries have dimension {queries.shape[1]}, pool has {pool.shape[1]}"
-        )
-    k = int(k)
-    room = m - (1 if exclude is not None else 0)
-    if k < 1 or k > room:
-        which = "other " if exclude is not None else ""
-        raise UdrError(f"k out of range: asked for {k} neighbours from a pool of {m} "
-                       f"(at most {room} {which}rows can be returned)")
-    if batch_size < 1:
-        raise UdrError(f"batch_size must be at least 1, got {batch_size}")
-    if exclude is not None:
-        exclude = np.asarray(exclude)
-        if exclude.shape != (n,) or not np.issubdtype(exclude.dtype, np.integer):
-            raise UdrError(f"exclude must be {n} integer pool indices (-1 for none), "
-                           f"got shape {exclude.shape} dtype {exclude.dtype}")
-        exclude = exclude.astype(np.int64)
-        if n and (exclude.min() < -1 or exclude.max() >= m):
-            raise UdrError(f"exclude holds an index outside the pool of {m} rows (use -1 for none)")
-    if n == 0:
-        return np.empty((0, k), np.float32), np.empty((0, k), np.int64)
-    if device == "cpu":
-        return _faiss_top_k(queries, pool, k, exclude, batch_size)
-    return _torch_top_k(queries, pool, k, exclude, device, batch_size)
+
+    def __init__(self, pool: np.ndarray, device: str = "cpu", use_faiss: bool | None = None):
+        self.pool = _as_matrix(pool, "pool")
+        if len(self.pool) == 0:
+            raise UdrError("empty pool: nothing to search (the pool has 0 rows)")
+        self.use_faiss = device == "cpu" if use_faiss is None else use_faiss
+        if self.use_faiss and device != "cpu":
+            raise UdrError(f"faiss search runs on the CPU only, not on device '{device}'")
+        if self.use_faiss:
+            import faiss
+
+            self._faiss = faiss.IndexFlatIP(self.pool.shape[1])
+            self._faiss.add(self.pool)
+        else:
+            import torch
+
+            try:
+                dev = torch.device(device)
+            except (RuntimeError, ValueError) as exc:
+                raise UdrError(f"bad device '{device}': {exc}") from None
+            if dev.type == "cuda" and not torch.cuda.is_available():
+                raise UdrError(f"device '{device}' requested but CUDA is not available")
+            self._tensor = torch.from_numpy(self.pool).to(dev)
+
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None,
+               batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+        """The k pool rows with the largest inner product with each query, best first.
+
+        queries: (n, d), made contiguous float32. `exclude[i]` is a pool index that query i must
+        not get back (its own row when the queries are pool rows), or -1 for none; the list still
+        has k entries. Returns (scores (n, k) float32, indices (n, k) int64), scores descending,
+        ties by lower pool index first.
+
+        Each query batch (`batch_size` queries; on torch devices it holds a batch_size x m float32
+        score matrix) first fetches k (+1 with exclusion) + 8 neighbours, re-sorts them by
+        (-score, index) and keeps the first k. That order is exact whenever the k-th kept score is
+        strictly above the lowest fetched score (every unfetched row scores at most that). Rows
+        where it is not (a tie across the fetch boundary) are redone with every score considered,
+        so the result is exact for ties of any size. "Tie" means equal float32 scores as computed;
+        the faiss and torch paths may differ in the last bit of a score and hence in the order of
+        near-ties. The torch path assumes full-fp32 matmul (TF32 off, torch's default).
+        """
+        queries = _as_matrix(queries, "queries")
+        n, m = len(queries), len(self.pool)
+        if queries.shape[1] != self.pool.shape[1]:
+            raise UdrError(
+                f"dimension mismatch: queries have dimension {queries.shape[1]}, pool has {self.pool.shape[1]}"
+            )
+        k = int(k)
+        room = m - (1 if exclude is not None else 0)
+        if k < 1 or k > room:
+            which = "other " if exclude is not None else ""
+            raise UdrError(f"k out of range: asked for {k} neighbours from a pool of {m} "
+                           f"(at most {room} {which}rows can be returned)")
+        if batch_size < 1:
+            raise UdrError(f"batch_size must be at least 1, got {batch_size}")
+        if exclude is not None:
+            exclude = np.asarray(exclude)
+            if exclude.shape != (n,) or not np.issubdtype(exclude.dtype, np.integer):
+                raise UdrError(f"exclude must be {n} integer pool indices (-1 for none), "
+                               f"got shape {exclude.shape} dtype {exclude.dtype}")
+            exclude = exclude.astype(np.int64)
+            if n and (exclude.min() < -1 or exclude.max() >= m):
+                raise UdrError(f"exclude holds an index outside the pool of {m} rows (use -1 for none)")
+        if n == 0:
+            return np.empty((0, k), np.float32), np.empty((0, k), np.int64)
+        if self.use_faiss:
+            return self._faiss_search(queries, k, exclude, batch_size)
+        return self._torch_search(queries, k, exclude, batch_size)
+
+    def _faiss_search(self, queries, k, exclude, batch_size):
+        m = len(self.pool)
+        out_s = np.empty((len(queries), k), np.float32)
+        out_i = np.empty((len(queries), k), np.int64)
+        for lo in range(0, len(queries), batch_size):
+            rows = np.arange(lo, min(lo + batch_size, len(queries)))
+            fetch = _fetch_size(k, exclude, m)
+            while len(rows):
+                scores, idx = self._faiss.search(queries[rows], fetch)
+                ex = exclude[rows] if exclude is not None else None
+                s, i, ok = _select(scores, idx, k, ex, m)
+                out_s[rows[ok]], out_i[rows[ok]] = s[ok], i[ok]
+                if fetch >= m and not ok.all():
+                    raise UdrError("faiss returned an incomplete ranking (non-finite scores?)")
+                # Ties across the fetch boundary: search those rows again, fetching 4x as many.
+                rows, fetch = rows[~ok], min(m, fetch * 4)
+        return out_s, out_i
+
+    def _torch_search(self, queries, k, exclude, batch_size):
+        import torch
+
+        m = len(self.pool)
+        pool_t = self._tensor
+        fetch = _fetch_size(k, exclude, m)
+        out_s = np.empty((len(queries), k), np.float32)
+        out_i = np.empty((len(queries), k), np.int64)
+        with torch.inference_mode():
+            for lo in range(0, len(queries), batch_size):
+                hi = min(lo + batch_size, len(queries))
+                full = torch.from_numpy(queries[lo:hi]).to(pool_t.device) @ pool_t.T
+                top = torch.topk(full, fetch, dim=1, largest=True, sorted=True)
+                scores, idx = top.values.cpu().numpy(), top.indices.cpu().numpy()
+                ex = exclude[lo:hi] if exclude is not None else None
+                s, i, ok = _select(scores, idx, k, ex, m)
+                if not ok.all():
+                    # Ties across the fetch boundary: rank those rows over all m scores (same values).
+                    bad = np.flatnonzero(~ok)
+                    all_s = full[torch.from_numpy(bad).to(pool_t.device)].cpu().numpy()
+                    all_i = np.broadcast_to(np.arange(m, dtype=np.int64), all_s.shape)
+                    ex_bad = ex[bad] if ex is not None else None
+                    s[bad], i[bad], _ = _select(all_s, all_i, k, ex_bad, m)
+                out_s[lo:hi], out_i[lo:hi] = s, i
+        return out_s, out_i
 
 
 def _as_matrix(x, name: str) -> np.ndarray:
@@ -113,62 +194,6 @@ def _select(scores: np.ndarray, idx: np.ndarray, k: int, exclude: np.ndarray | N
     else:
         trusted = (s[:, -1] > scores.min(axis=1)) & ~kept_dropped
     return s, i.astype(np.int64), trusted
-
-
-def _faiss_top_k(queries, pool, k, exclude, batch_size):
-    import faiss
-
-    m = len(pool)
-    index = faiss.IndexFlatIP(pool.shape[1])
-    index.add(pool)
-    out_s = np.empty((len(queries), k), np.float32)
-    out_i = np.empty((len(queries), k), np.int64)
-    for lo in range(0, len(queries), batch_size):
-        rows = np.arange(lo, min(lo + batch_size, len(queries)))
-        fetch = _fetch_size(k, exclude, m)
-        while len(rows):
-            scores, idx = index.search(queries[rows], fetch)
-            ex = exclude[rows] if exclude is not None else None
-            s, i, ok = _select(scores, idx, k, ex, m)
-            out_s[rows[ok]], out_i[rows[ok]] = s[ok], i[ok]
-            if fetch >= m and not ok.all():
-                raise UdrError("faiss returned an incomplete ranking (non-finite scores?)")
-            # Ties across the fetch boundary: search those rows again, fetching 4x as many.
-            rows, fetch = rows[~ok], min(m, fetch * 4)
-    return out_s, out_i
-
-
-def _torch_top_k(queries, pool, k, exclude, device, batch_size):
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise UdrError(f"bad device '{device}': {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UdrError(f"device '{device}' requested but CUDA is not available")
-    m = len(pool)
-    fetch = _fetch_size(k, exclude, m)
-    out_s = np.empty((len(queries), k), np.float32)
-    out_i = np.empty((len(queries), k), np.int64)
-    with torch.inference_mode():
-        pool_t = torch.from_numpy(pool).to(dev)
-        for lo in range(0, len(queries), batch_size):
-            hi = min(lo + batch_size, len(queries))
-            full = torch.from_numpy(queries[lo:hi]).to(dev) @ pool_t.T
-            top = torch.topk(full, fetch, dim=1, largest=True, sorted=True)
-            scores, idx = top.values.cpu().numpy(), top.indices.cpu().numpy()
-            ex = exclude[lo:hi] if exclude is not None else None
-            s, i, ok = _select(scores, idx, k, ex, m)
-            if not ok.all():
-                # Ties across the fetch boundary: rank those rows over all m scores (same values).
-                bad = np.flatnonzero(~ok)
-                all_s = full[torch.from_numpy(bad).to(dev)].cpu().numpy()
-                all_i = np.broadcast_to(np.arange(m, dtype=np.int64), all_s.shape)
-                ex_bad = ex[bad] if ex is not None else None
-                s[bad], i[bad], _ = _select(all_s, all_i, k, ex_bad, m)
-            out_s[lo:hi], out_i[lo:hi] = s, i
-    return out_s, out_i
 
 
 def _meta_path(path: Path) -> Path:

@@ -1,0 +1,166 @@
+"""udr.api (with udr.pools and udr.pool_cache): the Python retriever on a tiny bi-encoder and real
+prepared pools."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+from udr.errors import UdrError
+
+
+@pytest.fixture
+def retriever(served, tmp_path):
+    from udr import Retriever
+
+    return Retriever.load(root=served, cache_dir=tmp_path / "cache", batch_size=4)
+
+
+def _pool_rows(root, task):
+    import polars as pl
+
+    frame = pl.read_parquet(root / "data" / "prepared" / task / "train.parquet")
+    return {i: (x, y) for i, x, y in zip(frame["id"], frame["input"], frame["target"])}
+
+
+def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
+    from udr.encoder import query_text
+    from udr.search import load_embeddings
+    from udr.tasks import get_task
+
+    query = "a gripping, funny film"
+    demos = retriever.retrieve(query, task="sst2", k=5)
+    rows = _pool_rows(served, "sst2")
+    assert len(demos) == 5 and len({d.pool_id for d in demos}) == 5
+    for d in demos:
+        assert (d.input, d.output) == rows[d.pool_id]
+    # Brute force over the index `udr index` wrote.
+    emb, meta = load_embeddings(served / "models" / "final" / "index" / "sst2.npy")
+    q = retriever.encoder.encode([query_text(get_task("sst2").instruction, query, True)], "query")[0]
+    scores = emb @ q
+    where = {pid: row for row, pid in enumerate(meta["ids"])}
+    got = [where[d.pool_id] for d in demos]
+    np.testing.assert_allclose([d.score for d in demos], scores[got], rtol=1e-5, atol=1e-5)
+    assert all(a >= b for a, b in zip([d.score for d in demos], [d.score for d in demos][1:]))
+    rest = np.delete(scores, got)
+    assert demos[-1].score >= rest.max() - 1e-5  # nothing left out scores higher (up to float rounding)
+
+
+def test_batch_equals_single_queries_in_order(retriever):
+    queries = ["a gripping, funny film", "dull and lifeless", "the best movie of the year", "not worth it",
+               "an utter mess", "charming"]
+    batch = retriever.retrieve_batch(queries, task="sst2", k=3)  # batch_size 4: two batches
+    assert len(batch) == len(queries)
+    for query, demos in zip(queries, batch):
+        single = retriever.retrieve(query, task="sst2", k=3)
+        assert [d.pool_id for d in demos] == [d.pool_id for d in single]
+        np.testing.assert_allclose([d.score for d in demos], [d.score for d in single], atol=1e-4)
+
+
+def test_prompt_puts_the_most_similar_demonstration_last(retriever):
+    demos = retriever.retrieve("a gripping, funny film", task="sst2", k=3)
+    text = retriever.prompt("a gripping, funny film", demos, task="sst2")
+    lines = text.split("\n")
+    assert lines[:3] == [f"{d.input}\t{d.output}" for d in reversed(demos)]
+    assert lines[3] == "a gripping, funny film\t"
+    with_instruction = retriever.prompt("x", demos, task="sst2", instruction=True, order="descending")
+    assert with_instruction.startswith("Sentiment of the sentence: " + f"{demos[0].input}\t{demos[0].output}\n")
+
+
+def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeypatch):
+    from udr import Retriever
+    from udr.encoder import BiEncoder
+
+    records = [{"input": f"def f{i}(x): return x + {i}", "target": f"add {i} to x"} for i in range(12)]
+    own = Retriever.from_pool(records, instruction="Comment on the code. Code: ", root=served,
+                              cache_dir=tmp_path / "cache")
+    demos = own.retrieve("def g(y): return y + 3", k=4)
+    assert len(demos) == 4 and all(records[d.pool_id] == {"input": d.input, "target": d.output} for d in demos)
+    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
+
+    calls = []
+    original = BiEncoder.encode
+    monkeypatch.setattr(BiEncoder, "encode", lambda self, texts, side, **kw: calls.append(side) or
+                        original(self, texts, side, **kw))
+    again = Retriever.from_pool(records, instruction="Comment on the code. Code: ", root=served,
+                                cache_dir=tmp_path / "cache")
+    assert [d.pool_id for d in again.retrieve("def g(y): return y + 3", k=4)] == [d.pool_id for d in demos]
+    assert calls == ["query"]  # the pool came from the cache; only the query was embedded
+    Retriever.from_pool(records, instruction="Explain the code: ", root=served, cache_dir=tmp_path / "cache")
+    assert calls.count("demo") == 1  # another instruction: other texts, embedded again
+    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2
+
+
+def test_own_pool_file_is_re_embedded_when_it_changes(served, tmp_path):
+    from udr import Retriever
+
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps({"text": f"review {i}: {w}", "label": "positive" if i % 2 else "negative"}) + "\n"
+                            for i, w in enumerate(["great", "awful", "fine", "boring", "superb", "bad"])))
+    first = Retriever.from_pool(path, task="sst2", root=served, cache_dir=tmp_path / "cache")
+    assert {d.output for d in first.retrieve("a superb film", task="sst2", k=6)} == {"It was great .", "It was terrible ."}
+    path.write_text(path.read_text().replace("superb", "magnificent"))
+    second = Retriever.from_pool(path, task="sst2", root=served, cache_dir=tmp_path / "cache")
+    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2
+    assert "review 4: magnificent" in {d.input for d in second.retrieve("a superb film", task="sst2", k=6)}
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda r: r.retrieve("film", task="nope"), "unknown task 'nope'; known tasks: .*sst2"),
+    (lambda r: r.retrieve("   ", task="sst2"), "empty query"),
+    (lambda r: r.retrieve_batch(["ok", ""], task="sst2"), "empty query 2"),
+    (lambda r: r.retrieve("film", task="sst2", k=0), "k out of range: asked for 0"),
+    (lambda r: r.retrieve("film", task="sst2", k=31), "k out of range: asked for 31 .* pool of 30"),
+    (lambda r: r.retrieve("film", task="trec"), "task 'trec' has no prepared pool"),
+    (lambda r: r.retrieve("film"), "no task given"),
+    (lambda r: r.add_pool([{"input": "a", "target": "b"}]), "needs an instruction"),
+    (lambda r: r.add_pool([{"input": "a"}], instruction="I: "), r"records:1: malformed row .*missing field 'target'"),
+    (lambda r: r.add_pool([], instruction="I: "), "no demonstrations"),
+])
+def test_errors_are_one_line(retriever, call, message):
+    with pytest.raises(UdrError, match=message) as info:
+        call(retriever)
+    assert "\n" not in str(info.value)
+
+
+def test_malformed_pool_file_names_file_and_line(retriever, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"input": "a", "target": "b"}\n{"input": "c", "target": 3}\n')
+    with pytest.raises(UdrError, match=rf"{path}:2: malformed row .*'target' must be a string"):
+        retriever.add_pool(path, instruction="I: ")
+    path.write_text('{"input": "a", "target": "b"}\n\nnot json\n')
+    with pytest.raises(UdrError, match=rf"{path}:3: malformed row: invalid JSON"):
+        retriever.add_pool(path, instruction="I: ")
+
+
+def test_missing_and_mismatched_model_or_index(served, tmp_path):
+    import shutil
+
+    from udr import Retriever
+
+    with pytest.raises(UdrError, match="missing model"):
+        Retriever.load(tmp_path / "nowhere")
+    with pytest.raises(UdrError, match="missing model: .* not a udr bi-encoder"):
+        Retriever.load(served / "data")
+    copy = tmp_path / "final"
+    shutil.copytree(served / "models" / "final", copy)
+    meta = copy / "index" / "sst2.npy.json"
+    meta.write_text(meta.read_text().replace('"pool_sha256": "', '"pool_sha256": "0'))
+    with pytest.raises(UdrError, match="mismatched index .*sst2.npy.*run `udr index` again"):
+        Retriever.load(copy, root=served, cache_dir=tmp_path / "c").retrieve("film", task="sst2")
+    # A model without an index for a task embeds its pool through the cache instead.
+    shutil.rmtree(copy / "index")
+    demos = Retriever.load(copy, root=served, cache_dir=tmp_path / "c").retrieve("film", task="sst2", k=3)
+    assert len(demos) == 3 and len(list((tmp_path / "c" / "pools").glob("*.npy"))) == 1
+
+
+def test_import_is_lean():
+    code = ("import sys, udr, udr.cli; from udr import Retriever; "
+            "heavy = {'torch', 'transformers', 'faiss', 'polars', 'numpy'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

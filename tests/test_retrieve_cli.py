@@ -1,0 +1,130 @@
+"""`udr retrieve` (udr.cli + udr.query_file): table, JSON, batch, own pool and errors, through the
+entry point, against the Python API on the same tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture
+def cli(served, run_cli, tmp_path, monkeypatch):
+    """`udr ARGS` run in the served project, with a private embedding cache."""
+    monkeypatch.setenv("UDR_CACHE_DIR", str(tmp_path / "cache"))
+
+    def run(*args: str):
+        return run_cli(list(args), served)
+
+    return run
+
+
+@pytest.fixture
+def api(served, tmp_path):
+    from udr import Retriever
+
+    return Retriever.load(root=served, cache_dir=tmp_path / "api-cache")
+
+
+QUERY = "a gripping, funny film"
+
+
+def test_table_lists_the_k_demonstrations_most_similar_first(cli, api):
+    code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "3")
+    assert code == 0, err
+    demos = api.retrieve(QUERY, task="sst2", k=3)
+    assert "sst2: 3 demonstrations" in out
+    rows = [line for line in out.splitlines() if line.startswith("│ ") and line.split("│")[1].strip().isdigit()]
+    assert [int(r.split("│")[1]) for r in rows] == [1, 2, 3]
+    assert [int(r.split("│")[5]) for r in rows] == [d.pool_id for d in demos]
+
+
+def test_json_lines_equal_the_api(cli, api):
+    code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "4", "--json")
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    demos = api.retrieve(QUERY, task="sst2", k=4)
+    assert [line["rank"] for line in lines] == [1, 2, 3, 4]
+    assert [(x["pool_id"], x["input"], x["output"]) for x in lines] == [(d.pool_id, d.input, d.output) for d in demos]
+    assert [x["score"] for x in lines] == pytest.approx([d.score for d in demos], abs=1e-6)
+
+
+def test_prompt_is_ready_for_an_lm(cli, api):
+    code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "2", "--prompt")
+    assert code == 0, err
+    demos = api.retrieve(QUERY, task="sst2", k=2)
+    assert out == api.prompt(QUERY, demos, task="sst2") + "\n"
+    assert out.endswith(f"{QUERY}\t\n")
+
+
+def test_batch_keeps_input_order_across_tasks(cli, api, tmp_path):
+    queries = [{"query": "dull and lifeless", "id": "a"}, {"query": "what is the capital of France?", "task": "break"},
+               {"query": QUERY, "id": "c"}, {"query": "how many rivers are longer than the Nile?", "task": "break"},
+               {"query": "not worth it"}]
+    src, dst = tmp_path / "queries.jsonl", tmp_path / "out" / "demos.jsonl"
+    src.write_text("".join(json.dumps(q) + "\n" for q in queries))
+    code, out, err = cli("retrieve", "--input", str(src), "--output", str(dst), "--task", "sst2", "-k", "3", "--prompt")
+    assert code == 0, err
+    lines = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [x["query"] for x in lines] == [q["query"] for q in queries]
+    assert [x["task"] for x in lines] == ["sst2", "break", "sst2", "break", "sst2"]
+    assert lines[0]["id"] == "a" and lines[2]["id"] == "c"  # input fields are kept
+    for line in lines:
+        demos = api.retrieve_batch([line["query"]], task=line["task"], k=3)[0]
+        assert [d["pool_id"] for d in line["demonstrations"]] == [d.pool_id for d in demos]
+        assert line["prompt"] == api.prompt(line["query"], demos, task=line["task"])
+    assert not list(dst.parent.glob(".*tmp*"))
+    # Without --output the lines go to stdout.
+    code, out, err = cli("retrieve", "--input", str(src), "--task", "sst2", "-k", "3", "--prompt")
+    assert code == 0 and out == dst.read_text()
+
+
+def test_own_pool_from_the_command_line(cli, tmp_path):
+    pool = tmp_path / "pool.jsonl"
+    rows = [{"input": f"name[Cafe {i}], food[{f}]", "target": f"Cafe {i} serves {f} food."}
+            for i, f in enumerate(["Thai", "French", "Indian", "Italian"])]
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ("retrieve", "name[Cafe 9], food[Thai]", "--pool", str(pool), "--instruction",
+            "Describe the table in natural language. Table: ", "-k", "4", "--json")
+    code, out, err = cli(*args)
+    assert code == 0, err
+    got = [json.loads(line) for line in out.splitlines()]
+    assert sorted(x["pool_id"] for x in got) == [0, 1, 2, 3]
+    assert all(rows[x["pool_id"]] == {"input": x["input"], "target": x["output"]} for x in got)
+    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
+    assert cli(*args)[1] == out  # second call: from the cache, same answer
+    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("retrieve", QUERY, "--task", "nope"), "unknown task 'nope'; known tasks: "),
+    (("retrieve", "  ", "--task", "sst2"), "empty query"),
+    (("retrieve", QUERY, "--task", "sst2", "-k", "0"), "k out of range"),
+    (("retrieve", QUERY, "--task", "sst2", "-k", "100"), "k out of range"),
+    (("retrieve", QUERY, "--task", "sst2", "--model", "missing-dir"), "missing model missing-dir"),
+    (("retrieve", QUERY), "no task given"),
+    (("retrieve",), "give one QUERY or --input FILE"),
+    (("retrieve", QUERY, "--task", "sst2", "--instruction", "x"), "--instruction goes with --pool"),
+    (("retrieve", QUERY, "--task", "sst2", "--output", "o.jsonl"), "--output goes with --input"),
+    (("retrieve", QUERY, "--pool", "absent.jsonl", "--instruction", "I: "), "pool file not found: absent.jsonl"),
+])
+def test_errors_are_one_line_and_exit_non_zero(cli, args, message):
+    code, out, err = cli(*args)
+    assert code == 1
+    assert err.startswith("udr: error: ") and message in err and err.count("\n") == 1
+
+
+def test_malformed_files_name_the_line(cli, tmp_path):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "fine"}\n{"text": "no query field"}\n')
+    code, _, err = cli("retrieve", "--input", str(queries), "--task", "sst2")
+    assert code == 1 and f"{queries}:2: malformed query line" in err
+    queries.write_text('{"query": "fine"}\n{"query": "", "task": "sst2"}\n')
+    assert f"empty query at {queries}:2" in cli("retrieve", "--input", str(queries), "--task", "sst2")[2]
+    queries.write_text('{"query": "fine", "task": "nope"}\n')
+    assert f"{queries}:1: unknown task 'nope'" in cli("retrieve", "--input", str(queries))[2]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"text": "great", "label": "positive"}\n{"text": "meh", "label": "so-so"}\n')
+    code, _, err = cli("retrieve", QUERY, "--pool", str(pool), "--task", "sst2")
+    assert code == 1 and f"{pool}:2: malformed row for task sst2: unknown label 'so-so'" in err
+    assert not (tmp_path / "cache" / "pools").exists()  # nothing half-written

@@ -1,0 +1,221 @@
+"""The Python API: a trained bi-encoder serving demonstrations from task pools.
+
+    from udr import Retriever
+
+    retriever = Retriever.load("models/final")           # the pipeline's final UDR model
+    for demo in retriever.retrieve("a gripping, funny film", task="sst2", k=8):
+        print(f"{demo.score:.2f}  {demo.input} -> {demo.output}")
+
+    own = Retriever.from_pool([{"input": "...", "target": "..."}, ...], instruction="Summarize the text: ")
+    own.retrieve("some text", k=4)
+
+Pipeline tasks retrieve from their prepared train split under `root` (``data/prepared``), with
+the model's `udr index` embeddings when it has them and the on-disk cache (:mod:`udr.pool_cache`)
+otherwise; own pools always go through the cache. `udr retrieve` is a thin shell over this class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from udr.errors import UdrError
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One retrieved demonstration: its pool id, the row's input and output (the answer as the LM
+    sees it: a label's verbalization, the chosen option or the target text), and its similarity
+    E_q(query) . E_d(demonstration)."""
+
+    pool_id: int
+    input: str
+    output: str
+    score: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Retriever:
+    """Dense retrieval of demonstrations with a UDR (or EPR) bi-encoder; see the module docstring."""
+
+    def __init__(self, encoder, model_dir: Path, *, root: Path | str = ".", cache_dir: Path | None = None,
+                 batch_size: int = 64, progress: bool = False):
+        self.encoder = encoder
+        self.model_dir = Path(model_dir)
+        self.root = Path(root)
+        self.cache_dir = cache_dir
+        self.batch_size = batch_size
+        self.progress = progress  # a progress bar while embedding a pool
+        self._fingerprint: str | None = None
+        self._pools: dict = {}  # task name -> Pool (own pools, and pipeline pools once used)
+        self._searchers: dict = {}  # task name -> DenseRetriever
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def load(cls, path: Path | str | None = None, *, root: Path | str = ".", device: str = "auto",
+             cache_dir: Path | None = None, batch_size: int = 64, progress: bool = False) -> "Retriever":
+        """The bi-encoder saved at `path` (default: the pipeline's final model under `root`)."""
+        from udr.encoder import BiEncoder
+        from udr.index import final_model_dir
+
+        model_dir = Path(path) if path is not None else final_model_dir(Path(root))
+        if not model_dir.is_dir():
+            raise UdrError(f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
+                           "or pass the directory of a udr bi-encoder")
+        encoder = BiEncoder.load(model_dir).to(_device(device))
+        return cls(encoder, model_dir, root=root, cache_dir=cache_dir, batch_size=batch_size, progress=progress)
+
+    @classmethod
+    def from_pool(cls, records: Iterable[dict] | Path | str, *, instruction: str | None = None,
+                  task: str | None = None, model: Path | str | None = None, **load_options) -> "Retriever":
+        """A retriever over your own demonstrations (records, or a JSON-lines file), with the model
+        at `model` (default: the pipeline's final model); see :meth:`add_pool`."""
+        retriever = cls.load(model, **load_options)
+        retriever.add_pool(records, instruction=instruction, task=task)
+        return retriever
+
+    def add_pool(self, records: Iterable[dict] | Path | str, *, instruction: str | None = None,
+                 task: str | None = None) -> str:
+        """Serve your own demonstrations; returns the name to retrieve them by.
+
+        records: dicts, or the path of a JSON-lines file, in a registered task's row shape when
+        `task` names one (its pipeline pool is then replaced by yours) and in the generation shape
+        ``{"input", "target"}`` otherwise. instruction: the task instruction UDR reads with every
+        demonstration (and query); required unless `task` is given.
+        """
+        from udr.pools import file_pool, own_task, records_pool
+
+        spec = own_task(instruction, like=task)
+        if isinstance(records, (str, Path)):
+            pool = file_pool(Path(records), spec)
+        else:
+            pool = records_pool(records, spec)
+        self._pools[pool.name] = pool
+        self._searchers.pop(pool.name, None)
+        self._searcher(pool.name)  # embed now, so errors and the cost come here
+        return pool.name
+
+    # ------------------------------------------------------------ retrieval
+
+    def retrieve(self, query: str, task: str | None = None, k: int = 8) -> list[Demonstration]:
+        """The k demonstrations most similar to `query`, most similar first."""
+        return self.retrieve_batch([query], task=task, k=k)[0]
+
+    def retrieve_batch(self, queries: Sequence[str], task: str | None = None, k: int = 8) -> list[list[Demonstration]]:
+        """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
+        queries = list(queries)
+        for i, query in enumerate(queries):
+            check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
+        name = self.resolve_task(task)
+        searcher = self._searcher(name)
+        pool = self._pools[name]
+        rows = pool.positions
+        out: list[list[Demonstration]] = []
+        for lo in range(0, len(queries), self.batch_size):
+            ranking = searcher.rank(queries[lo:lo + self.batch_size], k)
+            for ids, scores in zip(ranking.ids, ranking.scores):
+                out.append([Demonstration(int(pid), pool.inputs[rows[int(pid)]], pool.outputs[rows[int(pid)]],
+                                          float(score)) for pid, score in zip(ids, scores)])
+        return out
+
+    def prompt(self, query: str, demonstrations: Sequence[Demonstration], task: str | None = None, *,
+               order: str = "ascending", instruction: bool = False) -> str:
+        """The in-context prompt for `query` with `demonstrations` (as retrieved, most similar first),
+        in the evaluation's layout: ascending order puts the most similar right before the query.
+        `instruction`: start with the task instruction (the default follows `score.instruction`: none)."""
+        from udr.icl import prompt_text
+
+        spec = self._pools[self.resolve_task(task)].task
+        rng = None
+        if order == "random":
+            from udr.data import task_rng
+
+            rng = task_rng(0, spec.name, f"prompt/{query}")
+        return prompt_text(spec.template, spec.instruction if instruction else None,
+                           [(d.input, d.output) for d in demonstrations], query, order=order, rng=rng)
+
+    # ------------------------------------------------------------ pools
+
+    @property
+    def fingerprint(self) -> str:
+        """The model's fingerprint (hash of its settings and weights), computed once."""
+        if self._fingerprint is None:
+            from udr.index import model_fingerprint
+
+            self._fingerprint = model_fingerprint(self.model_dir)
+        return self._fingerprint
+
+    def tasks(self) -> list[str]:
+        """The tasks this retriever can serve now: own pools and the prepared pipeline tasks."""
+        prepared = self.root / "data" / "prepared"
+        names = set(self._pools)
+        if prepared.is_dir():
+            names |= {p.parent.name for p in prepared.glob("*/train.parquet")}
+        return sorted(names)
+
+    def resolve_task(self, task: str | None) -> str:
+        """The pool `task` names (None: the only own pool), loading a pipeline pool on first use."""
+        if task is None:
+            if len(self._pools) == 1:
+                return next(iter(self._pools))
+            raise UdrError("no task given: name the task to retrieve for (known here: "
+                           f"{', '.join(self.tasks()) or 'none'})")
+        if task not in self._pools:
+            from udr.pools import prepared_pool
+
+            self._pools[task] = prepared_pool(self.root, _registered(task).name)
+        return task
+
+    def _searcher(self, name: str):
+        if name not in self._searchers:
+            from udr.encoder import query_text
+            from udr.retrievers import DenseRetriever
+
+            pool = self._pools[name]
+            emb = self._pool_embeddings(pool)
+            instruction, with_instruction = pool.task.instruction, self.encoder.settings.query_instruction
+            self._searchers[name] = DenseRetriever(self.encoder, pool.ids, emb,
+                                                   lambda x: query_text(instruction, x, with_instruction),
+                                                   batch_size=self.batch_size)
+        return self._searchers[name]
+
+    def _pool_embeddings(self, pool):
+        """The model's `udr index` for a pipeline pool when it has one (checked), else the cache."""
+        from udr.index import index_path, load_index
+        from udr.pool_cache import cached_pool_embeddings
+
+        if pool.prepared and index_path(self.model_dir, pool.name).is_file():
+            from udr.files import file_sha256
+
+            return load_index(self.model_dir, pool.name, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
+        emb, _ = cached_pool_embeddings(self.encoder, self.fingerprint, pool, cache_dir=self.cache_dir,
+                                        batch_size=self.batch_size, progress=self.progress)
+        return emb
+
+
+def check_query(query, what: str = "query") -> None:
+    """A one-line error for a query that is not a non-empty string."""
+    if not isinstance(query, str):
+        raise UdrError(f"{what}: expected a string, got {type(query).__name__}")
+    if not query.strip():
+        raise UdrError(f"empty {what}: give the text to find demonstrations for")
+
+
+def _registered(task: str | None):
+    from udr.tasks import get_task
+
+    if task is None:
+        raise UdrError("no task given: name the task to retrieve for")
+    return get_task(task)
+
+
+def _device(device: str) -> str:
+    from udr.distributed import resolve_device_type
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise UdrError(f"bad device '{device}' (expected auto, cpu or cuda)")
+    return resolve_device_type(device, "device")

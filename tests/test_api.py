@@ -41,7 +41,7 @@ def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
         assert (d.input, d.output) == rows[d.pool_id]
     # Brute force over the index `udr index` wrote.
     emb, meta = load_embeddings(served / "models" / "final" / "index" / "sst2.npy")
-    q = retriever.encoder.encode([query_text(get_task("sst2").instruction, query, True)], "query")[0]
+    q = retriever.encoder.encode([query_text(get_task("sst2").instruction, query, retriever.encoder.settings)], "query")[0]
     scores = emb @ q
     where = {pid: row for row, pid in enumerate(meta["ids"])}
     got = [where[d.pool_id] for d in demos]

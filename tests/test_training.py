@@ -129,11 +129,11 @@ def test_mining_is_exact_top_k_without_self(looped):
     for task in TASKS:
         pool = read_prepared(root, task, "train")
         ids = np.asarray(pool["id"].to_list())
-        d = enc.encode(pool_texts(task, pool["input"], pool["target"]), "demo")
+        d = enc.encode(pool_texts(task, pool["input"], pool["target"], enc.settings), "demo")
         mined = pl.read_parquet(root / f"data/candidates/it1/{task}.parquet").filter(pl.col("rank").is_not_null())
         for (qid,), group in mined.group_by(["query_id"]):
             p = int(np.flatnonzero(ids == qid)[0])
-            q = enc.encode([query_text(get_task(task).instruction, pool["input"][p], True)], "query")[0]
+            q = enc.encode([query_text(get_task(task).instruction, pool["input"][p], enc.settings)], "query")[0]
             sims = d @ q
             sims[p] = -np.inf
             order = np.lexsort((np.arange(len(ids)), -sims))[:4]

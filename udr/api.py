@@ -177,9 +177,9 @@ class Retriever:
 
             pool = self._pools[name]
             emb = self._pool_embeddings(pool)
-            instruction, with_instruction = pool.task.instruction, self.encoder.settings.query_instruction
+            instruction, settings = pool.task.instruction, self.encoder.settings
             self._searchers[name] = DenseRetriever(self.encoder, pool.ids, emb,
-                                                   lambda x: query_text(instruction, x, with_instruction),
+                                                   lambda x: query_text(instruction, x, settings),
                                                    batch_size=self.batch_size)
         return self._searchers[name]
 

@@ -376,6 +376,116 @@ def _print_demonstrations(query: str, task: str, demos) -> None:
     Console().print(table)
 
 
+exp_app = typer.Typer(help="DVC experiments: single runs, sweeps, the comparison table, the paper's analyses.",
+                      no_args_is_help=True)
+app.add_typer(exp_app, name="exp")
+ExpSetOpt = Annotated[Optional[list[str]], typer.Option("--set", "-S", help="key.path=value (sweep: v1,v2,...), repeatable.")]
+ExpTargets = Annotated[Optional[list[str]], typer.Argument(help="Stages to run (default: the whole pipeline).",
+                                                           show_default=False)]
+DryOpt = Annotated[bool, typer.Option("--dry", help="Print the dvc commands instead of running them.")]
+
+
+@exp_app.command("run")
+def exp_run_cmd(name: Annotated[str, typer.Argument(help="Experiment name.")], targets: ExpTargets = None,
+                set_: ExpSetOpt = None, dry: DryOpt = False) -> None:
+    """One experiment: `dvc exp run -n NAME -S ...` in the workspace."""
+    from udr.experiments import exp_run_args, run_dvc
+
+    run_dvc(exp_run_args(name, set_ or [], targets or []), Path("."), dry=dry)
+
+
+@exp_app.command("sweep")
+def exp_sweep_cmd(targets: ExpTargets = None, set_: ExpSetOpt = None,
+                  jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Experiments at a time.")] = 1,
+                  dry: DryOpt = False, params: ParamsOpt = Path("params.yaml")) -> None:
+    """A grid (`-S key=v1,v2`): queued with `dvc exp run --queue`, run with `dvc queue start`; waits."""
+    from udr.experiments import exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
+
+    if not set_:
+        raise UdrError("a sweep needs at least one -S key=v1,v2")
+    if not dry:
+        link_data_for_temp_runs(Path("."), _settings(params, None))
+    run_dvc(exp_run_args(None, set_, targets or [], queue=True), Path("."), dry=dry)
+    run_dvc(["queue", "start", "-j", str(jobs)], Path("."), dry=dry)
+    if not dry:
+        wait_for_queue(Path("."))
+        run_dvc(["queue", "status"], Path("."))
+
+
+@exp_app.command("show")
+def exp_show_cmd(
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-P", help="A params.yaml key to show "
+                                                       "(default: those that differ).")] = None,
+    metric: Annotated[Optional[list[str]], typer.Option("--metric", "-M", help="A metrics/summary.json key "
+                                                        "(default: UDR's averages).")] = None,
+    markdown: Annotated[bool, typer.Option("--md", help="A Markdown table.")] = False,
+) -> None:
+    """The experiments side by side: chosen params and metrics (from `dvc exp show --json`)."""
+    import json
+
+    from udr.experiments import comparison, experiment_rows, markdown_table, run_dvc
+
+    rows = experiment_rows(json.loads(run_dvc(["exp", "show", "--json"], Path("."), capture=True) or "[]"))
+    header, cells = comparison(rows, param, metric)
+    if markdown:
+        print(markdown_table(header, cells), end="")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*header)
+    for row in cells:
+        table.add_row(*row)
+    Console(width=80).print(table)
+
+
+@exp_app.command("ablations")
+def exp_ablations_cmd(
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="Run just these (repeatable).")] = None,
+    dry: DryOpt = False,
+) -> None:
+    """The paper's ablations (Table 3) as named experiments -> metrics/ablations.md."""
+    from udr.experiments import ABLATIONS
+
+    _run_analysis(ABLATIONS, only, dry, "ablations", "UDR (default configuration, HEAD)",
+                  "The paper's Table 3 on this configuration: each row retrains UDR with one change and "
+                  "evaluates it (graded metric, percent).")
+
+
+@exp_app.command("order")
+def exp_order_cmd(dry: DryOpt = False) -> None:
+    """Demonstration order (Table 6): UDR on two tasks, ascending / descending / random -> metrics/order.md."""
+    from udr.experiments import ORDER_TASKS, order_experiments
+
+    _run_analysis(order_experiments(), None, dry, "order", "ascending (HEAD's committed run)",
+                  f"The paper's Table 6 on this configuration: UDR's demonstrations in three orders on "
+                  f"{' and '.join(ORDER_TASKS)} (graded metric, percent).", tasks=ORDER_TASKS)
+
+
+def _run_analysis(experiments, only, dry, name, baseline_label, intro, tasks=None) -> None:
+    from udr.experiments import results_table, run_named, udr_scores
+    from udr.files import write_text_atomic
+
+    chosen = [e for e in experiments if not only or e.name in only]
+    unknown = set(only or []) - {e.name for e in experiments}
+    if unknown:
+        raise UdrError(f"unknown experiment {', '.join(sorted(unknown))}; known: "
+                       f"{', '.join(e.name for e in experiments)}")
+    root = Path(".")
+    baseline = udr_scores(root, tasks, rev="HEAD")
+    out = root / "metrics" / f"{name}.md"
+    command = f"udr exp {name}" + "".join(f" --only {e.name}" for e in chosen if only)
+
+    def write(results):
+        write_text_atomic(out, f"# {name.capitalize()}\n\n{intro}\n\nMade by `{command}`; each experiment is "
+                          "`dvc exp run -n NAME -S ... evaluate@udr` (see `udr exp show`).\n\n"
+                          + results_table(baseline, results, experiments, baseline_label))
+
+    run_named(root, chosen, dry=dry, on_done=write)
+    if not dry:
+        _console().print(f"-> {out}")
+
+
 def _check_round(settings, iteration: int) -> None:
     rounds = settings.train.rounds
     if iteration not in rounds:

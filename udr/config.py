@@ -65,6 +65,7 @@ class ScoreSettings(_Strict):
 
 
 class EncoderSettings(_Strict):
+    instruction: bool = Field(True, description="Task instruction in the bi-encoder's inputs; false: none on either side (ablation).")
     query_instruction: bool = Field(True, description="Prepend the task instruction to queries too (paper); false: demonstrations only (published code).")
     max_query_length: int = Field(128, ge=8, le=512)
     max_demo_length: int = Field(256, ge=8, le=512)
@@ -121,6 +122,8 @@ class EvaluateSettings(_Strict):
     candidates: int = Field(64, gt=0, description="Demonstrations retrieved per generation input before the context budget cuts them.")
     order: Literal["ascending", "descending", "random"] = Field(
         "ascending", description="ascending: most similar next to the test input (paper); descending; random (seeded).")
+    order_seed: int = Field(0, ge=0, description="Seed of the random order (with the global seed).")
+    tasks: list[str] = Field(default_factory=list, description="Evaluate only these tasks (default []: every task in prepare.tasks).")
     batch_tokens: int = Field(4096, ge=64, description="Padded prompt tokens per LM batch (speed only).")
     shots: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Demonstration counts of the shots plot.")
     shots_tasks: list[str] = Field(default_factory=lambda: ["sst2", "e2e"], description="Tasks of the shots plot (those not in prepare.tasks are ignored).")
@@ -159,6 +162,13 @@ class Settings(_Strict):
 
     def task_names(self) -> list[str]:
         return list(self.prepare.tasks)
+
+    def evaluation_tasks(self) -> list[str]:
+        """`evaluate.tasks` (checked against prepare.tasks), or every task."""
+        unknown = [t for t in self.evaluate.tasks if t not in self.prepare.tasks]
+        if unknown:
+            raise UdrError(f"bad parameter evaluate.tasks: {', '.join(unknown)} not in prepare.tasks")
+        return list(self.evaluate.tasks) or self.task_names()
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

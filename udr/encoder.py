@@ -2,8 +2,8 @@
 
 sim(x, z) = E_q([I] x) . E_d(I z), where I is the task instruction and z the whole demonstration
 (input and answer, rendered with the task's template). The instruction goes on the demonstration
-side always and on the query side when `query_instruction` is true (the paper); the published code
-leaves test queries bare.
+side and on the query side when `query_instruction` is true (the paper); the published code
+leaves test queries bare. `instruction: false` drops it from both sides (an ablation).
 
 On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrained`, safetensors),
 ``tokenizer/``, and ``udr_encoder.json`` with the settings below. `BiEncoder.load(path)` reads it back.
@@ -26,6 +26,7 @@ SETTINGS_NAME = "udr_encoder.json"
 class BiEncoderSettings:
     """How texts are built and cut for the two encoders."""
 
+    instruction: bool = True  # false: no task instruction on either side (the ablation)
     query_instruction: bool = True
     max_query_length: int = 128
     max_demo_length: int = 256
@@ -34,14 +35,14 @@ class BiEncoderSettings:
     base: str = ""  # the base model directory or spec it was initialised from (provenance only)
 
 
-def query_text(instruction: str, input: str, with_instruction: bool) -> str:
-    """What E_q reads for a query x."""
-    return f"{instruction}{input}" if with_instruction else input
+def query_text(instruction: str, input: str, settings) -> str:
+    """What E_q reads for a query x under `settings` (`instruction`, `query_instruction`): [I] x."""
+    return f"{instruction}{input}" if settings.instruction and settings.query_instruction else input
 
 
-def demo_text(instruction: str, rendered: str) -> str:
-    """What E_d reads for a demonstration z (already rendered with the task template)."""
-    return f"{instruction}{rendered}"
+def demo_text(instruction: str, rendered: str, settings) -> str:
+    """What E_d reads for a demonstration z (already rendered with the task template): [I] z."""
+    return f"{instruction}{rendered}" if settings.instruction else rendered
 
 
 class BiEncoder:

@@ -115,7 +115,8 @@ class TaskEvaluation:
                 reserve = self.max_new_tokens
             else:
                 reserve = max(len(self.builder.encode(c)) for c in row["choices"])
-            rng = task_rng(self.settings.seed, self.task.name, f"order/{row['id']}") if cfg.order == "random" else None
+            rng = (task_rng(self.settings.seed, self.task.name, f"order/{cfg.order_seed}/{row['id']}")
+                   if cfg.order == "random" else None)
             out.append(assemble(self.builder, demos, row["input"], context=cfg.context, reserve=reserve, max_demos=max_demos, order=cfg.order, rng=rng))
         return out
 
@@ -189,7 +190,7 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
     root = settings.root
     lm = LanguageModel.load(settings)
     results = {}
-    for name in tasks or settings.task_names():
+    for name in tasks or settings.evaluation_tasks():
         start = time.perf_counter()
         ev = TaskEvaluation(settings, lm, method, name, progress=progress)
         with progress_bar(progress) as bar:

@@ -59,19 +59,19 @@ def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint:
     return emb
 
 
-def pool_texts(task_name: str, inputs, targets) -> list[str]:
-    """What E_d reads for each (input, target) of a task's pool: the instruction, then the rendered
-    demonstration."""
+def pool_texts(task, inputs, targets, settings) -> list[str]:
+    """What E_d (with bi-encoder `settings`) reads for each (input, target) of a task's pool (a
+    registered name or a Task): the instruction, then the rendered demonstration."""
     from udr.encoder import demo_text
     from udr.tasks import get_task
 
-    task = get_task(task_name)
-    return [demo_text(task.instruction, task.render(i, t)) for i, t in zip(inputs, targets)]
+    task = get_task(task) if isinstance(task, str) else task
+    return [demo_text(task.instruction, task.render(i, t), settings) for i, t in zip(inputs, targets)]
 
 
 def embed_pool(encoder, task_name: str, frame, batch_size: int, progress: bool) -> np.ndarray:
     """E_d embeddings (n, d) of a pool frame's rows, in row order."""
-    return encoder.encode(pool_texts(task_name, frame["input"], frame["target"]), "demo", batch_size=batch_size, progress=progress,
+    return encoder.encode(pool_texts(task_name, frame["input"], frame["target"], encoder.settings), "demo", batch_size=batch_size, progress=progress,
                           description=f"embedding {task_name} pool")
 
 

@@ -71,7 +71,7 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
     device = resolve_device_type(settings.train.device, "train.device")
     encoder = BiEncoder.load(model_dir).to(device)
     pool_emb = embed_pool(encoder, task_name, pool, settings.mine.batch_size, progress)
-    texts = [query_text(task.instruction, pool["input"][int(p)], encoder.settings.query_instruction) for p in q_pos]
+    texts = [query_text(task.instruction, pool["input"][int(p)], encoder.settings) for p in q_pos]
     query_emb = encoder.encode(texts, "query", batch_size=settings.mine.batch_size)
     scores, idx = exact_top_k(query_emb, pool_emb, k, exclude=q_pos, device=device)
 

@@ -25,8 +25,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "udr"
 
 
-def cache_path(cache_dir: Path, fingerprint: str, pool) -> Path:
-    key = hashlib.sha256(f"{fingerprint}\0{pool.content_key()}".encode()).hexdigest()[:32]
+def cache_path(cache_dir: Path, fingerprint: str, pool, settings) -> Path:
+    key = hashlib.sha256(f"{fingerprint}\0{pool.content_key(settings)}".encode()).hexdigest()[:32]
     return Path(cache_dir) / "pools" / f"{key}.npy"
 
 
@@ -36,7 +36,7 @@ def cached_pool_embeddings(encoder, fingerprint: str, pool, *, cache_dir: Path |
     from the cache when present; returns (embeddings, came from the cache)."""
     from udr.search import load_embeddings, save_embeddings
 
-    path = cache_path(cache_dir or default_cache_dir(), fingerprint, pool)
+    path = cache_path(cache_dir or default_cache_dir(), fingerprint, pool, encoder.settings)
     if path.is_file():
         try:
             emb, meta = load_embeddings(path)
@@ -44,7 +44,7 @@ def cached_pool_embeddings(encoder, fingerprint: str, pool, *, cache_dir: Path |
                 return emb, True
         except UdrError:
             pass  # unreadable or half-replaced: embed again below
-    emb = encoder.encode(pool.demo_texts(), "demo", batch_size=batch_size, progress=progress,
+    emb = encoder.encode(pool.demo_texts(encoder.settings), "demo", batch_size=batch_size, progress=progress,
                          description=f"embedding {pool.name} pool ({len(pool)} demonstrations)")
     try:
         save_embeddings(path, emb, {"model": fingerprint, "pool": pool.source, "rows": len(pool)})

@@ -49,17 +49,17 @@ class Pool:
         """Pool id -> row."""
         return {int(pid): row for row, pid in enumerate(self.ids)}
 
-    def demo_texts(self) -> list[str]:
-        """What E_d reads for each row: the instruction, then the rendered demonstration."""
-        from udr.encoder import demo_text
+    def demo_texts(self, settings) -> list[str]:
+        """What E_d (with bi-encoder `settings`) reads for each row: [instruction] rendered demonstration."""
+        from udr.index import pool_texts
 
-        return [demo_text(self.task.instruction, self.task.render(i, o)) for i, o in zip(self.inputs, self.outputs)]
+        return pool_texts(self.task, self.inputs, self.outputs, settings)
 
-    def content_key(self) -> str:
+    def content_key(self, settings) -> str:
         """A hash of everything E_d reads (instruction, template, every row): equal keys, equal
         embeddings for a given model."""
         h = hashlib.sha256()
-        for text in self.demo_texts():
+        for text in self.demo_texts(settings):
             h.update(text.encode("utf-8"))
             h.update(b"\0")
         return h.hexdigest()

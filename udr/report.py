@@ -21,7 +21,7 @@ def _load_results(settings) -> dict[str, dict[str, dict]]:
     out: dict[str, dict[str, dict]] = {}
     for method in METHODS:
         out[method] = {}
-        for task in settings.task_names():
+        for task in settings.evaluation_tasks():
             path = metrics_path(settings.root, method, task)
             if not path.is_file():
                 raise UdrError(f"missing result {path}: run `udr evaluate --method {method}` first")

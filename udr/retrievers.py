@@ -195,5 +195,4 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
     else:
         emb = embed_pool(encoder, task_name, pool, batch, progress)
     instruction = get_task(task_name).instruction
-    with_instruction = encoder.settings.query_instruction
-    return DenseRetriever(encoder, ids, emb, lambda x: query_text(instruction, x, with_instruction), batch_size=batch)
+    return DenseRetriever(encoder, ids, emb, lambda x: query_text(instruction, x, encoder.settings), batch_size=batch)

@@ -120,8 +120,9 @@ def load_scored_queries(root: Path, tasks: Sequence[str], iteration: int, encode
                 continue
             q = rows[int(qid)]
             queries.append(ScoredQuery(
-                name, int(qid), query_text(task.instruction, q["input"], encoder_cfg.query_instruction), cids,
-                tuple(pool_texts(name, [rows[c]["input"] for c in cids], [rows[c]["target"] for c in cids]))))
+                name, int(qid), query_text(task.instruction, q["input"], encoder_cfg), cids,
+                tuple(pool_texts(name, [rows[c]["input"] for c in cids], [rows[c]["target"] for c in cids],
+                                 encoder_cfg))))
         out[name] = queries
     return out
 

@@ -1,0 +1,267 @@
+"""`udr exp`: parameter sweeps and the paper's analyses as DVC experiments.
+
+Only DVC keeps the books: `udr exp run` is `dvc exp run -n NAME -S ...`, `udr exp sweep` queues a
+grid with `dvc exp run --queue` and runs it with `dvc queue start`, `udr exp show` reads
+`dvc exp show --json`. The analyses are named experiments on the default configuration:
+
+- ablations (the paper's Table 3), each retraining UDR and evaluating it (``evaluate@udr``);
+- demonstration order (Table 6): ascending / descending / random (several seeds), UDR on two tasks.
+
+Their tables are written to ``metrics/ablations.md`` and ``metrics/order.md`` from the
+``metrics/udr/<task>.json`` each experiment leaves in the workspace, next to the committed
+default (HEAD), with the command that made them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from udr.errors import UdrError
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    overrides: tuple[str, ...]  # dvc -S key=value
+
+
+ABLATIONS: tuple[Experiment, ...] = (
+    Experiment("abl-one-iteration", "without iterative mining (round 0 only)", ("train.later_rounds={}",)),
+    Experiment("abl-published-loss", "the published code's loss: 4 L_rank + L_ib", ("train.loss=published",)),
+    Experiment("abl-no-rank-loss", "without the rank loss: EPR's loss (1 positive of the top 5, 1 negative of "
+               "the bottom 5, in-batch loss only)", ("train.loss_lambda=0", "train.sampling=epr", "train.candidates_per_query=2")),
+    Experiment("abl-query-bare", "the published code's instruction placement: demonstrations only, queries bare",
+               ("encoder.query_instruction=false",)),
+    Experiment("abl-no-instruction", "without the task instruction (either side)", ("encoder.instruction=false",)),
+)
+
+ORDER_TASKS = ("sst2", "e2e")
+ORDER_SEEDS = (1, 2, 3)
+
+
+def order_experiments(tasks=ORDER_TASKS, seeds=ORDER_SEEDS) -> tuple[Experiment, ...]:
+    """UDR's demonstrations in ascending (the default), descending and random order (one per seed)."""
+    common = (f"evaluate.tasks=[{','.join(tasks)}]", "evaluate.shots_tasks=[]")
+    runs = [Experiment(f"order-{o}", f"{o} similarity", (*common, f"evaluate.order={o}"))
+            for o in ("ascending", "descending")]
+    runs += [Experiment(f"order-random-{s}", f"random order, seed {s}",
+                        (*common, "evaluate.order=random", f"evaluate.order_seed={s}")) for s in seeds]
+    return tuple(runs)
+
+
+# ---------------------------------------------------------------- calling DVC
+
+
+def dvc_executable() -> str:
+    """The `dvc` next to this Python (the project's venv), else the one on PATH."""
+    here = Path(sys.executable).with_name("dvc")
+    found = str(here) if here.is_file() else shutil.which("dvc")
+    if not found:
+        raise UdrError("dvc not found: install the project (`make install`) or put dvc on PATH")
+    return found
+
+
+def dvc_args(*args: str) -> list[str]:
+    return [dvc_executable(), *args]
+
+
+def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = False) -> str:
+    """Run `dvc ARGS` in `root` (output streamed unless `capture`); a failure is one UdrError line."""
+    cmd = dvc_args(*args)
+    if dry:
+        print(" ".join(_quote(a) for a in ["dvc", *args]))
+        return ""
+    done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture)
+    if done.returncode != 0:
+        tail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
+        raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}"
+                       + (f": {tail[0]}" if tail else ""))
+    return done.stdout or ""
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -> list[str]:
+    args = ["exp", "run"]
+    if name:
+        args += ["-n", name]
+    for o in overrides:
+        if "=" not in o:
+            raise UdrError(f"bad parameter override {o!r}: expected key.path=value")
+        args += ["-S", o]
+    if queue:
+        args.append("--queue")
+    return args + list(targets)
+
+
+def link_data_for_temp_runs(root: Path, settings) -> None:
+    """Queued experiments run in `.dvc/tmp/exps/<tmp>/`; a data directory given relative to the
+    project (``../shared/data``) is linked where that relative path then points."""
+    source = Path(settings.data.source_dir)
+    if source.is_absolute() or not source.parts or source.parts[0] != "..":
+        return
+    exps = root / ".dvc" / "tmp" / "exps"
+    target = (root / source).resolve()
+    link = (exps / source).parent
+    exps.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target.parent, target_is_directory=True)
+
+
+def wait_for_queue(root: Path, poll_seconds: float = 10.0) -> None:
+    """Block until `dvc queue status` lists nothing queued or running."""
+    import time
+
+    while True:
+        status = run_dvc(["queue", "status"], root, capture=True)
+        if not any(word in status for word in ("Queued", "Running")):
+            return
+        time.sleep(poll_seconds)
+
+
+# ---------------------------------------------------------------- reading results
+
+
+def experiment_rows(show_json: list) -> list[tuple[str, dict, dict]]:
+    """(name, params, metrics) per baseline and experiment in `dvc exp show --json` output."""
+    rows = []
+
+    def add(entry, fallback):
+        data = entry.get("data") or {}
+        params = ((data.get("params") or {}).get("params.yaml") or {}).get("data") or {}
+        metrics = {}
+        for content in (data.get("metrics") or {}).values():
+            metrics.update(content.get("data") or {})
+        rows.append((entry.get("name") or fallback, params, metrics))
+
+    for base in show_json:
+        rev = base.get("rev", "")
+        add(base, rev if rev == "workspace" else rev[:7])
+        for exp in base.get("experiments") or []:
+            for rev_entry in exp.get("revs") or []:
+                add(rev_entry, exp.get("name") or rev_entry.get("rev", "")[:7])
+    return rows
+
+
+def lookup(tree: dict, key: str):
+    """`a.b.c` in nested dicts, or None."""
+    node = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+DEFAULT_METRICS = ("averages.udr.all", "averages.udr.classification", "averages.udr.multiple_choice",
+                   "averages.udr.generation")
+
+
+def comparison(rows, params: list[str] | None, metrics: list[str] | None) -> tuple[list[str], list[list[str]]]:
+    """Header and cells: experiment, the chosen params (default: those that differ between rows),
+    the chosen metrics (default: UDR's averages)."""
+    if params is None:
+        flat = [flatten(p) for _, p, _ in rows]
+        keys = sorted({k for f in flat for k in f})
+        params = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
+    metrics = list(metrics or DEFAULT_METRICS)
+    header = ["experiment", *params, *(m.removeprefix("averages.") for m in metrics)]
+    cells = []
+    for name, p, m in rows:
+        row = [name]
+        row += [_fmt(lookup(p, k)) for k in params]
+        row += [_fmt(lookup(m, k)) for k in metrics]
+        cells.append(row)
+    return header, cells
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def markdown_table(header: list[str], cells: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the analyses
+
+
+def udr_scores(root: Path, tasks=None, rev: str | None = None) -> dict[str, float]:
+    """{task: graded score} from metrics/udr/*.json in the workspace, or at git revision `rev`."""
+    out = {}
+    if rev is None:
+        for path in sorted((root / "metrics" / "udr").glob("*.json")):
+            out[path.stem] = json.loads(path.read_text())["graded"]["score"]
+    else:
+        listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:metrics/udr"], cwd=root,
+                                 capture_output=True, text=True)
+        if listing.returncode != 0:
+            raise UdrError(f"no metrics/udr at {rev}: run and commit the default pipeline first")
+        for name in listing.stdout.split():
+            text = subprocess.run(["git", "show", f"{rev}:metrics/udr/{name}"], cwd=root, capture_output=True,
+                                  text=True, check=True).stdout
+            out[Path(name).stem] = json.loads(text)["graded"]["score"]
+    return {t: s for t, s in out.items() if tasks is None or t in tasks}
+
+
+def run_named(root: Path, experiments, *, targets=("evaluate@udr",), dry: bool = False,
+              on_done=None) -> dict[str, dict[str, float]]:
+    """Run each experiment in the workspace, from HEAD's params, and collect UDR's scores."""
+    results = {}
+    for exp in experiments:
+        run_dvc(exp_run_args(exp.name, exp.overrides, targets), root, dry=dry)
+        if not dry:
+            results[exp.name] = udr_scores(root)
+            # Back to the default parameters before the next experiment (DVC restores outputs from its cache).
+            subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=root, check=True)
+            if on_done:
+                on_done(results)
+    return results
+
+
+def results_table(baseline: dict[str, float], results: dict[str, dict[str, float]], experiments,
+                  baseline_label: str) -> str:
+    """Markdown: one row per experiment, a column per task and the mean, deltas against the baseline."""
+    tasks = list(baseline)
+    header = ["setting", *tasks, "average", "Δ average"]
+    base_avg = sum(baseline.values()) / len(baseline)
+    cells = [[baseline_label, *(f"{baseline[t]:.1f}" for t in tasks), f"{base_avg:.1f}", ""]]
+    for exp in experiments:
+        scores = results.get(exp.name)
+        if not scores:
+            cells.append([f"{exp.description} (`{exp.name}`)", *("not run" for _ in tasks), "", ""])
+            continue
+        avg = sum(scores.get(t, float("nan")) for t in tasks) / len(tasks)
+        cells.append([f"{exp.description} (`{exp.name}`)", *(f"{scores.get(t, float('nan')):.1f}" for t in tasks),
+                      f"{avg:.1f}", f"{avg - base_avg:+.1f}"])
+    return markdown_table(header, cells)

@@ -32,7 +32,9 @@ class Experiment:
 
 
 ABLATIONS: tuple[Experiment, ...] = (
-    Experiment("abl-one-iteration", "without iterative mining (round 0 only)", ("train.later_rounds={}",)),
+    # `~key` deletes a key (DVC's Hydra override grammar); `key={}` would merge, not replace.
+    Experiment("abl-one-iteration", "without iterative mining (round 0 only)",
+               ("~train.later_rounds.it1", "~train.later_rounds.it2")),
     Experiment("abl-published-loss", "the published code's loss: 4 L_rank + L_ib", ("train.loss=published",)),
     Experiment("abl-no-rank-loss", "without the rank loss: EPR's loss (1 positive of the top 5, 1 negative of "
                "the bottom 5, in-batch loss only)", ("train.loss_lambda=0", "train.sampling=epr", "train.candidates_per_query=2")),
@@ -96,8 +98,8 @@ def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -
     if name:
         args += ["-n", name]
     for o in overrides:
-        if "=" not in o:
-            raise UdrError(f"bad parameter override {o!r}: expected key.path=value")
+        if "=" not in o and not o.startswith("~"):
+            raise UdrError(f"bad parameter override {o!r}: expected key.path=value (or ~key.path to delete it)")
         args += ["-S", o]
     if queue:
         args.append("--queue")
@@ -241,6 +243,10 @@ def run_named(root: Path, experiments, *, targets=("evaluate@udr",), dry: bool =
     for exp in experiments:
         run_dvc(exp_run_args(exp.name, exp.overrides, targets), root, dry=dry)
         if not dry:
+            unchanged = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "params.yaml"], cwd=root).returncode == 0
+            if unchanged:
+                raise UdrError(f"experiment {exp.name} changed no parameter ({' '.join(exp.overrides)}); "
+                               "remove it with `dvc exp remove` and check the overrides")
             results[exp.name] = udr_scores(root)
             # Back to the default parameters before the next experiment (DVC restores outputs from its cache).
             subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=root, check=True)

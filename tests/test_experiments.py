@@ -79,10 +79,13 @@ def test_comparison_shows_the_params_that_differ_and_the_chosen_metrics():
     rows = experiment_rows(SHOW)
     assert [r[0] for r in rows] == ["workspace", "main", "abl-published-loss"]
     header, cells = comparison(rows, None, ["averages.udr.all", "averages.udr.generation"])
-    assert header == ["experiment", "train.loss", "udr.all", "udr.generation"]
-    assert cells[2] == ["abl-published-loss", "published", "41.5", "-"]
+    assert header == ["experiment", "changed params", "udr.all", "udr.gen"]
+    assert cells[1] == ["main", "-", "44.0", "-"]
+    assert cells[2] == ["abl-published-loss", "train.loss=published", "41.5", "-"]
+    header, cells = comparison(rows, ["train.loss", "seed"], None)
+    assert header[:3] == ["experiment", "train.loss", "seed"] and cells[2][1:3] == ["published", "42"]
     table = markdown_table(header, cells)
-    assert table.splitlines()[0] == "| experiment | train.loss | udr.all | udr.generation |"
+    assert table.splitlines()[0].startswith("| experiment | train.loss | seed | udr.all | udr.cls |")
     assert len(table.splitlines()) == 5
 
 

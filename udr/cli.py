@@ -433,10 +433,14 @@ def exp_show_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(*header)
+    table = Table()
+    for i, name in enumerate(header):
+        table.add_column(name, overflow="fold", no_wrap=i == 0, ratio=3 if i == 1 else None)
     for row in cells:
         table.add_row(*row)
     Console(width=80).print(table)
+    _console().print("metrics/summary.json comes from `udr report`; experiments that stop at evaluate@udr "
+                     "(ablations, order) keep their tables in metrics/ablations.md and metrics/order.md")
 
 
 @exp_app.command("ablations")

@@ -166,12 +166,13 @@ def lookup(tree: dict, key: str):
     return node
 
 
-def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+def flatten(tree: dict, prefix: str = "", depth: int = 2) -> dict[str, object]:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`, down to `depth` levels (deeper values stay whole)."""
     out = {}
     for k, v in tree.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "."))
+        if isinstance(v, dict) and v and depth > 1:
+            out.update(flatten(v, key + ".", depth - 1))
         else:
             out[key] = v
     return out
@@ -182,20 +183,24 @@ DEFAULT_METRICS = ("averages.udr.all", "averages.udr.classification", "averages.
 
 
 def comparison(rows, params: list[str] | None, metrics: list[str] | None) -> tuple[list[str], list[list[str]]]:
-    """Header and cells: experiment, the chosen params (default: those that differ between rows),
-    the chosen metrics (default: UDR's averages)."""
-    if params is None:
-        flat = [flatten(p) for _, p, _ in rows]
-        keys = sorted({k for f in flat for k in f})
-        params = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
+    """Header and cells: experiment, the chosen params (one column each; default: one column of
+    the params that differ from the first committed row), the chosen metrics (default: UDR's averages)."""
     metrics = list(metrics or DEFAULT_METRICS)
-    header = ["experiment", *params, *(m.removeprefix("averages.") for m in metrics)]
+    short = {"classification": "cls", "multiple_choice": "mc", "generation": "gen"}
+    names = [".".join(short.get(part, part) for part in m.removeprefix("averages.").split(".")) for m in metrics]
     cells = []
+    if params is None:
+        reference = flatten(next((p for n, p, _ in rows if n != "workspace"), rows[0][1] if rows else {}))
+        header = ["experiment", "changed params", *names]
+        for name, p, m in rows:
+            flat = flatten(p)
+            diff = [f"{k}={_fmt(flat.get(k))}" for k in sorted(set(flat) | set(reference))
+                    if json.dumps(flat.get(k), sort_keys=True) != json.dumps(reference.get(k), sort_keys=True)]
+            cells.append([name, " ".join(diff) or "-", *(_fmt(lookup(m, k)) for k in metrics)])
+        return header, cells
+    header = ["experiment", *params, *names]
     for name, p, m in rows:
-        row = [name]
-        row += [_fmt(lookup(p, k)) for k in params]
-        row += [_fmt(lookup(m, k)) for k in metrics]
-        cells.append(row)
+        cells.append([name, *(_fmt(lookup(p, k)) for k in params), *(_fmt(lookup(m, k)) for k in metrics)])
     return header, cells
 
 

@@ -167,7 +167,7 @@ class Retriever:
         if task not in self._pools:
             from udr.pools import prepared_pool
 
-            self._pools[task] = prepared_pool(self.root, _registered(task).name)
+            self._pools[task] = prepared_pool(self.root, task)
         return task
 
     def _searcher(self, name: str):
@@ -203,14 +203,6 @@ def check_query(query, what: str = "query") -> None:
         raise UdrError(f"{what}: expected a string, got {type(query).__name__}")
     if not query.strip():
         raise UdrError(f"empty {what}: give the text to find demonstrations for")
-
-
-def _registered(task: str | None):
-    from udr.tasks import get_task
-
-    if task is None:
-        raise UdrError("no task given: name the task to retrieve for")
-    return get_task(task)
 
 
 def _device(device: str) -> str:

@@ -15,6 +15,7 @@ default (HEAD), with the command that made them.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = F
     """Run `dvc ARGS` in `root` (output streamed unless `capture`); a failure is one UdrError line."""
     cmd = dvc_args(*args)
     if dry:
-        print(" ".join(_quote(a) for a in ["dvc", *args]))
+        print(" ".join(shlex.quote(a) for a in ["dvc", *args]))
         return ""
     done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture)
     if done.returncode != 0:
@@ -85,12 +86,6 @@ def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = F
         raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}"
                        + (f": {tail[0]}" if tail else ""))
     return done.stdout or ""
-
-
-def _quote(arg: str) -> str:
-    import shlex
-
-    return shlex.quote(arg)
 
 
 def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -> list[str]:

@@ -25,8 +25,14 @@ def default_cache_dir() -> Path:
     return Path(base) / "udr"
 
 
-def cache_path(cache_dir: Path, fingerprint: str, pool, settings) -> Path:
-    key = hashlib.sha256(f"{fingerprint}\0{pool.content_key(settings)}".encode()).hexdigest()[:32]
+def cache_path(cache_dir: Path, fingerprint: str, texts) -> Path:
+    """The entry for the model `fingerprint` and the texts E_d reads (instruction, template, every
+    row): equal keys, equal embeddings."""
+    content = hashlib.sha256()
+    for text in texts:
+        content.update(text.encode("utf-8"))
+        content.update(b"\0")
+    key = hashlib.sha256(f"{fingerprint}\0{content.hexdigest()}".encode()).hexdigest()[:32]
     return Path(cache_dir) / "pools" / f"{key}.npy"
 
 
@@ -36,7 +42,8 @@ def cached_pool_embeddings(encoder, fingerprint: str, pool, *, cache_dir: Path |
     from the cache when present; returns (embeddings, came from the cache)."""
     from udr.search import load_embeddings, save_embeddings
 
-    path = cache_path(cache_dir or default_cache_dir(), fingerprint, pool, encoder.settings)
+    texts = pool.demo_texts(encoder.settings)
+    path = cache_path(cache_dir or default_cache_dir(), fingerprint, texts)
     if path.is_file():
         try:
             emb, meta = load_embeddings(path)
@@ -44,7 +51,7 @@ def cached_pool_embeddings(encoder, fingerprint: str, pool, *, cache_dir: Path |
                 return emb, True
         except UdrError:
             pass  # unreadable or half-replaced: embed again below
-    emb = encoder.encode(pool.demo_texts(encoder.settings), "demo", batch_size=batch_size, progress=progress,
+    emb = encoder.encode(texts, "demo", batch_size=batch_size, progress=progress,
                          description=f"embedding {pool.name} pool ({len(pool)} demonstrations)")
     try:
         save_embeddings(path, emb, {"model": fingerprint, "pool": pool.source, "rows": len(pool)})

@@ -10,7 +10,6 @@ records.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -54,15 +53,6 @@ class Pool:
         from udr.index import pool_texts
 
         return pool_texts(self.task, self.inputs, self.outputs, settings)
-
-    def content_key(self, settings) -> str:
-        """A hash of everything E_d reads (instruction, template, every row): equal keys, equal
-        embeddings for a given model."""
-        h = hashlib.sha256()
-        for text in self.demo_texts(settings):
-            h.update(text.encode("utf-8"))
-            h.update(b"\0")
-        return h.hexdigest()
 
 
 def prepared_pool(root: Path, task_name: str) -> Pool:

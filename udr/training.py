@@ -173,7 +173,7 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
 
     cfg = settings.train
     root = settings.root
-    tasks = settings.task_names()
+    tasks = settings.training_tasks()
     start = time.perf_counter()
     data = load_scored_queries(root, tasks, iteration, settings.encoder)
     sampler = TaskSampler({t: len(q) for t, q in data.items()}, cfg.alpha)

@@ -187,6 +187,21 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     assert (root / "metrics/train/it0" / tsv).read_text() == (looped / "metrics/train/it0" / tsv).read_text()
 
 
+def test_single_task_training_reads_only_that_task(looped, tmp_path):
+    from udr.config import load_settings
+    from udr.training import run_train
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
+    settings = load_settings(root / "params.yaml", ["train.tasks=[break]"])
+    run_train(settings, 0, out=root / "models/rounds/it0", init=root / "models/base/encoder",
+              log_dir=root / "metrics/train/it0", progress=False)
+    summary = json.loads((root / "metrics/train/it0/summary.json").read_text())
+    everything = json.loads((looped / "metrics/train/it0/summary.json").read_text())
+    assert list(summary["queries"]) == ["break"] and len(everything["queries"]) == len(TASKS) > 1
+    assert summary["steps"] < everything["steps"]
+
+
 def test_round_errors(looped, run_cli):
     code, _, err = run_cli(["train", "-i", "5"], looped)
     assert code == 1 and "bad iteration 5" in err

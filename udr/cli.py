@@ -434,10 +434,16 @@ def exp_show_cmd(
     from rich.table import Table
 
     table = Table()
+    changed = header[1] == "changed params"
     for i, name in enumerate(header):
-        table.add_column(name, overflow="fold", no_wrap=i == 0, ratio=3 if i == 1 else None)
+        if i == 0:
+            table.add_column(name, overflow="fold", max_width=24)
+        elif i == 1 and changed:
+            table.add_column(name, overflow="fold", ratio=1)
+        else:  # metrics (and chosen params) stay on one line
+            table.add_column(name, no_wrap=True)
     for row in cells:
-        table.add_row(*row)
+        table.add_row(*([row[0], row[1].replace(" ", "\n"), *row[2:]] if changed else row))
     Console(width=80).print(table)
     _console().print("metrics/summary.json comes from `udr report`; experiments that stop at evaluate@udr "
                      "(ablations, order, transfer) keep their tables in metrics/ablations.md, order.md and transfer.md")

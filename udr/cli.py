@@ -488,7 +488,8 @@ def exp_transfer_cmd(
 
     root = Path(".")
     settings = _settings(root / "params.yaml", None)
-    exp = transfer_experiment(lm or TRANSFER_LM)
+    lm = lm or TRANSFER_LM
+    exp = transfer_experiment(lm)
     if not (missing and exp.name in saved_experiments(root)):
         run_named(root, [exp], dry=dry)
     if dry:
@@ -496,7 +497,7 @@ def exp_transfer_cmd(
     base = [(f"{settings.models.lm} (scored the candidates; HEAD)", m, method_scores(root, m, TRANSFER_TASKS, rev="HEAD"))
             for m in TRANSFER_METHODS]
     rev = saved_experiments(root).get(exp.name)
-    other = [(f"{lm or TRANSFER_LM} (`{exp.name}`{f', {rev[:7]}' if rev else ''})", m,
+    other = [(f"{lm} (`{exp.name}`{f', {rev[:7]}' if rev else ''})", m,
               method_scores(root, m, TRANSFER_TASKS, rev=rev) if rev else None) for m in TRANSFER_METHODS]
     out = root / "metrics" / "transfer.md"
     write_text_atomic(out, "# Transfer across LMs\n\nThe paper's Table 4 on this configuration: the retrievers trained "
@@ -535,9 +536,10 @@ def _run_analysis(experiments, only, missing, dry, name, baseline_label, intro, 
                           f"Experiment commits: {runs}.\n\n"
                           + results_table(baseline, results, experiments, baseline_label))
 
-    run_named(root, chosen, dry=dry, on_done=write)
+    run_named(root, chosen, dry=dry, on_done=write)  # the table after each experiment
     if not dry:
-        write()
+        if not chosen:  # nothing ran (--missing): the table from what is saved
+            write()
         _console().print(f"-> {out}")
 
 

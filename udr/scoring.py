@@ -299,6 +299,13 @@ class PromptBuilder:
             self._start = leading_special_tokens(self.tokenizer)
         return self._start
 
+    def framed(self, body: Sequence[int], room: int) -> tuple[int, ...]:
+        """`start` + the end of `body`, in at most `room` tokens: truncation cuts the body's
+        beginning (the query, at its end, survives), never the tokenizer's start tokens."""
+        keep = room - len(self.start)
+        body = tuple(body)
+        return self.start + (body[len(body) - keep:] if len(body) > keep else body)
+
     def demonstration(self, input: str, answer: str) -> tuple[int, ...]:
         return self.encode(render_demonstration(self.template, input, answer))
 
@@ -318,12 +325,11 @@ class PromptBuilder:
             gold = int(query["label"])
         if any(len(c) == 0 for c in conts):
             raise UdrError(f"query id {query['id']}: an answer tokenises to nothing")
-        budget = self.max_length - len(self.start) - max(len(c) for c in conts)
-        if budget < 1:
+        room = self.max_length - max(len(c) for c in conts)
+        if room - len(self.start) < 1:
             raise UdrError(f"query id {query['id']}: the answer alone exceeds score.max_length={self.max_length}")
-        if len(prompt) > budget:  # keep the end of the prompt: the query and the demonstration's tail
-            prompt = prompt[len(prompt) - budget:]
-        return ScoringItem(int(query["id"]), int(candidate["id"]), self.start + prompt, conts, gold)
+        # A long prompt keeps its end: the query and the demonstration's tail.
+        return ScoringItem(int(query["id"]), int(candidate["id"]), self.framed(prompt, room), conts, gold)
 
 
 def score_items(scorer: LMScorer, items: Sequence[ScoringItem], generation: bool, batch_tokens: int,

@@ -7,7 +7,7 @@ with one instruction. Queries: `--queries` (default 256) real inputs that are no
 (CommonGen validation, then the SMCalFlow rows after the pool), k = 8.
 
 Measured, for the dense retriever (the model at --model; default models/final, else the base
-encoder from `udr models`) and for BM25 over the pool's inputs (udr.retrievers.BM25Retriever,
+encoder from `udr models`) and for BM25 over the pool's inputs (udr.evaluation.baselines.BM25Retriever,
 bm25s), in the same run:
 
 - index build: dense = embedding the pool with E_d + the faiss index (empty cache), and reloading
@@ -79,7 +79,7 @@ def model_dir(arg: str | None) -> Path:
     base = REPO / "models" / "base" / "encoder"
     if not base.is_dir():
         sys.exit("no model: run `dvc repro` (models/final) or `udr models -r encoder`, or pass --model")
-    from udr.encoder import BiEncoder, BiEncoderSettings
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
 
     out = Path(tempfile.mkdtemp(prefix="udr-bench-model-")) / "base-biencoder"
     BiEncoder.from_base(base, BiEncoderSettings(max_demo_length=128)).save(out)
@@ -131,7 +131,7 @@ def main() -> None:
     import torch
 
     from udr import Retriever
-    from udr.retrievers import BM25Retriever
+    from udr.evaluation.baselines import BM25Retriever
 
     pool, queries = workload(args.pool_size, args.queries)
     model = model_dir(args.model)

@@ -1,7 +1,7 @@
 """Benchmark: udr's LM-feedback scorer against the published code's way of scoring.
 
 Workload: for each task, a seeded sample of (query, candidate) pairs from the iteration-0 BM25
-candidates, turned into prompts with `udr.scoring.PromptBuilder` (no instruction, max_length 1024).
+candidates, turned into prompts with `udr.lm.scorer.PromptBuilder` (no instruction, max_length 1024).
 
 - udr scorer: `score_items(LMScorer(model), items, generation, batch_tokens)` (length-bucketed
   batches, LM head only at scored positions, prompt KV cache shared across a label / choice set).
@@ -9,7 +9,7 @@ candidates, turned into prompts with `udr.scoring.PromptBuilder` (no instruction
   right padding, a full `model(input_ids, attention_mask).logits` forward, fp32 log_softmax over
   every position, and one sequence (prompt + continuation) per label / choice: no prefix sharing.
 
-Both give per-pair scores with `udr.scoring.pair_score`; the script checks they agree and prints a
+Both give per-pair scores with `udr.lm.scorer.pair_score`; the script checks they agree and prints a
 table of throughput. "Workload tokens" = real tokens of prompt + gold answer per pair, the same
 numerator for both scorers (neither's extra work on the other choices or on padding is counted).
 
@@ -68,8 +68,8 @@ def build_items(root: Path, task_name: str, tokenizer, pairs, vocab_size: int | 
     """ScoringItems for the pairs; with `vocab_size`, token ids are taken modulo it (random model)."""
     import polars as pl
 
-    from udr.scoring import PromptBuilder
-    from udr.tasks import get_task
+    from udr.lm.scorer import PromptBuilder
+    from udr.data.tasks import get_task
 
     task = get_task(task_name)
     generation = task.family == "generation"
@@ -166,7 +166,7 @@ class ReferenceRun:
         return self
 
     def scores(self) -> np.ndarray:
-        from udr.scoring import pair_score
+        from udr.lm.scorer import pair_score
 
         return np.array([pair_score(lp, it.gold, self.generation, len(it.continuations[it.gold]))
                          for lp, it in zip(self.logps, self.items)], dtype=np.float64)
@@ -180,7 +180,7 @@ def measure(udr, model, items, generation: bool, batch_tokens: int, ref_batch: i
     the reference has done at least the same fraction of its work, and their time is taken out of the
     udr time; a load from elsewhere on the machine then falls on both scorers alike. Otherwise the two
     run back to back (`ref_first` picks the order)."""
-    from udr.scoring import score_items
+    from udr.lm.scorer import score_items
 
     ref = ReferenceRun(model, items, generation, ref_batch, pad_id)
     if not lockstep and ref_first:
@@ -288,8 +288,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from udr.models import load_causal_lm
-    from udr.scoring import BatchStats, LMScorer
+    from udr.lm.models import load_causal_lm
+    from udr.lm.scorer import BatchStats, LMScorer
 
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device available")

@@ -71,10 +71,10 @@ def run_udr(root: Path, *args: str) -> None:
 
 def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, max_test: int, k: int) -> None:
     """Prepare real tasks in `root` with tiny caps and write their BM25 candidates (round 0)."""
-    from udr.bm25 import bm25_candidates
-    from udr.data import prepare_task, prepared_dir, read_prepared
-    from udr.files import write_parquet_atomic
-    from udr.tasks import get_task
+    from udr.feedback.bm25 import bm25_candidates
+    from udr.data.prepare import prepare_task, prepared_dir, read_prepared
+    from udr.util.files import write_parquet_atomic
+    from udr.data.tasks import get_task
 
     for name in tasks:
         prepare_task(get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2,
@@ -92,11 +92,11 @@ def served(tmp_path_factory, data_dir):
     bi-encoder as round 0, copied to models/final and indexed by `udr index`."""
     import os
 
-    from udr.data import prepare_task, prepared_dir
-    from udr.encoder import BiEncoder, BiEncoderSettings
-    from udr.index import round_model_dir
-    from udr.models import resolve_model
-    from udr.tasks import get_task
+    from udr.data.prepare import prepare_task, prepared_dir
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
+    from udr.retriever.index import round_model_dir
+    from udr.lm.models import resolve_model
+    from udr.data.tasks import get_task
 
     root = tmp_path_factory.mktemp("serve")
     write_params(root, {t: {"max_train": 30, "max_test": 4} for t in SERVED_TASKS}, data_dir,

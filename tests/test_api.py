@@ -29,9 +29,9 @@ def _pool_rows(root, task):
 
 
 def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
-    from udr.encoder import query_text
-    from udr.search import load_embeddings
-    from udr.tasks import get_task
+    from udr.retriever.encoder import query_text
+    from udr.retriever.search import load_embeddings
+    from udr.data.tasks import get_task
 
     query = "a gripping, funny film"
     demos = retriever.retrieve(query, task="sst2", k=5)
@@ -74,7 +74,7 @@ def test_prompt_puts_the_most_similar_demonstration_last(retriever):
 
 def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeypatch):
     from udr import Retriever
-    from udr.encoder import BiEncoder
+    from udr.retriever.encoder import BiEncoder
 
     records = [{"input": f"def f{i}(x): return x + {i}", "target": f"add {i} to x"} for i in range(12)]
     own = Retriever.from_pool(records, instruction="Comment on the code. Code: ", root=served,

@@ -1,4 +1,4 @@
-"""udr.data: seeded splits and caps, stable ids, malformed rows, atomic output."""
+"""udr.data.prepare: seeded splits and caps, stable ids, malformed rows, atomic output."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from udr.data import prepare_task, seeded_cap, seeded_split
+from udr.data.prepare import prepare_task, seeded_cap, seeded_split
 from udr.errors import UdrError
-from udr.tasks import MirrorSource, get_task
+from udr.data.tasks import MirrorSource, get_task
 
 
 def test_seeded_split_same_seed_same_split_different_seed_different():
@@ -112,7 +112,7 @@ def test_failed_prepare_keeps_previous_output(tmp_path, data_dir, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(udr.data.json, "dumps", boom)
+    monkeypatch.setattr(udr.data.prepare.json, "dumps", boom)
     with pytest.raises(OSError):
         _prepare("sst2", data_dir, out, max_train=20)
     assert (out / "train.parquet").read_bytes() == before

@@ -19,7 +19,7 @@ def evaluated(tmp_path_factory, data_dir):
     """Round 0 and the EPR baseline trained on tiny models, every method evaluated, the report written."""
     import os
 
-    from udr.models import resolve_model
+    from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("eval")
     write_params(root, {t: {"max_train": 20, "max_test": 6} for t in TASKS}, data_dir,

@@ -17,7 +17,7 @@ import yaml
 from tests.conftest import REPO
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
-from udr.experiments import (ABLATIONS, TRANSFER_LM, ablation_experiments, comparison, exp_run_args,
+from udr.experiments.analyses import (ABLATIONS, TRANSFER_LM, ablation_experiments, comparison, exp_run_args,
                              experiment_rows, markdown_table, order_experiments, results_table, saved_experiments,
                              transfer_experiment, transfer_table)
 

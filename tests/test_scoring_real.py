@@ -20,11 +20,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def real_project(tmp_path_factory, data_dir):
-    from udr.bm25 import bm25_candidates
-    from udr.data import prepare_task, prepared_dir, read_prepared
-    from udr.files import write_parquet_atomic
-    from udr.models import resolve_model
-    from udr.tasks import get_task
+    from udr.feedback.bm25 import bm25_candidates
+    from udr.data.prepare import prepare_task, prepared_dir, read_prepared
+    from udr.util.files import write_parquet_atomic
+    from udr.lm.models import resolve_model
+    from udr.data.tasks import get_task
 
     root = tmp_path_factory.mktemp("real")
     write_params(root, {"sst2": {"max_train": 60, "max_test": 5}}, data_dir,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from udr.errors import UdrError
-from udr.search import ExactIndex, exact_top_k, load_embeddings, save_embeddings
+from udr.retriever.search import ExactIndex, exact_top_k, load_embeddings, save_embeddings
 
 N, M, D = 50, 300, 16
 

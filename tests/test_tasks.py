@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from udr.data import normalize_rows, read_jsonl
+from udr.data.prepare import normalize_rows, read_jsonl
 from udr.errors import UdrError
-from udr.tasks import FAMILIES, REGISTRY, BuiltinSource, MirrorSource, RowError, get_task
+from udr.data.tasks import FAMILIES, REGISTRY, BuiltinSource, MirrorSource, RowError, get_task
 
 MIRRORED = [t for t in REGISTRY.values() if isinstance(t.source, MirrorSource)]
 

@@ -1,4 +1,4 @@
-"""udr.training, udr.encoder, udr.mining, udr.index: sampler, candidate schemes, save/load, resume,
+"""udr.training, udr.encoder, udr.mining, udr.retriever.index: sampler, candidate schemes, save/load, resume,
 mining against brute force, and a two-round loop through the CLI on tiny models."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO, prepare_with_candidates, run_udr, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
-from udr.training import TaskSampler, sample_candidates
+from udr.retriever.training import TaskSampler, sample_candidates
 
 TASKS = {"sst2": "classification", "break": "generation"}
 
@@ -66,7 +66,7 @@ def test_sample_candidates_schemes(scheme):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, data_dir):
     """Two real tasks (tiny caps), BM25 candidates, a tiny LM and a tiny BERT resolved."""
-    from udr.models import resolve_model
+    from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("loop")
     write_params(root, {t: {"max_train": 24, "max_test": 4} for t in TASKS}, data_dir,
@@ -119,10 +119,10 @@ def test_loop_writes_every_round(looped):
 
 def test_mining_is_exact_top_k_without_self(looped):
     """Mined candidates equal a brute-force ranking by round 0's retriever, self excluded."""
-    from udr.data import read_prepared
-    from udr.encoder import BiEncoder, query_text
-    from udr.index import pool_texts
-    from udr.tasks import get_task
+    from udr.data.prepare import read_prepared
+    from udr.retriever.encoder import BiEncoder, query_text
+    from udr.retriever.index import pool_texts
+    from udr.data.tasks import get_task
 
     root = looped
     enc = BiEncoder.load(root / "models/rounds/it0")
@@ -143,7 +143,7 @@ def test_mining_is_exact_top_k_without_self(looped):
 
 
 def test_save_load_round_trip_gives_identical_embeddings(looped, tmp_path):
-    from udr.encoder import BiEncoder
+    from udr.retriever.encoder import BiEncoder
 
     enc = BiEncoder.load(looped / "models/rounds/it1")
     texts = ["a gripping, funny film", "return the count of flights from boston", "x"]
@@ -155,7 +155,7 @@ def test_save_load_round_trip_gives_identical_embeddings(looped, tmp_path):
 
 
 def test_training_moves_the_model(looped):
-    from udr.encoder import BiEncoder
+    from udr.retriever.encoder import BiEncoder
 
     texts = ["some query text", "another one"]
     e0 = BiEncoder.load(looped / "models/rounds/it0").encode(texts, "query")
@@ -166,8 +166,8 @@ def test_training_moves_the_model(looped):
 def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     """Kill round 0's training after a few steps (a checkpoint exists), run again: same weights."""
     from udr.config import load_settings
-    from udr.encoder import BiEncoder
-    from udr.training import run_train
+    from udr.retriever.encoder import BiEncoder
+    from udr.retriever.training import run_train
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
@@ -189,7 +189,7 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
 
 def test_single_task_training_reads_only_that_task(looped, tmp_path):
     from udr.config import load_settings
-    from udr.training import run_train
+    from udr.retriever.training import run_train
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
@@ -212,7 +212,7 @@ def test_round_errors(looped, run_cli):
 @pytest.mark.slow
 def test_two_process_training_equals_one_process(looped, tmp_path):
     """`torchrun --nproc_per_node=2 udr train` follows the one-process run (same losses to float order)."""
-    from udr.encoder import BiEncoder
+    from udr.retriever.encoder import BiEncoder
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
@@ -236,7 +236,7 @@ def test_two_process_training_equals_one_process(looped, tmp_path):
 
 def test_rounds_report(looped, run_cli):
     from udr.config import load_settings
-    from udr.rounds import rounds_table
+    from udr.retriever.rounds import rounds_table
 
     rows = rounds_table(load_settings(looped / "params.yaml"))
     totals = {r["round"]: r for r in rows if r["task"] == "all"}

@@ -10,7 +10,7 @@ __all__ = ["Demonstration", "Retriever", "UdrError"]
 
 def __getattr__(name: str):
     if name in ("Retriever", "Demonstration"):
-        from udr import api
+        from udr.serving import api
 
         return getattr(api, name)
     if name == "UdrError":

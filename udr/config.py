@@ -232,7 +232,7 @@ def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:
         settings = Settings.model_validate({**raw, "root": root})
     except ValidationError as exc:
         raise UdrError(_format_validation_error(exc)) from None
-    from udr.tasks import get_task  # late import: tasks imports config types
+    from udr.data.tasks import get_task  # late import: tasks imports config types
 
     for name in settings.prepare.tasks:
         get_task(name)  # unknown task -> UdrError listing the known ones

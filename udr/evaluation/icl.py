@@ -63,7 +63,7 @@ def assemble(builder, demos: Sequence[tuple[int, str, str]], query_input: str, *
              max_demos: int | None, order: Order, rng: np.random.Generator | None = None) -> Prompt:
     """The prompt for one test input.
 
-    builder: the scoring stage's :class:`udr.scoring.PromptBuilder` (tokeniser, template and
+    builder: the scoring stage's :class:`udr.lm.scorer.PromptBuilder` (tokeniser, template and
     instruction: the same layout as LM scoring); demos: (pool id, input, answer), most similar
     first; context: C; reserve: tokens kept free for the answer (the longest target, or the longest
     label continuation).
@@ -86,7 +86,7 @@ def prompt_text(template: str, instruction: str | None, demos: Sequence[tuple[st
                 order: Order = "ascending", rng: np.random.Generator | None = None) -> str:
     """The same layout as :func:`assemble`, as text and without a token budget: every one of `demos`
     ((input, answer), most similar first) in `order`, then the test input, ready to send to an LM."""
-    from udr.scoring import render_demonstration, render_query
+    from udr.lm.scorer import render_demonstration, render_query
 
     chosen = order_demonstrations(list(range(len(demos))), order, rng)
     return ((instruction or "") + "".join(render_demonstration(template, *demos[j]) for j in chosen)

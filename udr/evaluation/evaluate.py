@@ -3,7 +3,7 @@ demonstrations.
 
 For every test input the retriever ranks the task's pool (its prepared train split); the prompt
 takes, most similar first, `evaluate.max_demos` demonstrations for classification / multiple choice
-and as many as fit in the context for generation (:func:`udr.icl.assemble`), in `evaluate.order`.
+and as many as fit in the context for generation (:func:`udr.evaluation.icl.assemble`), in `evaluate.order`.
 The LM then predicts (:mod:`udr.predict`) and the task's metric scores it (:mod:`udr.metrics`).
 
 Outputs, per method and task:
@@ -46,10 +46,10 @@ class LanguageModel:
     def load(cls, settings) -> "LanguageModel":
         import torch
 
-        from udr.distributed import resolve_lm_precision
-        from udr.models import load_causal_lm, resolve_model
-        from udr.predict import GreedyGenerator
-        from udr.scoring import LMScorer
+        from udr.util.distributed import resolve_lm_precision
+        from udr.lm.models import load_causal_lm, resolve_model
+        from udr.lm.predict import GreedyGenerator
+        from udr.lm.scorer import LMScorer
 
         if settings.evaluate.lm:  # another inference LM than the scoring one: resolved (once) next to it
             lm_dir = resolve_model(settings.evaluate.lm, settings.root / "models" / "base" / "eval_lm", kind="lm")
@@ -70,10 +70,10 @@ class TaskEvaluation:
     prompts at any demonstration count."""
 
     def __init__(self, settings, lm: LanguageModel, method: str, task_name: str, *, progress: bool):
-        from udr.data import read_prepared
-        from udr.retrievers import build_retriever
-        from udr.scoring import PromptBuilder
-        from udr.tasks import get_task
+        from udr.data.prepare import read_prepared
+        from udr.evaluation.baselines import build_retriever
+        from udr.lm.scorer import PromptBuilder
+        from udr.data.tasks import get_task
 
         cfg = settings.evaluate
         self.settings, self.lm, self.method = settings, lm, method
@@ -107,8 +107,8 @@ class TaskEvaluation:
 
     def prompts(self, max_demos: int | None):
         """One assembled prompt per test row (demonstrations capped at `max_demos`, None: as many as fit)."""
-        from udr.data import task_rng
-        from udr.icl import assemble
+        from udr.data.prepare import task_rng
+        from udr.evaluation.icl import assemble
 
         cfg = self.settings.evaluate
         out = []
@@ -126,8 +126,8 @@ class TaskEvaluation:
     def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
         """(predictions for the metric, their texts). A prompt already predicted at another
         demonstration count (e.g. 8 for a shots point equal to the main run) is not run again."""
-        from udr.predict import predict_choices
-        from udr.scoring import ScoringItem
+        from udr.lm.predict import predict_choices
+        from udr.lm.scorer import ScoringItem
 
         cfg = self.settings.evaluate
         todo = [j for j, p in enumerate(prompts) if p.token_ids not in self._done]
@@ -151,7 +151,7 @@ class TaskEvaluation:
 
     def run(self, max_demos: int | None, bar=None, description: str = "") -> tuple[dict, list, list[str]]:
         """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts)."""
-        from udr.metrics import score_task
+        from udr.evaluation.metrics import score_task
 
         prompts = self.prompts(max_demos)
         job = bar.add_task(description, total=len(prompts)) if bar is not None else None
@@ -170,7 +170,7 @@ class TaskEvaluation:
 def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]) -> None:
     import polars as pl
 
-    from udr.files import write_parquet_atomic
+    from udr.util.files import write_parquet_atomic
 
     frame = pl.DataFrame({
         "id": [int(r["id"]) for r in ev.test],
@@ -184,9 +184,9 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
 
 def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progress: bool = True) -> dict[str, dict]:
     """Evaluate `method` on the tasks (default: all in params); returns {task: result} as written."""
-    from udr.files import write_text_atomic
-    from udr.progress import progress_bar
-    from udr.retrievers import check_method
+    from udr.util.files import write_text_atomic
+    from udr.util.progress import progress_bar
+    from udr.evaluation.baselines import check_method
 
     cfg = settings.evaluate
     check_method(method)  # before loading the LM

@@ -18,7 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from udr.errors import UdrError
-from udr.tasks import Task
+from udr.data.tasks import Task
 
 OWN_POOL = "own"
 
@@ -50,15 +50,15 @@ class Pool:
 
     def demo_texts(self, settings) -> list[str]:
         """What E_d (with bi-encoder `settings`) reads for each row: [instruction] rendered demonstration."""
-        from udr.index import pool_texts
+        from udr.retriever.index import pool_texts
 
         return pool_texts(self.task, self.inputs, self.outputs, settings)
 
 
 def prepared_pool(root: Path, task_name: str) -> Pool:
     """The pipeline's pool of a registered task: its prepared train split under `root`."""
-    from udr.data import prepared_file, read_prepared
-    from udr.tasks import get_task
+    from udr.data.prepare import prepared_file, read_prepared
+    from udr.data.tasks import get_task
 
     task = get_task(task_name)
     path = prepared_file(Path(root), task_name, "train")
@@ -73,7 +73,7 @@ def prepared_pool(root: Path, task_name: str) -> Pool:
 def own_task(instruction: str | None, like: str | None = None, name: str | None = None) -> Task:
     """The task an own pool is read as: registered task `like` (its row shape, template and, unless
     `instruction` is given, its instruction), or the generation shape with `instruction`."""
-    from udr.tasks import BuiltinSource, Generation, get_task
+    from udr.data.tasks import BuiltinSource, Generation, get_task
 
     if instruction is not None and not instruction.strip():
         raise UdrError("empty instruction: give the task instruction UDR reads with every demonstration")
@@ -91,7 +91,7 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
                  numbered: bool = False) -> Pool:
     """A pool of own records read with `task`'s row shape. `numbered`: `records` are
     (line number, record) pairs (from a file); otherwise ids are list positions."""
-    from udr.data import normalize_rows
+    from udr.data.prepare import normalize_rows
 
     pairs = list(records) if numbered else list(enumerate(records))
     for lineno, record in pairs:
@@ -107,7 +107,7 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
 
 def file_pool(path: Path, task: Task) -> Pool:
     """A pool from a JSON-lines file of own records; a malformed line fails with file:line."""
-    from udr.data import read_jsonl
+    from udr.data.prepare import read_jsonl
 
     path = Path(path)
     if not path.is_file():

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.distributed import Distributed, resolve_lm_precision
+from udr.util.distributed import Distributed, resolve_lm_precision
 from udr.errors import UdrError
-from udr.files import file_sha256, write_parquet_atomic, write_text_atomic
-from udr.progress import progress_bar
+from udr.util.files import file_sha256, write_parquet_atomic, write_text_atomic
+from udr.util.progress import progress_bar
 
 SCORE_COLUMNS = ("query_id", "candidate_id", "score", "rank", "scored_in")
 
@@ -42,7 +42,7 @@ def candidates_path(root: Path, iteration: int, task: str) -> Path:
 def select_queries(train_ids: np.ndarray, n: int, seed: int, task: str) -> np.ndarray:
     """The seeded choice of at most n train query ids (depends on the pool's ids only: the same
     queries every iteration)."""
-    from udr.data import task_rng
+    from udr.data.prepare import task_rng
 
     ids = np.sort(np.asarray(train_ids, dtype=np.int64))
     return np.sort(task_rng(seed, task, "score-queries").permutation(ids)[:n])
@@ -82,10 +82,10 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     import polars as pl
     import torch
 
-    from udr.data import prepared_file, read_prepared
-    from udr.models import load_causal_lm
-    from udr.scoring import BatchStats, LMScorer, PromptBuilder, score_items
-    from udr.tasks import get_task
+    from udr.data.prepare import prepared_file, read_prepared
+    from udr.lm.models import load_causal_lm
+    from udr.lm.scorer import BatchStats, LMScorer, PromptBuilder, score_items
+    from udr.data.tasks import get_task
 
     task = get_task(task_name)
     cfg = settings.score

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from udr.errors import UdrError
-from udr.files import file_sha256
+from udr.util.files import file_sha256
 
 RECORD_NAME = "udr_model.json"
 

@@ -13,8 +13,8 @@ from typing import Literal
 import numpy as np
 
 from udr.errors import UdrError
-from udr.progress import progress_bar
-from udr.tasks import Family
+from udr.util.progress import progress_bar
+from udr.data.tasks import Family
 
 K1 = 1.5
 B = 0.75

@@ -59,8 +59,8 @@ class Retriever:
     def load(cls, path: Path | str | None = None, *, root: Path | str = ".", device: str = "auto",
              cache_dir: Path | None = None, batch_size: int = 64, progress: bool = False) -> "Retriever":
         """The bi-encoder saved at `path` (default: the pipeline's final model under `root`)."""
-        from udr.encoder import BiEncoder
-        from udr.index import final_model_dir
+        from udr.retriever.encoder import BiEncoder
+        from udr.retriever.index import final_model_dir
 
         model_dir = Path(path) if path is not None else final_model_dir(Path(root))
         if not model_dir.is_dir():
@@ -87,7 +87,7 @@ class Retriever:
         ``{"input", "target"}`` otherwise. instruction: the task instruction UDR reads with every
         demonstration (and query); required unless `task` is given.
         """
-        from udr.pools import file_pool, own_task, records_pool
+        from udr.serving.pools import file_pool, own_task, records_pool
 
         spec = own_task(instruction, like=task)
         if isinstance(records, (str, Path)):
@@ -127,12 +127,12 @@ class Retriever:
         """The in-context prompt for `query` with `demonstrations` (as retrieved, most similar first),
         in the evaluation's layout: ascending order puts the most similar right before the query.
         `instruction`: start with the task instruction (the default follows `score.instruction`: none)."""
-        from udr.icl import prompt_text
+        from udr.evaluation.icl import prompt_text
 
         spec = self._pools[self.resolve_task(task)].task
         rng = None
         if order == "random":
-            from udr.data import task_rng
+            from udr.data.prepare import task_rng
 
             rng = task_rng(0, spec.name, f"prompt/{query}")
         return prompt_text(spec.template, spec.instruction if instruction else None,
@@ -144,7 +144,7 @@ class Retriever:
     def fingerprint(self) -> str:
         """The model's fingerprint (hash of its settings and weights), computed once."""
         if self._fingerprint is None:
-            from udr.index import model_fingerprint
+            from udr.retriever.index import model_fingerprint
 
             self._fingerprint = model_fingerprint(self.model_dir)
         return self._fingerprint
@@ -165,15 +165,15 @@ class Retriever:
             raise UdrError("no task given: name the task to retrieve for (known here: "
                            f"{', '.join(self.tasks()) or 'none'})")
         if task not in self._pools:
-            from udr.pools import prepared_pool
+            from udr.serving.pools import prepared_pool
 
             self._pools[task] = prepared_pool(self.root, task)
         return task
 
     def _searcher(self, name: str):
         if name not in self._searchers:
-            from udr.encoder import query_text
-            from udr.retrievers import DenseRetriever
+            from udr.retriever.encoder import query_text
+            from udr.evaluation.baselines import DenseRetriever
 
             pool = self._pools[name]
             emb = self._pool_embeddings(pool)
@@ -185,11 +185,11 @@ class Retriever:
 
     def _pool_embeddings(self, pool):
         """The model's `udr index` for a pipeline pool when it has one (checked), else the cache."""
-        from udr.index import index_path, load_index
-        from udr.pool_cache import cached_pool_embeddings
+        from udr.retriever.index import index_path, load_index
+        from udr.serving.pool_cache import cached_pool_embeddings
 
         if pool.prepared and index_path(self.model_dir, pool.name).is_file():
-            from udr.files import file_sha256
+            from udr.util.files import file_sha256
 
             return load_index(self.model_dir, pool.name, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
         emb, _ = cached_pool_embeddings(self.encoder, self.fingerprint, pool, cache_dir=self.cache_dir,
@@ -206,7 +206,7 @@ def check_query(query, what: str = "query") -> None:
 
 
 def _device(device: str) -> str:
-    from udr.distributed import resolve_device_type
+    from udr.util.distributed import resolve_device_type
 
     if device not in ("auto", "cpu", "cuda"):
         raise UdrError(f"bad device '{device}' (expected auto, cpu or cuda)")

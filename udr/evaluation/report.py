@@ -16,7 +16,7 @@ FAMILY_TITLES = {"classification": "classification", "multiple_choice": "multipl
 def _load_results(settings) -> dict[str, dict[str, dict]]:
     """{method: {task: result}} for the methods and tasks in params (all must exist)."""
     from udr.config import METHODS
-    from udr.evaluate import metrics_path
+    from udr.evaluation.evaluate import metrics_path
 
     out: dict[str, dict[str, dict]] = {}
     for method in METHODS:
@@ -99,7 +99,7 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from udr.files import write_text_atomic
+    from udr.util.files import write_text_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, max(1, len(shots)), figsize=(5 * max(1, len(shots)), 3.6), squeeze=False)
@@ -129,7 +129,7 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
 
 def run_report(settings) -> dict:
     """Write metrics/summary.json, metrics/results.md and the shots plot; returns the summary."""
-    from udr.files import write_text_atomic
+    from udr.util.files import write_text_atomic
 
     root = settings.root
     results = _load_results(settings)

@@ -2,7 +2,7 @@
 
 Every optimiser step takes `train.batch_size` scored queries from ONE task, the task drawn with
 p(T) ~ q_T^alpha (q_T = T's share of the scored queries); each query brings l candidates sampled
-from its LM-ranked list and ranked 1..l by the LM's scores. The loss is :class:`udr.losses.UDRLoss`.
+from its LM-ranked list and ranked 1..l by the LM's scores. The loss is :class:`udr.retriever.losses.UDRLoss`.
 The batch is processed in micro-batches of `train.micro_batch` queries with gradient accumulation
 (in-batch negatives are the micro-batch's candidates).
 
@@ -26,9 +26,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from udr.distributed import Distributed, resolve_device_type
+from udr.util.distributed import Distributed, resolve_device_type
 from udr.errors import UdrError
-from udr.files import write_text_atomic
+from udr.util.files import write_text_atomic
 
 TOP_BOTTOM = 5  # the published scheme's and EPR's "top 5" / "bottom 5"
 
@@ -90,7 +90,7 @@ def sample_candidates(n: int, l: int, scheme: str, rng: np.random.Generator) -> 
 
 
 def step_rng(seed: int, round_: int, step: int, purpose: str = "batch") -> np.random.Generator:
-    from udr.data import task_rng
+    from udr.data.prepare import task_rng
 
     return task_rng(seed, f"train-it{round_}", f"{purpose}-{step}")
 
@@ -99,11 +99,11 @@ def load_scored_queries(root: Path, tasks: Sequence[str], iteration: int, encode
     """Each task's scored queries of `iteration` with their candidates as encoder texts, LM order."""
     import polars as pl
 
-    from udr.data import read_prepared
-    from udr.encoder import query_text
-    from udr.index import pool_texts
-    from udr.score_job import scores_path
-    from udr.tasks import get_task
+    from udr.data.prepare import read_prepared
+    from udr.retriever.encoder import query_text
+    from udr.retriever.index import pool_texts
+    from udr.feedback.score import scores_path
+    from udr.data.tasks import get_task
 
     out: dict[str, list[ScoredQuery]] = {}
     for name in tasks:
@@ -165,11 +165,11 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
     """
     import torch
 
-    from udr.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings
-    from udr.files import file_sha256
-    from udr.losses import UDRLoss
-    from udr.progress import progress_bar
-    from udr.score_job import scores_path
+    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings
+    from udr.util.files import file_sha256
+    from udr.retriever.losses import UDRLoss
+    from udr.util.progress import progress_bar
+    from udr.feedback.score import scores_path
 
     cfg = settings.train
     root = settings.root
@@ -287,7 +287,7 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
 def _describe_init(init: Path) -> dict:
     for name in ("udr_encoder.json", "udr_model.json"):
         if (init / name).is_file():
-            from udr.files import file_sha256
+            from udr.util.files import file_sha256
 
             return {"path": str(init), name: file_sha256(init / name),
                     "weights": sorted(file_sha256(p) for p in init.rglob("*.safetensors"))}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from udr.errors import UdrError
-from udr.files import write_text_atomic
+from udr.util.files import write_text_atomic
 
 SETTINGS_NAME = "udr_encoder.json"
 
@@ -60,7 +60,7 @@ class BiEncoder:
     @classmethod
     def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> "BiEncoder":
         """Both encoders initialised from the same resolved base encoder (two independent copies)."""
-        from udr.models import load_encoder
+        from udr.lm.models import load_encoder
 
         query_model, tokenizer = load_encoder(base_dir)
         demo_model, _ = load_encoder(base_dir)
@@ -164,7 +164,7 @@ class BiEncoder:
         import numpy as np
         import torch
 
-        from udr.progress import progress_bar
+        from udr.util.progress import progress_bar
 
         texts = list(texts)
         lengths = [len(t) for t in texts]

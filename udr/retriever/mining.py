@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from udr.errors import UdrError
-from udr.files import write_parquet_atomic, write_text_atomic
+from udr.util.files import write_parquet_atomic, write_text_atomic
 
 
 @dataclass
@@ -39,13 +39,13 @@ class MineSummary:
 def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True) -> MineSummary:
     import polars as pl
 
-    from udr.data import read_prepared
-    from udr.distributed import resolve_device_type
-    from udr.encoder import BiEncoder, query_text
-    from udr.index import embed_pool, round_model_dir
-    from udr.score_job import candidates_path, select_queries
-    from udr.search import exact_top_k
-    from udr.tasks import get_task
+    from udr.data.prepare import read_prepared
+    from udr.util.distributed import resolve_device_type
+    from udr.retriever.encoder import BiEncoder, query_text
+    from udr.retriever.index import embed_pool, round_model_dir
+    from udr.feedback.score import candidates_path, select_queries
+    from udr.retriever.search import exact_top_k
+    from udr.data.tasks import get_task
 
     if iteration < 1:
         raise UdrError("mining starts at round 1 (round 0's candidates come from `udr candidates`)")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
-from udr.tasks import BuiltinSource, Example, HubSource, MirrorSource, RowError, Task
+from udr.data.tasks import BuiltinSource, Example, HubSource, MirrorSource, RowError, Task
 
 SPLITS = ("train", "test")
 COLUMNS = ("id", "input", "target", "label", "choices", "references")

@@ -5,7 +5,7 @@ items of the task's demonstration pool (its prepared train split), most similar 
 - ``bm25``: Okapi BM25 between the test input and the pool's inputs;
 - ``sbert``: the off-the-shelf base encoder (all-MiniLM-L6-v2) as sentence-transformers uses it:
   mean pooling, L2-normalised, cosine similarity of the test input and the pool's inputs;
-- ``epr``: the EPR baseline (``models/epr``, see :func:`udr.training.epr_settings`);
+- ``epr``: the EPR baseline (``models/epr``, see :func:`udr.retriever.training.epr_settings`);
 - ``udr``: the final UDR retriever (``models/final``) with its pool index from ``udr index``.
 
 EPR and UDR are bi-encoders read as in training: E_q sees ``[I] x``, E_d the rendered
@@ -64,7 +64,7 @@ class RandomRetriever:
         self.seed, self.task = seed, task
 
     def rank(self, queries, k, exclude=None):
-        from udr.data import task_rng
+        from udr.data.prepare import task_rng
 
         m = len(self.pool_ids)
         excl = _exclude_positions(self.pool_ids, exclude, len(queries))
@@ -82,7 +82,7 @@ class BM25Retriever:
     """BM25 (Okapi, bm25s) of the query against the pool's texts."""
 
     def __init__(self, pool_ids: Sequence[int], pool_texts: Sequence[str]):
-        from udr.bm25 import BM25Index
+        from udr.feedback.bm25 import BM25Index
 
         self.pool_ids = np.asarray(pool_ids, dtype=np.int64)
         self.index = BM25Index(list(pool_texts))
@@ -104,7 +104,7 @@ class DenseRetriever:
 
     def __init__(self, encoder, pool_ids: Sequence[int], pool_embeddings: np.ndarray, query_text=lambda x: x,
                  batch_size: int = 64):
-        from udr.search import ExactIndex
+        from udr.retriever.search import ExactIndex
 
         self.encoder = encoder
         self.pool_ids = np.asarray(pool_ids, dtype=np.int64)
@@ -132,8 +132,8 @@ class DenseRetriever:
 def sbert_encoder(base_dir: Path):
     """The off-the-shelf sentence encoder: one model on both sides, mean pooling, normalised, no
     instruction."""
-    from udr.encoder import BiEncoder, BiEncoderSettings
-    from udr.models import load_encoder
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
+    from udr.lm.models import load_encoder
 
     model, tokenizer = load_encoder(Path(base_dir))
     settings = BiEncoderSettings(query_instruction=False, max_query_length=128, max_demo_length=128,
@@ -143,7 +143,7 @@ def sbert_encoder(base_dir: Path):
 
 def method_model_dir(root: Path, method: str) -> Path | None:
     """The model a method reads (None for random and BM25)."""
-    from udr.index import final_model_dir
+    from udr.retriever.index import final_model_dir
 
     return {"sbert": root / "models" / "base" / "encoder", "epr": root / "models" / "epr",
             "udr": final_model_dir(root)}.get(method)
@@ -159,7 +159,7 @@ def check_method(method: str) -> None:
 
 def build_retriever(method: str, settings, task_name: str, pool, *, progress: bool = False) -> PoolRetriever:
     """The retriever `method` over `pool` (a prepared train frame) of `task_name`."""
-    from udr.tasks import get_task
+    from udr.data.tasks import get_task
 
     root = settings.root
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
@@ -170,9 +170,9 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
         return BM25Retriever(ids, inputs)
     check_method(method)
 
-    from udr.distributed import resolve_device_type
-    from udr.encoder import BiEncoder, query_text
-    from udr.index import embed_pool
+    from udr.util.distributed import resolve_device_type
+    from udr.retriever.encoder import BiEncoder, query_text
+    from udr.retriever.index import embed_pool
 
     model_dir = method_model_dir(root, method)
     if not model_dir.is_dir():
@@ -187,9 +187,9 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
         return DenseRetriever(encoder, ids, emb, batch_size=batch)
     encoder = BiEncoder.load(model_dir).to(device)
     if method == "udr":
-        from udr.data import prepared_file
-        from udr.files import file_sha256
-        from udr.index import load_index
+        from udr.data.prepare import prepared_file
+        from udr.util.files import file_sha256
+        from udr.retriever.index import load_index
 
         emb = load_index(model_dir, task_name, ids, file_sha256(prepared_file(root, task_name, "train")))
     else:

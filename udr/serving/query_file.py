@@ -25,8 +25,8 @@ class QueryLine:
 
 def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
     """The queries of a JSON-lines file; a malformed line fails with file:line."""
-    from udr.api import check_query
-    from udr.data import read_jsonl
+    from udr.serving.api import check_query
+    from udr.data.prepare import read_jsonl
 
     path = Path(path)
     if not path.is_file():
@@ -49,7 +49,7 @@ def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
 def retrieve_lines(retriever, lines: list[QueryLine], k: int, *, prompt: bool = False,
                    progress: bool = False) -> list[str]:
     """One JSON result line per query line, in input order; queries of a task are embedded together."""
-    from udr.progress import progress_bar
+    from udr.util.progress import progress_bar
 
     by_task: dict[str | None, list[int]] = {}
     for i, line in enumerate(lines):

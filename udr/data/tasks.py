@@ -299,7 +299,7 @@ _TASKS: list[Task] = [
          _mirror("dart", "validation", "test"), "KaiLv/UDR_DART", group_test_references=True,
          notes="no train split: validation is the pool"),
     Task("python_code", "generation", "code summarization", CODE, "bleu", CodeGeneration(),
-         BuiltinSource("udr.pythoncode:build_python_code_examples"),
+         BuiltinSource("udr.data.python_code:build_python_code_examples"),
          notes="built from the installed Python standard library's documented functions"),
 ]
 

@@ -2,7 +2,7 @@
 
 - classification / multiple choice: the label (or choice) whose verbalisation has the highest
   summed log-likelihood after the prompt. The prompt runs once and its key/value cache serves
-  every label (:class:`udr.scoring.LMScorer`); prompts are batched by length.
+  every label (:class:`udr.lm.scorer.LMScorer`); prompts are batched by length.
 - generation: greedy decoding, batched (left padding) with the key/value cache, stopped at the
   end of the line: a row stops at the first token whose text holds a newline (or at the end-of-
   sequence token, or after `max_new_tokens`); the answer is the text before the newline.
@@ -19,7 +19,7 @@ def predict_choices(scorer, items, batch_tokens: int, on_batch: Callable[[int], 
                     ) -> tuple[list[int], list[list[float]]]:
     """For ScoringItems (prompt + label continuations): the argmax label index of each (ties: the
     lower index) and the summed log-likelihood of every label, in the items' order."""
-    from udr.scoring import length_batches
+    from udr.lm.scorer import length_batches
 
     logps: list[list[float] | None] = [None] * len(items)
     for batch in length_batches(items, batch_tokens):
@@ -71,7 +71,7 @@ class GreedyGenerator:
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_tokens: int,
                  on_batch: Callable[[int], None] | None = None) -> list[str]:
         """The first generated line for each prompt (token ids), in the prompts' order."""
-        from udr.scoring import pad_sequences
+        from udr.lm.scorer import pad_sequences
 
         torch = self._torch
         out: list[str | None] = [None] * len(prompts)

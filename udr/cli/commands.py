@@ -58,7 +58,7 @@ def _settings(params: Path, overrides: list[str] | None):
 
 
 def _selected_tasks(settings, tasks: list[str] | None) -> list[str]:
-    from udr.tasks import get_task
+    from udr.data.tasks import get_task
 
     chosen = tasks or settings.task_names()
     for name in chosen:
@@ -74,8 +74,8 @@ def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
     from rich.console import Console
     from rich.table import Table
 
-    from udr.data import mirror_available
-    from udr.tasks import BuiltinSource, MirrorSource, all_tasks
+    from udr.data.prepare import mirror_available
+    from udr.data.tasks import BuiltinSource, MirrorSource, all_tasks
 
     configured: set[str] = set()
     data_dir = None
@@ -110,8 +110,8 @@ def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
 @app.command("prepare")
 def prepare_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Write data/prepared/<task>/{train,test}.parquet (+ meta.json) for the tasks in params."""
-    from udr.data import prepare_task, prepared_dir
-    from udr.tasks import get_task
+    from udr.data.prepare import prepare_task, prepared_dir
+    from udr.data.tasks import get_task
 
     settings = _settings(params, set_)
     console = _console()
@@ -135,7 +135,7 @@ def models_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Resolve the model specs in params to safetensors directories under models/base/<role>/."""
-    from udr.models import resolve_model
+    from udr.lm.models import resolve_model
 
     settings = _settings(params, set_)
     roles = {"lm": ("lm", settings.models.lm), "encoder": ("encoder", settings.models.encoder)}
@@ -151,11 +151,11 @@ def models_cmd(
 @app.command("candidates")
 def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Iteration 0: BM25 top-K candidates for every train query -> data/candidates/it0/<task>.parquet."""
-    from udr.bm25 import bm25_candidates, candidate_field
-    from udr.data import read_prepared
-    from udr.files import write_parquet_atomic
-    from udr.score_job import candidates_path
-    from udr.tasks import get_task
+    from udr.feedback.bm25 import bm25_candidates, candidate_field
+    from udr.data.prepare import read_prepared
+    from udr.util.files import write_parquet_atomic
+    from udr.feedback.score import candidates_path
+    from udr.data.tasks import get_task
 
     settings = _settings(params, set_)
     cfg = settings.candidates
@@ -178,7 +178,7 @@ def score_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Score candidates with the LM -> data/scores/it<N>/<task>.parquet (resumable; runs under torchrun)."""
-    from udr.score_job import run_score
+    from udr.feedback.score import run_score
 
     settings = _settings(params, set_)
     for name in _selected_tasks(settings, task):
@@ -199,9 +199,9 @@ def train_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Train the bi-encoder on round N's scores -> models/rounds/it<N>/ (resumable; runs under torchrun)."""
-    from udr.index import round_model_dir
-    from udr.retrievers import method_model_dir
-    from udr.training import epr_settings, run_train
+    from udr.retriever.index import round_model_dir
+    from udr.evaluation.baselines import method_model_dir
+    from udr.retriever.training import epr_settings, run_train
 
     settings = _settings(params, set_)
     _check_round(settings, iteration)
@@ -224,7 +224,7 @@ def train_cmd(
 def mine_cmd(iteration: IterationOpt = 1, task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"),
              set_: SetOpt = None) -> None:
     """Mine round N's candidates with round N-1's retriever -> data/candidates/it<N>/<task>.parquet."""
-    from udr.mining import run_mine
+    from udr.retriever.mining import run_mine
 
     settings = _settings(params, set_)
     _check_round(settings, iteration)
@@ -243,7 +243,7 @@ def evaluate_cmd(
     set_: SetOpt = None,
 ) -> None:
     """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/."""
-    from udr.evaluate import run_evaluate
+    from udr.evaluation.evaluate import run_evaluate
 
     settings = _settings(params, set_)
     for name, r in run_evaluate(settings, method, tasks=_selected_tasks(settings, task) if task else None,
@@ -256,7 +256,7 @@ def evaluate_cmd(
 @app.command("report")
 def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Collect metrics/<method>/*.json -> metrics/summary.json, metrics/results.md and the shots plot."""
-    from udr.report import run_report
+    from udr.evaluation.report import run_report
 
     settings = _settings(params, set_)
     run_report(settings)
@@ -266,7 +266,7 @@ def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
 @app.command("index")
 def index_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Copy the last round's retriever to models/final/ and embed every task's pool with it."""
-    from udr.index import run_index
+    from udr.retriever.index import run_index
 
     settings = _settings(params, set_)
     report = run_index(settings, progress=sys.stderr.isatty())
@@ -281,7 +281,7 @@ def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
     from rich.console import Console
     from rich.table import Table
 
-    from udr.rounds import rounds_table
+    from udr.retriever.rounds import rounds_table
 
     settings = _settings(params, set_)
     table = Table("round", "task", "pairs", "scored", "best LM score (all)", "retrieved: best / mean", "mined new", "loss start",
@@ -328,18 +328,18 @@ def retrieve_cmd(
     if instruction is not None and pool is None:
         raise UdrError("--instruction goes with --pool (your own demonstrations)")
     if query is not None:
-        from udr.api import check_query
+        from udr.serving.api import check_query
 
         check_query(query)
-    from udr.api import Retriever
+    from udr.serving.api import Retriever
 
     interactive = sys.stderr.isatty()
     retriever = Retriever.load(model, device=device, progress=interactive)
     if pool is not None:
         task = retriever.add_pool(pool, instruction=instruction, task=task)
     if input_file is not None:
-        from udr.files import write_text_atomic
-        from udr.query_file import read_queries, retrieve_lines
+        from udr.util.files import write_text_atomic
+        from udr.serving.query_file import read_queries, retrieve_lines
 
         lines = retrieve_lines(retriever, read_queries(input_file, task), k, prompt=prompt, progress=interactive)
         text = "".join(line + "\n" for line in lines)
@@ -389,7 +389,7 @@ DryOpt = Annotated[bool, typer.Option("--dry", help="Print the dvc commands inst
 def exp_run_cmd(name: Annotated[str, typer.Argument(help="Experiment name.")], targets: ExpTargets = None,
                 set_: ExpSetOpt = None, dry: DryOpt = False) -> None:
     """One experiment: `dvc exp run -n NAME -S ...` in the workspace."""
-    from udr.experiments import exp_run_args, run_dvc
+    from udr.experiments.analyses import exp_run_args, run_dvc
 
     run_dvc(exp_run_args(name, set_ or [], targets or []), Path("."), dry=dry)
 
@@ -399,7 +399,7 @@ def exp_sweep_cmd(targets: ExpTargets = None, set_: ExpSetOpt = None,
                   jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Experiments at a time.")] = 1,
                   dry: DryOpt = False, params: ParamsOpt = Path("params.yaml")) -> None:
     """A grid (`-S key=v1,v2`): queued with `dvc exp run --queue`, run with `dvc queue start`; waits."""
-    from udr.experiments import exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
+    from udr.experiments.analyses import exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
 
     if not set_:
         raise UdrError("a sweep needs at least one -S key=v1,v2")
@@ -423,7 +423,7 @@ def exp_show_cmd(
     """The experiments side by side: chosen params and metrics (from `dvc exp show --json`)."""
     import json
 
-    from udr.experiments import comparison, experiment_rows, markdown_table, run_dvc
+    from udr.experiments.analyses import comparison, experiment_rows, markdown_table, run_dvc
 
     rows = experiment_rows(json.loads(run_dvc(["exp", "show", "--json"], Path("."), capture=True) or "[]"))
     header, cells = comparison(rows, param, metric)
@@ -456,7 +456,7 @@ MissingOpt = Annotated[bool, typer.Option("--missing", help="Run only those with
 @exp_app.command("ablations")
 def exp_ablations_cmd(only: OnlyOpt = None, missing: MissingOpt = False, dry: DryOpt = False) -> None:
     """The paper's ablations (Table 3) as named experiments -> metrics/ablations.md."""
-    from udr.experiments import ablation_experiments
+    from udr.experiments.analyses import ablation_experiments
 
     tasks = _settings(Path("params.yaml"), None).task_names()
     _run_analysis(ablation_experiments(tasks), only, missing, dry, "ablations", "UDR (default configuration, HEAD)",
@@ -468,7 +468,7 @@ def exp_ablations_cmd(only: OnlyOpt = None, missing: MissingOpt = False, dry: Dr
 @exp_app.command("order")
 def exp_order_cmd(missing: MissingOpt = False, dry: DryOpt = False) -> None:
     """Demonstration order (Table 6): UDR on two tasks, ascending / descending / random -> metrics/order.md."""
-    from udr.experiments import ORDER_TASKS, order_experiments
+    from udr.experiments.analyses import ORDER_TASKS, order_experiments
 
     _run_analysis(order_experiments(), None, missing, dry, "order", "ascending (HEAD's committed run)",
                   f"The paper's Table 6 on this configuration: UDR's demonstrations in three orders on "
@@ -482,9 +482,9 @@ def exp_transfer_cmd(
     dry: DryOpt = False,
 ) -> None:
     """Transfer across LMs (Table 4): BM25, EPR and UDR with another inference LM -> metrics/transfer.md."""
-    from udr.experiments import (TRANSFER_LM, TRANSFER_METHODS, TRANSFER_TASKS, method_scores, run_named,
+    from udr.experiments.analyses import (TRANSFER_LM, TRANSFER_METHODS, TRANSFER_TASKS, method_scores, run_named,
                                  saved_experiments, transfer_experiment, transfer_table)
-    from udr.files import write_text_atomic
+    from udr.util.files import write_text_atomic
 
     root = Path(".")
     settings = _settings(root / "params.yaml", None)
@@ -510,8 +510,8 @@ def exp_transfer_cmd(
 
 
 def _run_analysis(experiments, only, missing, dry, name, baseline_label, intro, tasks=None) -> None:
-    from udr.experiments import method_scores, results_table, run_named, saved_experiments
-    from udr.files import write_text_atomic
+    from udr.experiments.analyses import method_scores, results_table, run_named, saved_experiments
+    from udr.util.files import write_text_atomic
 
     chosen = [e for e in experiments if not only or e.name in only]
     unknown = set(only or []) - {e.name for e in experiments}

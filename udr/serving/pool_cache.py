@@ -2,7 +2,7 @@
 
 An entry is keyed by the model's fingerprint and the pool's content (every text E_d reads, so a
 changed file, instruction or template is embedded again) and stored as ``<cache>/pools/<key>.npy``
-with a JSON sidecar (:func:`udr.search.save_embeddings`, written atomically). The cache lives in
+with a JSON sidecar (:func:`udr.retriever.search.save_embeddings`, written atomically). The cache lives in
 ``$UDR_CACHE_DIR``, else ``$XDG_CACHE_HOME/udr``, else ``~/.cache/udr``. Entries are never read
 as pickles; an unreadable entry is embedded again and replaced.
 """
@@ -40,7 +40,7 @@ def cached_pool_embeddings(encoder, fingerprint: str, pool, *, cache_dir: Path |
                            batch_size: int = 64, progress: bool = False) -> tuple[np.ndarray, bool]:
     """E_d embeddings (len(pool), d) of `pool` with `encoder` (whose fingerprint is `fingerprint`),
     from the cache when present; returns (embeddings, came from the cache)."""
-    from udr.search import load_embeddings, save_embeddings
+    from udr.retriever.search import load_embeddings, save_embeddings
 
     texts = pool.demo_texts(encoder.settings)
     path = cache_path(cache_dir or default_cache_dir(), fingerprint, texts)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
-from udr.files import write_text_atomic
+from udr.util.files import write_text_atomic
 
 # Neighbours fetched beyond the k needed, so that a tie at the k-th place can usually be resolved
 # without a second search (see `_select`).

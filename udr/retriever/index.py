@@ -33,8 +33,8 @@ def model_fingerprint(model_dir: Path) -> str:
     """A short hash of a bi-encoder's settings and weights."""
     import hashlib
 
-    from udr.encoder import SETTINGS_NAME
-    from udr.files import file_sha256
+    from udr.retriever.encoder import SETTINGS_NAME
+    from udr.util.files import file_sha256
 
     model_dir = Path(model_dir)
     parts = [file_sha256(model_dir / SETTINGS_NAME)]
@@ -45,7 +45,7 @@ def model_fingerprint(model_dir: Path) -> str:
 def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint: str | None = None) -> np.ndarray:
     """The pool embeddings written by `udr index` for `task`, checked against the model (its
     `fingerprint`, computed when not given), the pool file's hash and the pool's ids."""
-    from udr.search import load_embeddings
+    from udr.retriever.search import load_embeddings
 
     path = index_path(model_dir, task)
     if not path.is_file():
@@ -62,8 +62,8 @@ def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint:
 def pool_texts(task, inputs, targets, settings) -> list[str]:
     """What E_d (with bi-encoder `settings`) reads for each (input, target) of a task's pool (a
     registered name or a Task): the instruction, then the rendered demonstration."""
-    from udr.encoder import demo_text
-    from udr.tasks import get_task
+    from udr.retriever.encoder import demo_text
+    from udr.data.tasks import get_task
 
     task = get_task(task) if isinstance(task, str) else task
     return [demo_text(task.instruction, task.render(i, t), settings) for i, t in zip(inputs, targets)]
@@ -77,11 +77,11 @@ def embed_pool(encoder, task_name: str, frame, batch_size: int, progress: bool) 
 
 def run_index(settings, *, progress: bool = True) -> dict:
     """Copy the last round's model to models/final and index every task's pool with it."""
-    from udr.data import prepared_file, read_prepared
-    from udr.distributed import resolve_device_type
-    from udr.encoder import BiEncoder
-    from udr.files import file_sha256
-    from udr.search import save_embeddings
+    from udr.data.prepare import prepared_file, read_prepared
+    from udr.util.distributed import resolve_device_type
+    from udr.retriever.encoder import BiEncoder
+    from udr.util.files import file_sha256
+    from udr.retriever.search import save_embeddings
 
     root = settings.root
     last = settings.train.rounds[-1]

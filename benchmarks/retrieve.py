@@ -102,11 +102,14 @@ def timed_queries(run_one, run_batch, queries: list[str], batch: int) -> dict:
     t0 = time.perf_counter()
     done = 0
     for lo in range(0, len(queries) - batch + 1, batch):
-        run_batch(queries[lo:lo + batch])
+        run_batch(queries[lo : lo + batch])
         done += batch
     seconds = time.perf_counter() - t0
-    return {"p50_ms": 1000 * statistics.median(single), "p95_ms": 1000 * percentile(single, 95),
-            "batch_qps": done / seconds if done else float("nan")}
+    return {
+        "p50_ms": 1000 * statistics.median(single),
+        "p95_ms": 1000 * percentile(single, 95),
+        "batch_qps": done / seconds if done else float("nan"),
+    }
 
 
 def cold_call(args: list[str], env: dict, repeats: int = 3) -> float:
@@ -140,9 +143,12 @@ def main() -> None:
         pool_file = work / "pool.jsonl"
         pool_file.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pool), encoding="utf-8")
         cache = work / "cache"
-        print(f"pool: {len(pool)} demonstrations ({pool_file.stat().st_size / 1e6:.1f} MB), {len(queries)} queries, "
-              f"k={args.k}, batch {args.batch}; model {model}; device {args.device}; torch threads "
-              f"{torch.get_num_threads()}", file=sys.stderr)
+        print(
+            f"pool: {len(pool)} demonstrations ({pool_file.stat().st_size / 1e6:.1f} MB), {len(queries)} queries, "
+            f"k={args.k}, batch {args.batch}; model {model}; device {args.device}; torch threads "
+            f"{torch.get_num_threads()}",
+            file=sys.stderr,
+        )
 
         rows = {}
         t0 = time.perf_counter()
@@ -155,33 +161,69 @@ def main() -> None:
         reloaded = Retriever.load(model, device=args.device, cache_dir=cache, batch_size=args.batch)
         reloaded.add_pool(pool_file, instruction=INSTRUCTION)
         reload_s = time.perf_counter() - t0
-        rows["dense (udr)"] = {"build_s": build_s, "reload_s": reload_s, **timed_queries(
-            lambda q: dense.retrieve(q, k=args.k), lambda qs: dense.retrieve_batch(qs, k=args.k), queries, args.batch)}
+        rows["dense (udr)"] = {
+            "build_s": build_s,
+            "reload_s": reload_s,
+            **timed_queries(
+                lambda q: dense.retrieve(q, k=args.k),
+                lambda qs: dense.retrieve_batch(qs, k=args.k),
+                queries,
+                args.batch,
+            ),
+        }
 
         t0 = time.perf_counter()
         bm25 = BM25Retriever(range(len(pool)), [r["input"] for r in pool])
-        rows["bm25 (bm25s)"] = {"build_s": time.perf_counter() - t0, "reload_s": float("nan"), **timed_queries(
-            lambda q: bm25.rank([q], args.k), lambda qs: bm25.rank(qs, args.k), queries, args.batch)}
+        rows["bm25 (bm25s)"] = {
+            "build_s": time.perf_counter() - t0,
+            "reload_s": float("nan"),
+            **timed_queries(lambda q: bm25.rank([q], args.k), lambda qs: bm25.rank(qs, args.k), queries, args.batch),
+        }
 
         env = {**os.environ, "UDR_CACHE_DIR": str(cache)}
         udr = str(Path(sys.executable).with_name("udr"))
         help_s = cold_call([udr, "--help"], env)
-        cold_s = cold_call([udr, "retrieve", queries[0], "--pool", str(pool_file), "--instruction", INSTRUCTION,
-                            "--model", str(model), "-k", str(args.k), "--json", "--device", args.device], env)
+        cold_s = cold_call(
+            [
+                udr,
+                "retrieve",
+                queries[0],
+                "--pool",
+                str(pool_file),
+                "--instruction",
+                INSTRUCTION,
+                "--model",
+                str(model),
+                "-k",
+                str(args.k),
+                "--json",
+                "--device",
+                args.device,
+            ],
+            env,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     d, b = rows["dense (udr)"], rows["bm25 (bm25s)"]
-    print(f"\n| retriever | index build s | reload from cache s | single p50 ms | single p95 ms | batch-{args.batch} queries/s |")
+    print(
+        f"\n| retriever | index build s | reload from cache s | single p50 ms | single p95 ms | batch-{args.batch} queries/s |"
+    )
     print("|:--|--:|--:|--:|--:|--:|")
     for name, r in rows.items():
         reload = "-" if r["reload_s"] != r["reload_s"] else f"{r['reload_s']:.2f}"
-        print(f"| {name} | {r['build_s']:.1f} | {reload} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r['batch_qps']:.0f} |")
-    print(f"| dense / bm25 | {d['build_s'] / b['build_s']:.1f}x | | {d['p50_ms'] / b['p50_ms']:.2f}x | "
-          f"{d['p95_ms'] / b['p95_ms']:.2f}x | {d['batch_qps'] / b['batch_qps']:.2f}x |")
+        print(
+            f"| {name} | {r['build_s']:.1f} | {reload} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r['batch_qps']:.0f} |"
+        )
+    print(
+        f"| dense / bm25 | {d['build_s'] / b['build_s']:.1f}x | | {d['p50_ms'] / b['p50_ms']:.2f}x | "
+        f"{d['p95_ms'] / b['p95_ms']:.2f}x | {d['batch_qps'] / b['batch_qps']:.2f}x |"
+    )
     print(f"\nmodel load (Retriever.load, imports included): {load_s:.2f} s")
-    print(f"cold `udr retrieve ... --pool` (new process, pool cached), median of 3: {cold_s:.2f} s "
-          f"(`udr --help`: {help_s:.2f} s)")
+    print(
+        f"cold `udr retrieve ... --pool` (new process, pool cached), median of 3: {cold_s:.2f} s "
+        f"(`udr --help`: {help_s:.2f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,11 @@ def sample_pairs(root: Path, task: str, n: int, seed: int) -> list[tuple[int, in
     (query_id, candidate_id) order (the order the score stage works in)."""
     import polars as pl
 
-    cands = pl.read_parquet(root / "data" / "candidates" / "it0" / f"{task}.parquet",
-                            columns=["query_id", "candidate_id"]).unique().sort(["query_id", "candidate_id"])
+    cands = (
+        pl.read_parquet(root / "data" / "candidates" / "it0" / f"{task}.parquet", columns=["query_id", "candidate_id"])
+        .unique()
+        .sort(["query_id", "candidate_id"])
+    )
     rng = np.random.default_rng([seed, zlib.crc32(task.encode())])
     pick = np.sort(rng.choice(len(cands), size=min(n, len(cands)), replace=False))
     sub = cands[pick.tolist()]
@@ -68,8 +71,8 @@ def build_items(root: Path, task_name: str, tokenizer, pairs, vocab_size: int | 
     """ScoringItems for the pairs; with `vocab_size`, token ids are taken modulo it (random model)."""
     import polars as pl
 
-    from udr.lm.scorer import PromptBuilder
     from udr.data.tasks import get_task
+    from udr.lm.scorer import PromptBuilder
 
     task = get_task(task_name)
     generation = task.family == "generation"
@@ -78,9 +81,14 @@ def build_items(root: Path, task_name: str, tokenizer, pairs, vocab_size: int | 
     builder = PromptBuilder(tokenizer, task.template, None, max_length=1024)
     items = [builder.item(rows[q], rows[c], generation) for q, c in pairs]
     if vocab_size is not None:
-        items = [replace(it, prompt=tuple(t % vocab_size for t in it.prompt),
-                         continuations=tuple(tuple(t % vocab_size for t in c) for c in it.continuations))
-                 for it in items]
+        items = [
+            replace(
+                it,
+                prompt=tuple(t % vocab_size for t in it.prompt),
+                continuations=tuple(tuple(t % vocab_size for t in c) for c in it.continuations),
+            )
+            for it in items
+        ]
     return task, generation, items
 
 
@@ -113,8 +121,7 @@ class ReferenceRun:
         self.model, self.items, self.generation = model, items, generation
         self.batch_size, self.pad_id = batch_size, pad_id
         self.device = next(model.parameters()).device
-        self.seqs = [(i, it.prompt + cont, len(it.prompt))
-                     for i, it in enumerate(items) for cont in it.continuations]
+        self.seqs = [(i, it.prompt + cont, len(it.prompt)) for i, it in enumerate(items) for cont in it.continuations]
         self.logps: list[list[float]] = [[] for _ in items]
         self.stats = RefStats()
         self.done = 0  # sequences scored
@@ -133,21 +140,21 @@ class ReferenceRun:
 
         synchronize(self.device)
         t0 = time.perf_counter()
-        chunk = self.seqs[self.done:self.done + self.batch_size]
+        chunk = self.seqs[self.done : self.done + self.batch_size]
         width = max(len(s) for _, s, _ in chunk)
         ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
         for r, (_, s, _) in enumerate(chunk):
-            ids[r, :len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[r, :len(s)] = 1
+            ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[r, : len(s)] = 1
         real = int(mask.sum())
         self.stats.tokens += real
         self.stats.padded += ids.numel() - real
         with torch.inference_mode():
             ids, mask = ids.to(self.device), mask.to(self.device)
             logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
-            lp = logits.log_softmax(-1)                                   # (B, L, V)
-            tok = lp[:, :-1].gather(2, ids[:, 1:, None]).squeeze(2)        # log p(token t+1 | <= t)
+            lp = logits.log_softmax(-1)  # (B, L, V)
+            tok = lp[:, :-1].gather(2, ids[:, 1:, None]).squeeze(2)  # log p(token t+1 | <= t)
             # only continuation tokens count: positions p-1 .. len(s)-2 predict the continuation
             pos = torch.arange(width - 1, device=self.device)[None, :]
             starts = torch.tensor([p - 1 for _, _, p in chunk], device=self.device)[:, None]
@@ -160,7 +167,7 @@ class ReferenceRun:
         synchronize(self.device)
         self.seconds += time.perf_counter() - t0
 
-    def run(self) -> "ReferenceRun":
+    def run(self) -> ReferenceRun:
         while not self.finished:
             self.step()
         return self
@@ -168,12 +175,27 @@ class ReferenceRun:
     def scores(self) -> np.ndarray:
         from udr.lm.scorer import pair_score
 
-        return np.array([pair_score(lp, it.gold, self.generation, len(it.continuations[it.gold]))
-                         for lp, it in zip(self.logps, self.items)], dtype=np.float64)
+        return np.array(
+            [
+                pair_score(lp, it.gold, self.generation, len(it.continuations[it.gold]))
+                for lp, it in zip(self.logps, self.items)
+            ],
+            dtype=np.float64,
+        )
 
 
-def measure(udr, model, items, generation: bool, batch_tokens: int, ref_batch: int, pad_id: int, device,
-            lockstep: bool, ref_first: bool):
+def measure(
+    udr,
+    model,
+    items,
+    generation: bool,
+    batch_tokens: int,
+    ref_batch: int,
+    pad_id: int,
+    device,
+    lockstep: bool,
+    ref_first: bool,
+):
     """Score `items` with both scorers; returns (udr scores, udr BatchStats, udr seconds, ReferenceRun).
 
     lockstep: after each udr batch (the `on_batch` hook of `score_items`), reference batches run until
@@ -210,9 +232,19 @@ def random_llama_1b(device):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                         intermediate_size=5632, vocab_size=32000, max_position_embeddings=2048,
-                         tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        hidden_size=2048,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        intermediate_size=5632,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(config)
@@ -243,7 +275,7 @@ def peak_bf16_flops(device, n: int = 8192, reps: int = 10) -> float:
     for _ in range(3):
         a @ b
     _, dt = timed(lambda: [a @ b for _ in range(reps)], device)
-    return 2 * n ** 3 * reps / dt
+    return 2 * n**3 * reps / dt
 
 
 # ---------------------------------------------------------------- table
@@ -257,8 +289,11 @@ def fmt_table(headers, rows, markdown: bool) -> str:
         parts = [c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
         return ("| " + " | ".join(parts) + " |") if markdown else "  ".join(parts)
 
-    sep = ("|" + "|".join(("-" * (w + 1) + ":") if j else (":" + "-" * (w + 1)) for j, w in enumerate(widths)) + "|"
-           if markdown else "  ".join("-" * w for w in widths))
+    sep = (
+        "|" + "|".join(("-" * (w + 1) + ":") if j else (":" + "-" * (w + 1)) for j, w in enumerate(widths)) + "|"
+        if markdown
+        else "  ".join("-" * w for w in widths)
+    )
     return "\n".join([line(cells[0]), sep] + [line(r) for r in cells[1:]])
 
 
@@ -273,14 +308,24 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-tokens", type=int, default=1024, help="udr scorer's token budget per batch")
     ap.add_argument("--ref-batch-size", type=int, default=8, help="reference scorer's sequences per batch")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
-                    help="udr scorer precision (bf16 = autocast); the reference is always fp32")
+    ap.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="udr scorer precision (bf16 = autocast); the reference is always fp32",
+    )
     ap.add_argument("--model", type=Path, default=REPO / "models" / "base" / "lm")
-    ap.add_argument("--random-llama-1b", action="store_true",
-                    help="random ~1B Llama-style model instead of --model (tokenizer still from --model)")
-    ap.add_argument("--sequential", action="store_true",
-                    help="run the two scorers back to back per task (alternating which goes first) instead of "
-                         "in lockstep, batch by batch")
+    ap.add_argument(
+        "--random-llama-1b",
+        action="store_true",
+        help="random ~1B Llama-style model instead of --model (tokenizer still from --model)",
+    )
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run the two scorers back to back per task (alternating which goes first) instead of "
+        "in lockstep, batch by batch",
+    )
     ap.add_argument("--repeats", type=int, default=1, help="time each task this many times; report the best")
     ap.add_argument("--mfu", action="store_true", help="on cuda: model FLOPs utilisation against a measured bf16 peak")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
@@ -308,9 +353,12 @@ def main(argv=None) -> int:
     n_params = sum(p.numel() for p in model.parameters())
     pad_id = (tok.pad_token_id or 0) % (vocab or 1 << 62)
     udr = LMScorer(model, bf16=args.dtype == "bf16", pad_id=pad_id)
-    print(f"# model: {'random Llama-style' if args.random_llama_1b else args.model} "
-          f"({n_params / 1e6:.1f}M params), device {args.device}, udr dtype {args.dtype}, reference fp32, "
-          f"torch threads {torch.get_num_threads()}, loaded in {time.perf_counter() - t_load:.1f}s", file=sys.stderr)
+    print(
+        f"# model: {'random Llama-style' if args.random_llama_1b else args.model} "
+        f"({n_params / 1e6:.1f}M params), device {args.device}, udr dtype {args.dtype}, reference fp32, "
+        f"torch threads {torch.get_num_threads()}, loaded in {time.perf_counter() - t_load:.1f}s",
+        file=sys.stderr,
+    )
 
     peak = None
     if args.mfu:
@@ -320,8 +368,10 @@ def main(argv=None) -> int:
         else:
             print("# --mfu: only measured on cuda; skipped", file=sys.stderr)
 
-    rows, total = [], {"pairs": 0, "tokens": 0, "u_s": 0.0, "r_s": 0.0, "u_tok": 0, "u_pad": 0,
-                       "r_tok": 0, "r_pad": 0, "diff": 0.0}
+    rows, total = (
+        [],
+        {"pairs": 0, "tokens": 0, "u_s": 0.0, "r_s": 0.0, "u_tok": 0, "u_pad": 0, "r_tok": 0, "r_pad": 0, "diff": 0.0},
+    )
     digests = []
     for k, name in enumerate(t.strip() for t in args.tasks.split(",") if t.strip()):
         pairs = sample_pairs(REPO, name, args.pairs_per_task, args.seed)
@@ -329,54 +379,132 @@ def main(argv=None) -> int:
         ntok = workload_tokens(items)
 
         # warm-up: one small batch per scorer, untimed
-        warm = items[:min(4, len(items))]
+        warm = items[: min(4, len(items))]
         measure(udr, model, warm, generation, args.batch_tokens, args.ref_batch_size, pad_id, device, False, False)
 
         u_best = r_best = float("inf")
         for rep in range(args.repeats):
-            u_scores, u_stats, u_s, ref = measure(udr, model, items, generation, args.batch_tokens,
-                                                  args.ref_batch_size, pad_id, device,
-                                                  lockstep=not args.sequential, ref_first=(k + rep) % 2 == 1)
+            u_scores, u_stats, u_s, ref = measure(
+                udr,
+                model,
+                items,
+                generation,
+                args.batch_tokens,
+                args.ref_batch_size,
+                pad_id,
+                device,
+                lockstep=not args.sequential,
+                ref_first=(k + rep) % 2 == 1,
+            )
             u_best, r_best = min(u_best, u_s), min(r_best, ref.seconds)
         r_scores, r_stats = ref.scores(), ref.stats
         diff = float(np.max(np.abs(u_scores - r_scores))) if len(items) else 0.0
         if args.dtype == "fp32" and not diff < FP32_TOLERANCE:
             raise SystemExit(f"{name}: udr and reference scores differ by {diff:.3g} (>= {FP32_TOLERANCE}) in fp32")
         assert isinstance(u_stats, BatchStats)
-        print(f"# {name}: {len(items)} pairs, {ntok} tokens, udr {u_best:.2f}s, reference {r_best:.2f}s, "
-              f"max|diff| {diff:.2e}", file=sys.stderr)
+        print(
+            f"# {name}: {len(items)} pairs, {ntok} tokens, udr {u_best:.2f}s, reference {r_best:.2f}s, "
+            f"max|diff| {diff:.2e}",
+            file=sys.stderr,
+        )
         digests.append(f"{name} {file_digest(REPO / 'data' / 'candidates' / 'it0' / f'{name}.parquet')}")
-        rows.append(_row(name, task.family, len(items), ntok, u_best, r_best, u_stats.padding_fraction,
-                         r_stats.padding_fraction, diff, n_params, peak))
-        for key, v in (("pairs", len(items)), ("tokens", ntok), ("u_s", u_best), ("r_s", r_best),
-                       ("u_tok", u_stats.tokens), ("u_pad", u_stats.padded), ("r_tok", r_stats.tokens),
-                       ("r_pad", r_stats.padded)):
+        rows.append(
+            _row(
+                name,
+                task.family,
+                len(items),
+                ntok,
+                u_best,
+                r_best,
+                u_stats.padding_fraction,
+                r_stats.padding_fraction,
+                diff,
+                n_params,
+                peak,
+            )
+        )
+        for key, v in (
+            ("pairs", len(items)),
+            ("tokens", ntok),
+            ("u_s", u_best),
+            ("r_s", r_best),
+            ("u_tok", u_stats.tokens),
+            ("u_pad", u_stats.padded),
+            ("r_tok", r_stats.tokens),
+            ("r_pad", r_stats.padded),
+        ):
             total[key] += v
         total["diff"] = max(total["diff"], diff)
 
     u_pf = total["u_pad"] / max(total["u_tok"] + total["u_pad"], 1)
     r_pf = total["r_pad"] / max(total["r_tok"] + total["r_pad"], 1)
-    rows.append(_row("total", "", total["pairs"], total["tokens"], total["u_s"], total["r_s"], u_pf, r_pf,
-                     total["diff"], n_params, peak))
-    headers = ["task", "family", "pairs", "workload tokens (prompt+gold)", "udr s", "ref s", "udr pairs/s",
-               "ref pairs/s", "udr tok/s", "ref tok/s", "speed-up udr/ref", "udr pad", "ref pad", "max abs diff"]
+    rows.append(
+        _row(
+            "total",
+            "",
+            total["pairs"],
+            total["tokens"],
+            total["u_s"],
+            total["r_s"],
+            u_pf,
+            r_pf,
+            total["diff"],
+            n_params,
+            peak,
+        )
+    )
+    headers = [
+        "task",
+        "family",
+        "pairs",
+        "workload tokens (prompt+gold)",
+        "udr s",
+        "ref s",
+        "udr pairs/s",
+        "ref pairs/s",
+        "udr tok/s",
+        "ref tok/s",
+        "speed-up udr/ref",
+        "udr pad",
+        "ref pad",
+        "max abs diff",
+    ]
     if peak:
         headers += ["udr MFU", "ref MFU"]
     print(fmt_table(headers, rows, args.markdown))
-    print(f"\ntokens/s = workload tokens (prompt + gold answer per pair) / seconds, same numerator for both; "
-          f"pad = padding tokens / all tokens in the scorer's batches; speed-up = ref s / udr s. "
-          f"udr: dtype {args.dtype}, batch_tokens {args.batch_tokens}; reference: fp32, batch {args.ref_batch_size}; "
-          f"timing: {'back to back' if args.sequential else 'lockstep'}, best of {args.repeats}"
-          + (f"; MFU = 2 x {n_params / 1e6:.0f}M params x workload tokens / s / {peak / 1e12:.0f} TFLOP/s measured bf16 peak"
-             if peak else "")
-          + f". Workload: seed {args.seed}, {args.pairs_per_task} pairs/task from data/candidates/it0 "
-            f"(sha256[:12]: {', '.join(digests)}).")
+    print(
+        f"\ntokens/s = workload tokens (prompt + gold answer per pair) / seconds, same numerator for both; "
+        f"pad = padding tokens / all tokens in the scorer's batches; speed-up = ref s / udr s. "
+        f"udr: dtype {args.dtype}, batch_tokens {args.batch_tokens}; reference: fp32, batch {args.ref_batch_size}; "
+        f"timing: {'back to back' if args.sequential else 'lockstep'}, best of {args.repeats}"
+        + (
+            f"; MFU = 2 x {n_params / 1e6:.0f}M params x workload tokens / s / {peak / 1e12:.0f} TFLOP/s measured bf16 peak"
+            if peak
+            else ""
+        )
+        + f". Workload: seed {args.seed}, {args.pairs_per_task} pairs/task from data/candidates/it0 "
+        f"(sha256[:12]: {', '.join(digests)})."
+    )
     return 0
 
 
 def _row(name, family, pairs, ntok, u_s, r_s, u_pad, r_pad, diff, n_params, peak):
-    row = [name, family, pairs, ntok, f"{u_s:.2f}", f"{r_s:.2f}", f"{pairs / u_s:.1f}", f"{pairs / r_s:.1f}",
-           f"{ntok / u_s:.0f}", f"{ntok / r_s:.0f}", f"{r_s / u_s:.2f}x", f"{u_pad:.1%}", f"{r_pad:.1%}", f"{diff:.1e}"]
+    row = [
+        name,
+        family,
+        pairs,
+        ntok,
+        f"{u_s:.2f}",
+        f"{r_s:.2f}",
+        f"{pairs / u_s:.1f}",
+        f"{pairs / r_s:.1f}",
+        f"{ntok / u_s:.0f}",
+        f"{ntok / r_s:.0f}",
+        f"{r_s / u_s:.2f}x",
+        f"{u_pad:.1%}",
+        f"{r_pad:.1%}",
+        f"{diff:.1e}",
+    ]
     if peak:
         row += [f"{2 * n_params * ntok / u_s / peak:.1%}", f"{2 * n_params * ntok / r_s / peak:.1%}"]
     return row

@@ -24,8 +24,12 @@ def data_dir() -> Path:
 
 def write_params(root: Path, tasks: dict, data_dir: Path, **sections) -> Path:
     """A params.yaml in `root` with the given tasks and caps (and any extra sections)."""
-    raw = {"seed": 42, "data": {"source_dir": str(data_dir)},
-           "prepare": {"test_fraction": 0.2, "tasks": tasks}, **sections}
+    raw = {
+        "seed": 42,
+        "data": {"source_dir": str(data_dir)},
+        "prepare": {"test_fraction": 0.2, "tasks": tasks},
+        **sections,
+    }
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -71,14 +75,21 @@ def run_udr(root: Path, *args: str) -> None:
 
 def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, max_test: int, k: int) -> None:
     """Prepare real tasks in `root` with tiny caps and write their BM25 candidates (round 0)."""
-    from udr.feedback.bm25 import bm25_candidates
     from udr.data.prepare import prepare_task, prepared_dir, read_prepared
-    from udr.util.files import write_parquet_atomic
     from udr.data.tasks import get_task
+    from udr.feedback.bm25 import bm25_candidates
+    from udr.util.files import write_parquet_atomic
 
     for name in tasks:
-        prepare_task(get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2,
-                     max_train=max_train, max_test=max_test)
+        prepare_task(
+            get_task(name),
+            data_dir,
+            prepared_dir(root, name),
+            seed=42,
+            test_fraction=0.2,
+            max_train=max_train,
+            max_test=max_test,
+        )
         frame = bm25_candidates(read_prepared(root, name, "train"), get_task(name).family, "paper", k, progress=False)
         write_parquet_atomic(frame, root / "data" / "candidates" / "it0" / f"{name}.parquet")
 
@@ -93,19 +104,27 @@ def served(tmp_path_factory, data_dir):
     import os
 
     from udr.data.prepare import prepare_task, prepared_dir
+    from udr.data.tasks import get_task
+    from udr.lm.models import resolve_model
     from udr.retriever.encoder import BiEncoder, BiEncoderSettings
     from udr.retriever.index import round_model_dir
-    from udr.lm.models import resolve_model
-    from udr.data.tasks import get_task
 
     root = tmp_path_factory.mktemp("serve")
-    write_params(root, {t: {"max_train": 30, "max_test": 4} for t in SERVED_TASKS}, data_dir,
-                 train={"later_rounds": {}}, mine={"batch_size": 8})
+    write_params(
+        root,
+        {t: {"max_train": 30, "max_test": 4} for t in SERVED_TASKS},
+        data_dir,
+        train={"later_rounds": {}},
+        mine={"batch_size": 8},
+    )
     for name in SERVED_TASKS:
-        prepare_task(get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2,
-                     max_train=30, max_test=4)
+        prepare_task(
+            get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2, max_train=30, max_test=4
+        )
     settings = BiEncoderSettings(max_query_length=48, max_demo_length=64)
-    base = resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
+    base = resolve_model(
+        str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder"
+    )
     BiEncoder.from_base(base, settings).save(round_model_dir(root, 0))
     os.environ.pop("UDR_DATA_DIR", None)
     run_udr(root, "index")

@@ -29,9 +29,9 @@ def _pool_rows(root, task):
 
 
 def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
+    from udr.data.tasks import get_task
     from udr.retriever.encoder import query_text
     from udr.retriever.search import load_embeddings
-    from udr.data.tasks import get_task
 
     query = "a gripping, funny film"
     demos = retriever.retrieve(query, task="sst2", k=5)
@@ -41,7 +41,9 @@ def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
         assert (d.input, d.output) == rows[d.pool_id]
     # Brute force over the index `udr index` wrote.
     emb, meta = load_embeddings(served / "models" / "final" / "index" / "sst2.npy")
-    q = retriever.encoder.encode([query_text(get_task("sst2").instruction, query, retriever.encoder.settings)], "query")[0]
+    q = retriever.encoder.encode(
+        [query_text(get_task("sst2").instruction, query, retriever.encoder.settings)], "query"
+    )[0]
     scores = emb @ q
     where = {pid: row for row, pid in enumerate(meta["ids"])}
     got = [where[d.pool_id] for d in demos]
@@ -52,8 +54,14 @@ def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
 
 
 def test_batch_equals_single_queries_in_order(retriever):
-    queries = ["a gripping, funny film", "dull and lifeless", "the best movie of the year", "not worth it",
-               "an utter mess", "charming"]
+    queries = [
+        "a gripping, funny film",
+        "dull and lifeless",
+        "the best movie of the year",
+        "not worth it",
+        "an utter mess",
+        "charming",
+    ]
     batch = retriever.retrieve_batch(queries, task="sst2", k=3)  # batch_size 4: two batches
     assert len(batch) == len(queries)
     for query, demos in zip(queries, batch):
@@ -77,18 +85,21 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
     from udr.retriever.encoder import BiEncoder
 
     records = [{"input": f"def f{i}(x): return x + {i}", "target": f"add {i} to x"} for i in range(12)]
-    own = Retriever.from_pool(records, instruction="Comment on the code. Code: ", root=served,
-                              cache_dir=tmp_path / "cache")
+    own = Retriever.from_pool(
+        records, instruction="Comment on the code. Code: ", root=served, cache_dir=tmp_path / "cache"
+    )
     demos = own.retrieve("def g(y): return y + 3", k=4)
     assert len(demos) == 4 and all(records[d.pool_id] == {"input": d.input, "target": d.output} for d in demos)
     assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
 
     calls = []
     original = BiEncoder.encode
-    monkeypatch.setattr(BiEncoder, "encode", lambda self, texts, side, **kw: calls.append(side) or
-                        original(self, texts, side, **kw))
-    again = Retriever.from_pool(records, instruction="Comment on the code. Code: ", root=served,
-                                cache_dir=tmp_path / "cache")
+    monkeypatch.setattr(
+        BiEncoder, "encode", lambda self, texts, side, **kw: calls.append(side) or original(self, texts, side, **kw)
+    )
+    again = Retriever.from_pool(
+        records, instruction="Comment on the code. Code: ", root=served, cache_dir=tmp_path / "cache"
+    )
     assert [d.pool_id for d in again.retrieve("def g(y): return y + 3", k=4)] == [d.pool_id for d in demos]
     assert calls == ["query"]  # the pool came from the cache; only the query was embedded
     Retriever.from_pool(records, instruction="Explain the code: ", root=served, cache_dir=tmp_path / "cache")
@@ -100,28 +111,41 @@ def test_own_pool_file_is_re_embedded_when_it_changes(served, tmp_path):
     from udr import Retriever
 
     path = tmp_path / "pool.jsonl"
-    path.write_text("".join(json.dumps({"text": f"review {i}: {w}", "label": "positive" if i % 2 else "negative"}) + "\n"
-                            for i, w in enumerate(["great", "awful", "fine", "boring", "superb", "bad"])))
+    path.write_text(
+        "".join(
+            json.dumps({"text": f"review {i}: {w}", "label": "positive" if i % 2 else "negative"}) + "\n"
+            for i, w in enumerate(["great", "awful", "fine", "boring", "superb", "bad"])
+        )
+    )
     first = Retriever.from_pool(path, task="sst2", root=served, cache_dir=tmp_path / "cache")
-    assert {d.output for d in first.retrieve("a superb film", task="sst2", k=6)} == {"It was great .", "It was terrible ."}
+    assert {d.output for d in first.retrieve("a superb film", task="sst2", k=6)} == {
+        "It was great .",
+        "It was terrible .",
+    }
     path.write_text(path.read_text().replace("superb", "magnificent"))
     second = Retriever.from_pool(path, task="sst2", root=served, cache_dir=tmp_path / "cache")
     assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2
     assert "review 4: magnificent" in {d.input for d in second.retrieve("a superb film", task="sst2", k=6)}
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda r: r.retrieve("film", task="nope"), "unknown task 'nope'; known tasks: .*sst2"),
-    (lambda r: r.retrieve("   ", task="sst2"), "empty query"),
-    (lambda r: r.retrieve_batch(["ok", ""], task="sst2"), "empty query 2"),
-    (lambda r: r.retrieve("film", task="sst2", k=0), "k out of range: asked for 0"),
-    (lambda r: r.retrieve("film", task="sst2", k=31), "k out of range: asked for 31 .* pool of 30"),
-    (lambda r: r.retrieve("film", task="trec"), "task 'trec' has no prepared pool"),
-    (lambda r: r.retrieve("film"), "no task given"),
-    (lambda r: r.add_pool([{"input": "a", "target": "b"}]), "needs an instruction"),
-    (lambda r: r.add_pool([{"input": "a"}], instruction="I: "), r"records:1: malformed row .*missing field 'target'"),
-    (lambda r: r.add_pool([], instruction="I: "), "no demonstrations"),
-])
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda r: r.retrieve("film", task="nope"), "unknown task 'nope'; known tasks: .*sst2"),
+        (lambda r: r.retrieve("   ", task="sst2"), "empty query"),
+        (lambda r: r.retrieve_batch(["ok", ""], task="sst2"), "empty query 2"),
+        (lambda r: r.retrieve("film", task="sst2", k=0), "k out of range: asked for 0"),
+        (lambda r: r.retrieve("film", task="sst2", k=31), "k out of range: asked for 31 .* pool of 30"),
+        (lambda r: r.retrieve("film", task="trec"), "task 'trec' has no prepared pool"),
+        (lambda r: r.retrieve("film"), "no task given"),
+        (lambda r: r.add_pool([{"input": "a", "target": "b"}]), "needs an instruction"),
+        (
+            lambda r: r.add_pool([{"input": "a"}], instruction="I: "),
+            r"records:1: malformed row .*missing field 'target'",
+        ),
+        (lambda r: r.add_pool([], instruction="I: "), "no demonstrations"),
+    ],
+)
 def test_errors_are_one_line(retriever, call, message):
     with pytest.raises(UdrError, match=message) as info:
         call(retriever)
@@ -160,7 +184,9 @@ def test_missing_and_mismatched_model_or_index(served, tmp_path):
 
 
 def test_import_is_lean():
-    code = ("import sys, udr, udr.cli; from udr import Retriever; "
-            "heavy = {'torch', 'transformers', 'faiss', 'polars', 'numpy'} & set(sys.modules); "
-            "assert not heavy, heavy")
+    code = (
+        "import sys, udr, udr.cli; from udr import Retriever; "
+        "heavy = {'torch', 'transformers', 'faiss', 'polars', 'numpy'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

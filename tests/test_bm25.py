@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from udr.feedback.bm25 import BM25Index, bm25_candidates, candidate_field, stable_top_k, tokenize
 from udr.data.prepare import load_task
 from udr.data.tasks import get_task
+from udr.feedback.bm25 import BM25Index, bm25_candidates, candidate_field, stable_top_k, tokenize
 
 
 @pytest.fixture(scope="module", params=["sst2", "break"])

@@ -88,9 +88,12 @@ def test_models_unknown_role(run_cli, tmp_path, data_dir):
 
 
 def test_end_to_end_prepare_and_candidates_two_real_tasks(run_cli, tmp_path, data_dir):
-    write_params(tmp_path, {"trec": {"max_train": 40, "max_test": 12},
-                            "break": {"max_train": 30, "max_test": 8}}, data_dir,
-                 candidates={"k": 5, "field": "paper"})
+    write_params(
+        tmp_path,
+        {"trec": {"max_train": 40, "max_test": 12}, "break": {"max_train": 30, "max_test": 8}},
+        data_dir,
+        candidates={"k": 5, "field": "paper"},
+    )
     code, _, err = run_cli(["prepare"], tmp_path)
     assert code == 0, err
     code, _, err = run_cli(["candidates"], tmp_path)

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 
 from udr.data.prepare import prepare_task, seeded_cap, seeded_split
-from udr.errors import UdrError
 from udr.data.tasks import MirrorSource, get_task
+from udr.errors import UdrError
 
 
 def test_seeded_split_same_seed_same_split_different_seed_different():
@@ -88,9 +88,11 @@ def _fake_mirror(tmp_path, lines):
 
 @pytest.mark.parametrize(
     "bad_line, reason",
-    [('{"text": "fine", "label": "meh"}', "unknown label 'meh'"),
-     ('{"text": "fine", "label": ', "invalid JSON"),
-     ('{"label": "positive"}', "missing field 'text'")],
+    [
+        ('{"text": "fine", "label": "meh"}', "unknown label 'meh'"),
+        ('{"text": "fine", "label": ', "invalid JSON"),
+        ('{"label": "positive"}', "missing field 'text'"),
+    ],
 )
 def test_malformed_row_names_file_line_reason_and_leaves_nothing(tmp_path, bad_line, reason):
     mirror = _fake_mirror(tmp_path, ['{"text": "good", "label": "positive"}', bad_line])

@@ -22,21 +22,48 @@ def evaluated(tmp_path_factory, data_dir):
     from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("eval")
-    write_params(root, {t: {"max_train": 20, "max_test": 6} for t in TASKS}, data_dir,
-                 candidates={"k": 4}, score={"queries_per_task": 6, "batch_tokens": 2048},
-                 encoder={"max_query_length": 48, "max_demo_length": 64},
-                 train={"later_rounds": {}, "batch_size": 3, "micro_batch": 3, "epochs_first": 1,
-                        "epochs_later": 1, "warmup_steps": 0, "lr": 1e-3, "candidates_per_query": 3},
-                 mine={"k": 3, "batch_size": 8},
-                 evaluate={"context": 700, "max_demos": 3, "max_new_tokens": 6, "candidates": 8,
-                           "batch_tokens": 1024, "shots": [1, 2, 3], "shots_tasks": ["sst2"],
-                           "shots_methods": ["bm25", "udr"], "dtype": "fp32"})
+    write_params(
+        root,
+        {t: {"max_train": 20, "max_test": 6} for t in TASKS},
+        data_dir,
+        candidates={"k": 4},
+        score={"queries_per_task": 6, "batch_tokens": 2048},
+        encoder={"max_query_length": 48, "max_demo_length": 64},
+        train={
+            "later_rounds": {},
+            "batch_size": 3,
+            "micro_batch": 3,
+            "epochs_first": 1,
+            "epochs_later": 1,
+            "warmup_steps": 0,
+            "lr": 1e-3,
+            "candidates_per_query": 3,
+        },
+        mine={"k": 3, "batch_size": 8},
+        evaluate={
+            "context": 700,
+            "max_demos": 3,
+            "max_new_tokens": 6,
+            "candidates": 8,
+            "batch_tokens": 1024,
+            "shots": [1, 2, 3],
+            "shots_tasks": ["sst2"],
+            "shots_methods": ["bm25", "udr"],
+            "dtype": "fp32",
+        },
+    )
     prepare_with_candidates(root, TASKS, data_dir, max_train=20, max_test=6, k=4)
     resolve_model(str(save_tiny_lm(root / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
     resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
     os.environ.pop("UDR_DATA_DIR", None)
-    for args in (["score"], ["train"], ["train", "--epr"], ["index"],
-                 *(["evaluate", "--method", m] for m in METHODS), ["report"]):
+    for args in (
+        ["score"],
+        ["train"],
+        ["train", "--epr"],
+        ["index"],
+        *(["evaluate", "--method", m] for m in METHODS),
+        ["report"],
+    ):
         run_udr(root, *args)
     return root
 

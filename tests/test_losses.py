@@ -94,7 +94,10 @@ def test_in_batch_loss_by_hand():
 
     # A masked candidate leaves the softmax: same as removing it (and re-indexing the positives).
     got = InBatchLoss()(
-        torch.tensor(q, dtype=D), torch.tensor(c, dtype=D), torch.tensor([0, 3]), torch.tensor([True, False, True, True])
+        torch.tensor(q, dtype=D),
+        torch.tensor(c, dtype=D),
+        torch.tensor([0, 3]),
+        torch.tensor([True, False, True, True]),
     )
     kept = [c[0], c[2], c[3]]
     ref = InBatchLoss()(torch.tensor(q, dtype=D), torch.tensor(kept, dtype=D), torch.tensor([0, 2]))
@@ -132,7 +135,9 @@ def test_udr_loss_modes_and_lambda():
     assert out.in_batch.item() == pytest.approx(ib.item(), abs=1e-12)
 
     assert UDRLoss(lambda_=0.0)(q, c, ranks).total.item() == pytest.approx(ib.item(), abs=1e-12)
-    assert UDRLoss(lambda_=0.8)(q, c, ranks).total.item() == pytest.approx(0.8 * rank.item() + 0.2 * ib.item(), abs=1e-12)
+    assert UDRLoss(lambda_=0.8)(q, c, ranks).total.item() == pytest.approx(
+        0.8 * rank.item() + 0.2 * ib.item(), abs=1e-12
+    )
     assert UDRLoss(mode="published")(q, c, ranks).total.item() == pytest.approx(4 * rank.item() + ib.item(), abs=1e-12)
 
 

@@ -6,12 +6,20 @@ import math
 
 import pytest
 
-from udr.evaluation import metrics
-from udr.errors import UdrError
-from udr.evaluation.metrics import (accuracy, bleu, exact_match, rouge, rouge_l, sari, score_task, sentence_bleu_mean,
-                         token_f1)
 from udr.data.tasks import REGISTRY, Example
-
+from udr.errors import UdrError
+from udr.evaluation import metrics
+from udr.evaluation.metrics import (
+    accuracy,
+    bleu,
+    exact_match,
+    rouge,
+    rouge_l,
+    sari,
+    score_task,
+    sentence_bleu_mean,
+    token_f1,
+)
 
 # ---------------------------------------------------------------- accuracy, exact match, token F1
 
@@ -100,8 +108,13 @@ def test_sari_published_example_and_identity():
     # the value printed in the SARI paper's HF `evaluate` port's documentation
     src = ["About 95 species are currently accepted ."]
     pred = ["About 95 you now get in ."]
-    refs = [["About 95 species are currently known .", "About 95 species are now accepted .",
-             "95 species are now accepted ."]]
+    refs = [
+        [
+            "About 95 species are currently known .",
+            "About 95 species are now accepted .",
+            "95 species are now accepted .",
+        ]
+    ]
     assert sari(src, pred, refs) == pytest.approx(26.953601953601954)
     # output = source = reference: everything kept rightly, nothing to delete or add (0/0 = 1)
     assert sari(["a b c"], ["a b c"], [["a b c"]]) == pytest.approx(100.0)
@@ -117,8 +130,10 @@ def _gen(target: str, *more: str, source: str = "some input") -> Example:
 def test_score_task_covers_every_registry_metric():
     used = {task.metric for task in REGISTRY.values()}
     assert used <= set(metrics.METRICS)
-    cls = [Example("x", "It was great .", 1, ("It was terrible .", "It was great ."), ("It was great .",)),
-           Example("y", "It was terrible .", 0, ("It was terrible .", "It was great ."), ("It was terrible .",))]
+    cls = [
+        Example("x", "It was great .", 1, ("It was terrible .", "It was great ."), ("It was great .",)),
+        Example("y", "It was terrible .", 0, ("It was terrible .", "It was great ."), ("It was terrible .",)),
+    ]
     for name in sorted(used):
         if name == "accuracy":
             out = score_task(name, [1, 1], cls)
@@ -132,15 +147,20 @@ def test_score_task_covers_every_registry_metric():
 
 
 def test_score_task_accuracy_text_predictions_and_rows():
-    rows = [{"id": "0", "input": "q", "target": "yes", "label": 0, "choices": ["yes", "no"], "references": ["yes"]},
-            {"id": "1", "input": "q", "target": "2", "label": -1, "choices": [], "references": ["2"]}]
+    rows = [
+        {"id": "0", "input": "q", "target": "yes", "label": 0, "choices": ["yes", "no"], "references": ["yes"]},
+        {"id": "1", "input": "q", "target": "2", "label": -1, "choices": [], "references": ["2"]},
+    ]
     assert score_task("accuracy", ["yes", 2], rows)["score"] == pytest.approx(100.0)
     assert score_task("accuracy", [1, "3"], rows)["score"] == 0.0
 
 
 def test_score_task_exact_match_grades_with_token_f1():
-    out = score_task("exact_match", ["[IN:GET_WEATHER [SL:LOCATION paris ] ]"],
-                     [_gen("[IN:GET_WEATHER [SL:LOCATION paris ] [SL:DATE_TIME today ] ]")])
+    out = score_task(
+        "exact_match",
+        ["[IN:GET_WEATHER [SL:LOCATION paris ] ]"],
+        [_gen("[IN:GET_WEATHER [SL:LOCATION paris ] [SL:DATE_TIME today ] ]")],
+    )
     assert out["score"] == 0.0
     assert out["graded"] == {"name": "token_f1", "score": pytest.approx(100 * 10 / 13)}
 

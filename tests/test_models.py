@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from udr.lm import models
 from udr.errors import UdrError
+from udr.lm import models
 from udr.lm.models import (
     PACKAGED_MODELS,
     RECORD_NAME,
@@ -25,7 +25,7 @@ from udr.lm.models import (
     sequence_log_likelihood,
 )
 
-WORDS = "the quick brown fox jumps over lazy dog and then it runs back into forest , .".split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "and", "then", "it", "runs", "back", "into", "forest", ",", "."]
 
 
 def _package_dir(module: str) -> Path | None:
@@ -42,7 +42,8 @@ def _needs(pypi_name: str):
 
 
 def _tiny_tokenizer():
-    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tok_models
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"[UNK]": 0, "[PAD]": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
@@ -320,8 +321,15 @@ def fake_parted_gguf(tmp_path: Path, monkeypatch) -> tuple[str, bytes]:
     for pkg in ("udr_fake_parted", "udr_fake_parted_part1", "udr_fake_parted_part2"):
         (site / pkg / "__init__.py").write_text("raise ImportError('must not be imported')\n")
     monkeypatch.syspath_prepend(str(site))
-    entry = PackagedModel("udr_fake_parted", "data", "gguf", "m.gguf", "1.0", parts=("udr_fake_parted_part1",
-                          "udr_fake_parted_part2"), sha256=hashlib.sha256(payload).hexdigest())
+    entry = PackagedModel(
+        "udr_fake_parted",
+        "data",
+        "gguf",
+        "m.gguf",
+        "1.0",
+        parts=("udr_fake_parted_part1", "udr_fake_parted_part2"),
+        sha256=hashlib.sha256(payload).hexdigest(),
+    )
     monkeypatch.setitem(PACKAGED_MODELS, "udr-fake-parted", entry)
     return "pypi:udr-fake-parted", payload
 
@@ -343,7 +351,9 @@ def test_gguf_parts_are_assembled_in_order(fake_parted_gguf, tmp_path: Path, mon
 
 def test_gguf_parts_checksum_mismatch(fake_parted_gguf, tmp_path: Path, monkeypatch) -> None:
     spec, _ = fake_parted_gguf
-    monkeypatch.setitem(PACKAGED_MODELS, "udr-fake-parted", PACKAGED_MODELS["udr-fake-parted"]._replace(sha256="0" * 64))
+    monkeypatch.setitem(
+        PACKAGED_MODELS, "udr-fake-parted", PACKAGED_MODELS["udr-fake-parted"]._replace(sha256="0" * 64)
+    )
     with pytest.raises(UdrError, match="assembled m.gguf has sha256"):
         resolve_model(spec, tmp_path / "out" / "lm", kind="lm")
     assert _leftovers(tmp_path / "out") == []
@@ -352,9 +362,14 @@ def test_gguf_parts_checksum_mismatch(fake_parted_gguf, tmp_path: Path, monkeypa
 def test_gguf_missing_part_names_every_package(fake_parted_gguf, tmp_path: Path, monkeypatch) -> None:
     spec, _ = fake_parted_gguf
     entry = PACKAGED_MODELS["udr-fake-parted"]
-    monkeypatch.setitem(PACKAGED_MODELS, "udr-fake-parted", entry._replace(parts=(*entry.parts, "udr_fake_parted_part3")))
-    with pytest.raises(UdrError, match=r"pip install --no-deps udr-fake-parted==1\.0 udr-fake-parted-part1==1\.0 "
-                                       r"udr-fake-parted-part2==1\.0 udr-fake-parted-part3==1\.0"):
+    monkeypatch.setitem(
+        PACKAGED_MODELS, "udr-fake-parted", entry._replace(parts=(*entry.parts, "udr_fake_parted_part3"))
+    )
+    with pytest.raises(
+        UdrError,
+        match=r"pip install --no-deps udr-fake-parted==1\.0 udr-fake-parted-part1==1\.0 "
+        r"udr-fake-parted-part2==1\.0 udr-fake-parted-part3==1\.0",
+    ):
         resolve_model(spec, tmp_path / "lm", kind="lm")
 
 

@@ -297,8 +297,5 @@ def test_real_stdlib_examples(real_collected):
 
 def test_real_stdlib_deterministic(real_collected):
     built = build_python_code_examples()
-    assert built == [
-        {"input": ex["input"], "target": ex["target"], "name": ex["name"]}
-        for ex in real_collected
-    ]
+    assert built == [{"input": ex["input"], "target": ex["target"], "name": ex["name"]} for ex in real_collected]
     assert all(set(ex) == {"input", "target", "name"} for ex in built)

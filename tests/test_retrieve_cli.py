@@ -58,9 +58,13 @@ def test_prompt_is_ready_for_an_lm(cli, api):
 
 
 def test_batch_keeps_input_order_across_tasks(cli, api, tmp_path):
-    queries = [{"query": "dull and lifeless", "id": "a"}, {"query": "what is the capital of France?", "task": "break"},
-               {"query": QUERY, "id": "c"}, {"query": "how many rivers are longer than the Nile?", "task": "break"},
-               {"query": "not worth it"}]
+    queries = [
+        {"query": "dull and lifeless", "id": "a"},
+        {"query": "what is the capital of France?", "task": "break"},
+        {"query": QUERY, "id": "c"},
+        {"query": "how many rivers are longer than the Nile?", "task": "break"},
+        {"query": "not worth it"},
+    ]
     src, dst = tmp_path / "queries.jsonl", tmp_path / "out" / "demos.jsonl"
     src.write_text("".join(json.dumps(q) + "\n" for q in queries))
     code, out, err = cli("retrieve", "--input", str(src), "--output", str(dst), "--task", "sst2", "-k", "3", "--prompt")
@@ -81,11 +85,22 @@ def test_batch_keeps_input_order_across_tasks(cli, api, tmp_path):
 
 def test_own_pool_from_the_command_line(cli, tmp_path):
     pool = tmp_path / "pool.jsonl"
-    rows = [{"input": f"name[Cafe {i}], food[{f}]", "target": f"Cafe {i} serves {f} food."}
-            for i, f in enumerate(["Thai", "French", "Indian", "Italian"])]
+    rows = [
+        {"input": f"name[Cafe {i}], food[{f}]", "target": f"Cafe {i} serves {f} food."}
+        for i, f in enumerate(["Thai", "French", "Indian", "Italian"])
+    ]
     pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ("retrieve", "name[Cafe 9], food[Thai]", "--pool", str(pool), "--instruction",
-            "Describe the table in natural language. Table: ", "-k", "4", "--json")
+    args = (
+        "retrieve",
+        "name[Cafe 9], food[Thai]",
+        "--pool",
+        str(pool),
+        "--instruction",
+        "Describe the table in natural language. Table: ",
+        "-k",
+        "4",
+        "--json",
+    )
     code, out, err = cli(*args)
     assert code == 0, err
     got = [json.loads(line) for line in out.splitlines()]
@@ -96,18 +111,21 @@ def test_own_pool_from_the_command_line(cli, tmp_path):
     assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("retrieve", QUERY, "--task", "nope"), "unknown task 'nope'; known tasks: "),
-    (("retrieve", "  ", "--task", "sst2"), "empty query"),
-    (("retrieve", QUERY, "--task", "sst2", "-k", "0"), "k out of range"),
-    (("retrieve", QUERY, "--task", "sst2", "-k", "100"), "k out of range"),
-    (("retrieve", QUERY, "--task", "sst2", "--model", "missing-dir"), "missing model missing-dir"),
-    (("retrieve", QUERY), "no task given"),
-    (("retrieve",), "give one QUERY or --input FILE"),
-    (("retrieve", QUERY, "--task", "sst2", "--instruction", "x"), "--instruction goes with --pool"),
-    (("retrieve", QUERY, "--task", "sst2", "--output", "o.jsonl"), "--output goes with --input"),
-    (("retrieve", QUERY, "--pool", "absent.jsonl", "--instruction", "I: "), "pool file not found: absent.jsonl"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("retrieve", QUERY, "--task", "nope"), "unknown task 'nope'; known tasks: "),
+        (("retrieve", "  ", "--task", "sst2"), "empty query"),
+        (("retrieve", QUERY, "--task", "sst2", "-k", "0"), "k out of range"),
+        (("retrieve", QUERY, "--task", "sst2", "-k", "100"), "k out of range"),
+        (("retrieve", QUERY, "--task", "sst2", "--model", "missing-dir"), "missing model missing-dir"),
+        (("retrieve", QUERY), "no task given"),
+        (("retrieve",), "give one QUERY or --input FILE"),
+        (("retrieve", QUERY, "--task", "sst2", "--instruction", "x"), "--instruction goes with --pool"),
+        (("retrieve", QUERY, "--task", "sst2", "--output", "o.jsonl"), "--output goes with --input"),
+        (("retrieve", QUERY, "--pool", "absent.jsonl", "--instruction", "I: "), "pool file not found: absent.jsonl"),
+    ],
+)
 def test_errors_are_one_line_and_exit_non_zero(cli, args, message):
     code, out, err = cli(*args)
     assert code == 1

@@ -25,8 +25,11 @@ def sbert(tmp_path_factory):
 
 
 def _retrievers(sbert):
-    return {"random": RandomRetriever(POOL_IDS, seed=1, task="sst2"), "bm25": BM25Retriever(POOL_IDS, POOL),
-            "dense": sbert}
+    return {
+        "random": RandomRetriever(POOL_IDS, seed=1, task="sst2"),
+        "bm25": BM25Retriever(POOL_IDS, POOL),
+        "dense": sbert,
+    }
 
 
 @pytest.mark.parametrize("name", ["random", "bm25", "dense"])

@@ -19,8 +19,15 @@ import pytest
 from tests.conftest import REPO, prepare_with_candidates, write_params
 from tests.tiny_models import byte_tokenizer, save_tiny_lm, tiny_llama
 from udr.errors import UdrError
-from udr.lm.scorer import (LMScorer, PromptBuilder, ScoringItem, leading_special_tokens, length_batches, pair_score,
-                         reference_logprobs)
+from udr.lm.scorer import (
+    LMScorer,
+    PromptBuilder,
+    ScoringItem,
+    leading_special_tokens,
+    length_batches,
+    pair_score,
+    reference_logprobs,
+)
 
 TASKS = {"sst2": "classification", "comv": "multiple_choice", "break": "generation"}
 
@@ -31,9 +38,13 @@ def project(tmp_path_factory, data_dir):
     from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("proj")
-    write_params(root, {t: {"max_train": 30, "max_test": 5} for t in TASKS}, data_dir,
-                 candidates={"k": 5, "field": "paper"},
-                 score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048})
+    write_params(
+        root,
+        {t: {"max_train": 30, "max_test": 5} for t in TASKS},
+        data_dir,
+        candidates={"k": 5, "field": "paper"},
+        score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048},
+    )
     prepare_with_candidates(root, TASKS, data_dir, max_train=30, max_test=5, k=5)
     resolve_model(str(save_tiny_lm(root / "tiny-src")), root / "models" / "base" / "lm", kind="lm")
     return root
@@ -64,8 +75,8 @@ def scored(project):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_scores_equal_direct_computation(task, project, scored):
-    from udr.lm.models import load_causal_lm
     from udr.data.tasks import get_task
+    from udr.lm.models import load_causal_lm
 
     summary, frame = scored[task]
     assert summary.queries == 6 and summary.pairs == len(frame) == 6 * 5 and summary.reused == 0
@@ -95,8 +106,13 @@ def test_s_cls_sums_to_at_most_one_over_labels():
     model = tiny_llama()
     tok = byte_tokenizer()
     builder = PromptBuilder(tok, "{input}\t{answer}", None, 512)
-    query = {"id": 1, "input": "a fine film", "target": "It was great .", "label": 1,
-             "choices": ["It was terrible .", "It was great .", "It was okay ."]}
+    query = {
+        "id": 1,
+        "input": "a fine film",
+        "target": "It was great .",
+        "label": 1,
+        "choices": ["It was terrible .", "It was great .", "It was okay ."],
+    }
     item = builder.item(query, {"id": 2, "input": "dull", "target": "It was terrible ."}, False)
     (logps,), _ = LMScorer(model, pad_id=256).score_batch([item])
     total = sum(pair_score(logps, g, False, 1) for g in range(3))
@@ -111,8 +127,12 @@ def test_batched_paths_equal_reference_with_mixed_lengths():
     def ids(n):
         return tuple(int(x) for x in rng.integers(0, 256, n))
 
-    multi = [ScoringItem(i, i, ids(rng.integers(2, 40)), tuple(ids(rng.integers(1, 5)) for _ in range(rng.integers(2, 5))), 0)
-             for i in range(20)]
+    multi = [
+        ScoringItem(
+            i, i, ids(rng.integers(2, 40)), tuple(ids(rng.integers(1, 5)) for _ in range(rng.integers(2, 5))), 0
+        )
+        for i in range(20)
+    ]
     single = [ScoringItem(i, i, ids(rng.integers(2, 40)), (ids(rng.integers(1, 8)),), 0) for i in range(20)]
     for items in (multi, single):
         for batch in length_batches(items, 128):
@@ -141,8 +161,12 @@ def test_reuse_of_earlier_scores(project, scored, tmp_path):
     for q in old["query_id"].unique().to_list():
         have = set(old.filter(pl.col("query_id") == q)["candidate_id"].to_list()) | {q}
         extra += [(q, c) for c in [c for c in train_ids if c not in have][:2]]
-    new = pl.concat([old.select("query_id", "candidate_id"),
-                     pl.DataFrame(extra, schema={"query_id": pl.Int64, "candidate_id": pl.Int64}, orient="row")])
+    new = pl.concat(
+        [
+            old.select("query_id", "candidate_id"),
+            pl.DataFrame(extra, schema={"query_id": pl.Int64, "candidate_id": pl.Int64}, orient="row"),
+        ]
+    )
     (root / "data/candidates/it1").mkdir(parents=True)
     new.write_parquet(root / "data/candidates/it1/break.parquet")
     summary = _run(root, "break", iteration=1)
@@ -180,8 +204,20 @@ def test_stale_partial_results_are_discarded(project, scored, tmp_path):
 
 def _torchrun(root: Path, nproc: int, task: str):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "udr.cli", "score", "-i", "0", "-t", task]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "udr.cli",
+        "score",
+        "-i",
+        "0",
+        "-t",
+        task,
+    ]
     return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -223,8 +259,11 @@ def test_missing_candidates_names_the_step(project, tmp_path):
 
 def test_prompt_keeps_its_end_when_too_long():
     builder = PromptBuilder(byte_tokenizer(), "{input}\t{answer}", None, 40)
-    item = builder.item({"id": 1, "input": "q" * 10, "target": "abc", "label": -1, "choices": []},
-                        {"id": 2, "input": "d" * 100, "target": "t"}, True)
+    item = builder.item(
+        {"id": 1, "input": "q" * 10, "target": "abc", "label": -1, "choices": []},
+        {"id": 2, "input": "d" * 100, "target": "t"},
+        True,
+    )
     assert len(item.prompt) + 3 == 40 and bytes(item.prompt[-11:-1]) != b""  # the query survives at the end
     assert builder.encode("q" * 10 + "\t") == item.prompt[-11:]
 
@@ -241,7 +280,10 @@ def test_leading_special_tokens():
 
 def test_prompt_starts_with_bos_even_when_truncated():
     builder = PromptBuilder(bos_tokenizer, "{input}\t{answer}", None, 40)
-    item = builder.item({"id": 1, "input": "q" * 10, "target": "abc", "label": -1, "choices": []},
-                        {"id": 2, "input": "d" * 100, "target": "t"}, True)
+    item = builder.item(
+        {"id": 1, "input": "q" * 10, "target": "abc", "label": -1, "choices": []},
+        {"id": 2, "input": "d" * 100, "target": "t"},
+        True,
+    )
     assert item.prompt[0] == 999 and len(item.prompt) + 3 == 40
     assert item.prompt[-11:] == builder.encode("q" * 10 + "\t")

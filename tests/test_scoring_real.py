@@ -20,18 +20,23 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def real_project(tmp_path_factory, data_dir):
-    from udr.feedback.bm25 import bm25_candidates
     from udr.data.prepare import prepare_task, prepared_dir, read_prepared
-    from udr.util.files import write_parquet_atomic
-    from udr.lm.models import resolve_model
     from udr.data.tasks import get_task
+    from udr.feedback.bm25 import bm25_candidates
+    from udr.lm.models import resolve_model
+    from udr.util.files import write_parquet_atomic
 
     root = tmp_path_factory.mktemp("real")
-    write_params(root, {"sst2": {"max_train": 60, "max_test": 5}}, data_dir,
-                 candidates={"k": 10, "field": "paper"},
-                 score={"queries_per_task": 12, "shard_pairs": 10, "batch_tokens": 1024})
-    prepare_task(get_task("sst2"), data_dir, prepared_dir(root, "sst2"), seed=42, test_fraction=0.2,
-                 max_train=60, max_test=5)
+    write_params(
+        root,
+        {"sst2": {"max_train": 60, "max_test": 5}},
+        data_dir,
+        candidates={"k": 10, "field": "paper"},
+        score={"queries_per_task": 12, "shard_pairs": 10, "batch_tokens": 1024},
+    )
+    prepare_task(
+        get_task("sst2"), data_dir, prepared_dir(root, "sst2"), seed=42, test_fraction=0.2, max_train=60, max_test=5
+    )
     frame = bm25_candidates(read_prepared(root, "sst2", "train"), "classification", "paper", 10, progress=False)
     write_parquet_atomic(frame, root / "data/candidates/it0/sst2.parquet")
     repo_lm = REPO / "models" / "base" / "lm"
@@ -46,8 +51,14 @@ def real_project(tmp_path_factory, data_dir):
 
 def _score_cmd(root: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "udr.cli", "score", "-i", "0", "-t", "sst2"], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "udr.cli", "score", "-i", "0", "-t", "sst2"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_killed_run_resumes_to_identical_output(real_project, tmp_path):

@@ -199,7 +199,7 @@ def test_one_index_searched_many_times_equals_one_off_searches():
     q, p = grid_data(8)
     index = ExactIndex(p)
     for lo in range(0, N, 7):
-        np.testing.assert_array_equal(index.search(q[lo:lo + 7], 5)[1], exact_top_k(q[lo:lo + 7], p, 5)[1])
+        np.testing.assert_array_equal(index.search(q[lo : lo + 7], 5)[1], exact_top_k(q[lo : lo + 7], p, 5)[1])
     assert len(index) == M
     with pytest.raises(UdrError, match="CPU only"):
         ExactIndex(p, "cuda", use_faiss=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from udr.data.prepare import normalize_rows, read_jsonl
-from udr.errors import UdrError
 from udr.data.tasks import FAMILIES, REGISTRY, BuiltinSource, MirrorSource, RowError, get_task
+from udr.errors import UdrError
 
 MIRRORED = [t for t in REGISTRY.values() if isinstance(t.source, MirrorSource)]
 

@@ -28,7 +28,7 @@ def test_task_sampler_frequencies_follow_q_to_the_alpha():
     sizes = {"a": 900, "b": 90, "c": 10}
     sampler = TaskSampler(sizes, alpha=0.5)
     q = np.array([0.9, 0.09, 0.01])
-    expected = q ** 0.5 / (q ** 0.5).sum()
+    expected = q**0.5 / (q**0.5).sum()
     assert np.allclose(sampler.probabilities, expected)
     rng = np.random.default_rng(0)
     n = 40_000
@@ -69,14 +69,26 @@ def project(tmp_path_factory, data_dir):
     from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("loop")
-    write_params(root, {t: {"max_train": 24, "max_test": 4} for t in TASKS}, data_dir,
-                 candidates={"k": 5, "field": "paper"},
-                 score={"queries_per_task": 8, "shard_pairs": 16, "batch_tokens": 2048},
-                 encoder={"max_query_length": 64, "max_demo_length": 96},
-                 train={"later_rounds": {"it1": "it0"}, "batch_size": 4, "micro_batch": 2, "epochs_first": 2,
-                        "epochs_later": 1, "warmup_steps": 1, "lr": 1e-3, "checkpoint_steps": 3,
-                        "candidates_per_query": 4},
-                 mine={"k": 4, "batch_size": 8})
+    write_params(
+        root,
+        {t: {"max_train": 24, "max_test": 4} for t in TASKS},
+        data_dir,
+        candidates={"k": 5, "field": "paper"},
+        score={"queries_per_task": 8, "shard_pairs": 16, "batch_tokens": 2048},
+        encoder={"max_query_length": 64, "max_demo_length": 96},
+        train={
+            "later_rounds": {"it1": "it0"},
+            "batch_size": 4,
+            "micro_batch": 2,
+            "epochs_first": 2,
+            "epochs_later": 1,
+            "warmup_steps": 1,
+            "lr": 1e-3,
+            "checkpoint_steps": 3,
+            "candidates_per_query": 4,
+        },
+        mine={"k": 4, "batch_size": 8},
+    )
     prepare_with_candidates(root, TASKS, data_dir, max_train=24, max_test=4, k=5)
     resolve_model(str(save_tiny_lm(root / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
     resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
@@ -87,8 +99,14 @@ def project(tmp_path_factory, data_dir):
 def looped(project):
     """Round 0 and round 1 run through the CLI entry point (in-process)."""
     os.environ.pop("UDR_DATA_DIR", None)
-    for args in (["score", "-i", "0"], ["train", "-i", "0"], ["mine", "-i", "1"], ["score", "-i", "1"],
-                 ["train", "-i", "1"], ["index"]):
+    for args in (
+        ["score", "-i", "0"],
+        ["train", "-i", "0"],
+        ["mine", "-i", "1"],
+        ["score", "-i", "1"],
+        ["train", "-i", "1"],
+        ["index"],
+    ):
         run_udr(project, *args)
     return project
 
@@ -120,9 +138,9 @@ def test_loop_writes_every_round(looped):
 def test_mining_is_exact_top_k_without_self(looped):
     """Mined candidates equal a brute-force ranking by round 0's retriever, self excluded."""
     from udr.data.prepare import read_prepared
+    from udr.data.tasks import get_task
     from udr.retriever.encoder import BiEncoder, query_text
     from udr.retriever.index import pool_texts
-    from udr.data.tasks import get_task
 
     root = looped
     enc = BiEncoder.load(root / "models/rounds/it0")
@@ -139,7 +157,9 @@ def test_mining_is_exact_top_k_without_self(looped):
             order = np.lexsort((np.arange(len(ids)), -sims))[:4]
             got = group.sort("rank")["candidate_id"].to_list()
             assert qid not in got
-            assert got == ids[order].tolist() or np.allclose(np.sort(sims[order]), np.sort(sims[[int(np.flatnonzero(ids == g)[0]) for g in got]]), atol=1e-5)
+            assert got == ids[order].tolist() or np.allclose(
+                np.sort(sims[order]), np.sort(sims[[int(np.flatnonzero(ids == g)[0]) for g in got]]), atol=1e-5
+            )
 
 
 def test_save_load_round_trip_gives_identical_embeddings(looped, tmp_path):
@@ -179,8 +199,9 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     summary = run_train(settings, 0, out=out, **kw)
     texts = ["some query text", "another one"]
     for side in ("query", "demo"):
-        assert np.array_equal(BiEncoder.load(out).encode(texts, side),
-                              BiEncoder.load(looped / "models/rounds/it0").encode(texts, side))
+        assert np.array_equal(
+            BiEncoder.load(out).encode(texts, side), BiEncoder.load(looped / "models/rounds/it0").encode(texts, side)
+        )
     reference = json.loads((looped / "metrics/train/it0/summary.json").read_text())
     assert summary.loss_start == reference["loss_start"] and summary.loss_end == reference["loss_end"]
     tsv = "plots/metrics/train/loss.tsv"
@@ -194,8 +215,14 @@ def test_single_task_training_reads_only_that_task(looped, tmp_path):
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
     settings = load_settings(root / "params.yaml", ["train.tasks=[break]"])
-    run_train(settings, 0, out=root / "models/rounds/it0", init=root / "models/base/encoder",
-              log_dir=root / "metrics/train/it0", progress=False)
+    run_train(
+        settings,
+        0,
+        out=root / "models/rounds/it0",
+        init=root / "models/base/encoder",
+        log_dir=root / "metrics/train/it0",
+        progress=False,
+    )
     summary = json.loads((root / "metrics/train/it0/summary.json").read_text())
     everything = json.loads((looped / "metrics/train/it0/summary.json").read_text())
     assert list(summary["queries"]) == ["break"] and len(everything["queries"]) == len(TASKS) > 1
@@ -217,21 +244,36 @@ def test_two_process_training_equals_one_process(looped, tmp_path):
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
     env = {k: v for k, v in os.environ.items() if k != "UDR_DATA_DIR"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "udr.cli", "train", "-i", "0"]
-    proc = subprocess.run(cmd, cwd=root, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=600)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "udr.cli",
+        "train",
+        "-i",
+        "0",
+    ]
+    proc = subprocess.run(
+        cmd, cwd=root, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = (looped / "metrics/train/it0/plots/metrics/train/loss.tsv").read_text().splitlines()[1:]
     two = (root / "metrics/train/it0/plots/metrics/train/loss.tsv").read_text().splitlines()[1:]
     # Losses agree to float summation order; Adam amplifies such differences in near-zero gradients,
     # so weights are compared loosely.
-    np.testing.assert_allclose([float(r.split("\t")[1]) for r in two], [float(r.split("\t")[1]) for r in one],
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        [float(r.split("\t")[1]) for r in two], [float(r.split("\t")[1]) for r in one], rtol=1e-5
+    )
     texts = ["some query text", "another one"]
     for side in ("query", "demo"):
-        np.testing.assert_allclose(BiEncoder.load(root / "models/rounds/it0").encode(texts, side),
-                                   BiEncoder.load(looped / "models/rounds/it0").encode(texts, side), atol=1e-2)
+        np.testing.assert_allclose(
+            BiEncoder.load(root / "models/rounds/it0").encode(texts, side),
+            BiEncoder.load(looped / "models/rounds/it0").encode(texts, side),
+            atol=1e-2,
+        )
 
 
 def test_rounds_report(looped, run_cli):
@@ -242,7 +284,8 @@ def test_rounds_report(looped, run_cli):
     totals = {r["round"]: r for r in rows if r["task"] == "all"}
     assert set(totals) == {0, 1}
     assert totals[0]["pairs"] == 2 * 8 * 5 and totals[1]["scored"] == sum(
-        json.loads((looped / f"data/candidates/it1/{t}.json").read_text())["new"] for t in TASKS)
+        json.loads((looped / f"data/candidates/it1/{t}.json").read_text())["new"] for t in TASKS
+    )
     assert totals[1]["train_steps"] >= 1 and totals[1]["mined_new_fraction"] is not None
     per_task = [r for r in rows if r["task"] != "all"]
     assert all(r["retrieved"] is not None and r["retrieved"][0] >= r["retrieved"][1] for r in per_task)

@@ -35,7 +35,9 @@ class TaskCaps(_Strict):
 
 
 class PrepareSettings(_Strict):
-    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="Share carved off for test where a task has no test split.")
+    test_fraction: float = Field(
+        0.2, gt=0.0, lt=1.0, description="Share carved off for test where a task has no test split."
+    )
     tasks: dict[str, TaskCaps] = Field(min_length=1)
 
 
@@ -54,19 +56,35 @@ class CandidateSettings(_Strict):
 
 
 class ScoreSettings(_Strict):
-    queries_per_task: int = Field(100, gt=0, description="Train queries scored per task (seeded; the same every iteration).")
-    batch_tokens: int = Field(1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU.")
-    shard_pairs: int = Field(512, gt=0, description="Pairs per checkpointed shard (the unit of resume and of torchrun work).")
-    max_length: int = Field(1024, ge=16, description="Longest prompt + answer in tokens; longer prompts keep their end.")
+    queries_per_task: int = Field(
+        100, gt=0, description="Train queries scored per task (seeded; the same every iteration)."
+    )
+    batch_tokens: int = Field(
+        1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU."
+    )
+    shard_pairs: int = Field(
+        512, gt=0, description="Pairs per checkpointed shard (the unit of resume and of torchrun work)."
+    )
+    max_length: int = Field(
+        1024, ge=16, description="Longest prompt + answer in tokens; longer prompts keep their end."
+    )
     instruction: Literal["none", "prefix"] = Field(
-        "none", description="none: no task instruction in the LM prompt (published code); prefix: instruction first.")
-    dtype: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on a GPU that supports it, fp32 on CPU.")
+        "none", description="none: no task instruction in the LM prompt (published code); prefix: instruction first."
+    )
+    dtype: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast on a GPU that supports it, fp32 on CPU."
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
 class EncoderSettings(_Strict):
-    instruction: bool = Field(True, description="Task instruction in the bi-encoder's inputs; false: none on either side (ablation).")
-    query_instruction: bool = Field(True, description="Prepend the task instruction to queries too (paper); false: demonstrations only (published code).")
+    instruction: bool = Field(
+        True, description="Task instruction in the bi-encoder's inputs; false: none on either side (ablation)."
+    )
+    query_instruction: bool = Field(
+        True,
+        description="Prepend the task instruction to queries too (paper); false: demonstrations only (published code).",
+    )
     max_query_length: int = Field(128, ge=8, le=512)
     max_demo_length: int = Field(256, ge=8, le=512)
 
@@ -74,19 +92,29 @@ class EncoderSettings(_Strict):
 class TrainSettings(_Strict):
     later_rounds: dict[str, str] = Field(
         default_factory=lambda: {"it1": "it0", "it2": "it1"},
-        description="Rounds after round 0, each mapped to the round before it (DVC templates cannot count).")
-    tasks: list[str] = Field(default_factory=list, description="Tasks whose LM feedback trains UDR (default []: "
-                             "every task in prepare.tasks; one task: the single-task ablation).")
-    loss: Literal["paper", "published"] = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
+        description="Rounds after round 0, each mapped to the round before it (DVC templates cannot count).",
+    )
+    tasks: list[str] = Field(
+        default_factory=list,
+        description="Tasks whose LM feedback trains UDR (default []: "
+        "every task in prepare.tasks; one task: the single-task ablation).",
+    )
+    loss: Literal["paper", "published"] = Field(
+        "paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib."
+    )
     loss_lambda: float = Field(0.8, ge=0.0, le=1.0)
     candidates_per_query: int = Field(8, ge=2, description="l: candidates sampled per query per step.")
     sampling: Literal["uniform", "published", "epr"] = Field(
-        "uniform", description="uniform: l at random; published: 1 of the top 5, 1 of the bottom 5, the rest from the middle; "
-        "epr: 1 positive of the top 5 and 1 negative of the bottom 5 (l = 2).")
+        "uniform",
+        description="uniform: l at random; published: 1 of the top 5, 1 of the bottom 5, the rest from the middle; "
+        "epr: 1 positive of the top 5 and 1 negative of the bottom 5 (l = 2).",
+    )
     alpha: float = Field(0.5, gt=0.0, le=1.0, description="Task sampling p ~ q^alpha.")
     batch_size: int = Field(128, gt=0, description="Queries per optimiser step (all from one task).")
     micro_batch: int = Field(16, gt=0, description="Queries per forward/backward (gradient accumulation).")
-    epochs_first: float = Field(30.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps).")
+    epochs_first: float = Field(
+        30.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps)."
+    )
     epochs_later: float = Field(10.0, gt=0.0, description="Epochs of every later round.")
     lr: float = Field(1e-4, gt=0.0)
     warmup_steps: int = Field(500, ge=0)
@@ -118,20 +146,39 @@ METHODS: tuple[str, ...] = ("random", "bm25", "sbert", "epr", "udr")
 
 
 class EvaluateSettings(_Strict):
-    context: int = Field(2048, ge=32, description="C: the LM's context in tokens for one prompt (demonstrations + input + answer).")
+    context: int = Field(
+        2048, ge=32, description="C: the LM's context in tokens for one prompt (demonstrations + input + answer)."
+    )
     max_demos: int = Field(8, gt=0, description="Demonstrations for classification / multiple choice.")
-    max_new_tokens: int = Field(128, gt=0, description="Longest generated answer; the budget reserves min(this, the pool's longest target).")
-    candidates: int = Field(64, gt=0, description="Demonstrations retrieved per generation input before the context budget cuts them.")
+    max_new_tokens: int = Field(
+        128, gt=0, description="Longest generated answer; the budget reserves min(this, the pool's longest target)."
+    )
+    candidates: int = Field(
+        64, gt=0, description="Demonstrations retrieved per generation input before the context budget cuts them."
+    )
     order: Literal["ascending", "descending", "random"] = Field(
-        "ascending", description="ascending: most similar next to the test input (paper); descending; random (seeded).")
+        "ascending", description="ascending: most similar next to the test input (paper); descending; random (seeded)."
+    )
     order_seed: int = Field(0, ge=0, description="Seed of the random order (with the global seed).")
-    tasks: list[str] = Field(default_factory=list, description="Evaluate only these tasks (default []: every task in prepare.tasks).")
-    lm: str = Field("", description="Inference LM, a model spec like models.lm; '' (default): models.lm, the LM that "
-                    "scored the candidates. Another LM is resolved into models/base/eval_lm (transfer across LMs).")
+    tasks: list[str] = Field(
+        default_factory=list, description="Evaluate only these tasks (default []: every task in prepare.tasks)."
+    )
+    lm: str = Field(
+        "",
+        description="Inference LM, a model spec like models.lm; '' (default): models.lm, the LM that "
+        "scored the candidates. Another LM is resolved into models/base/eval_lm (transfer across LMs).",
+    )
     batch_tokens: int = Field(4096, ge=64, description="Padded prompt tokens per LM batch (speed only).")
-    shots: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Demonstration counts of the shots plot.")
-    shots_tasks: list[str] = Field(default_factory=lambda: ["sst2", "e2e"], description="Tasks of the shots plot (those not in prepare.tasks are ignored).")
-    shots_methods: list[Method] = Field(default_factory=lambda: ["bm25", "epr", "udr"], description="Methods of the shots plot.")
+    shots: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8], description="Demonstration counts of the shots plot."
+    )
+    shots_tasks: list[str] = Field(
+        default_factory=lambda: ["sst2", "e2e"],
+        description="Tasks of the shots plot (those not in prepare.tasks are ignored).",
+    )
+    shots_methods: list[Method] = Field(
+        default_factory=lambda: ["bm25", "epr", "udr"], description="Methods of the shots plot."
+    )
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
 

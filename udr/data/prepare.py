@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.errors import UdrError
 from udr.data.tasks import BuiltinSource, Example, HubSource, MirrorSource, RowError, Task
+from udr.errors import UdrError
 
 SPLITS = ("train", "test")
 COLUMNS = ("id", "input", "target", "label", "choices", "references")
@@ -34,7 +34,7 @@ class Rows:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def take(self, positions) -> "Rows":
+    def take(self, positions) -> Rows:
         return Rows([self.ids[i] for i in positions], [self.examples[i] for i in positions])
 
 
@@ -160,9 +160,14 @@ def load_task(task: Task, data_dir: Path, seed: int, test_fraction: float) -> Lo
             for split, name in (("train", source.train), ("test", source.test)):
                 path = _mirror_file(data_dir, source, name)
                 splits[split] = normalize_rows(task, read_jsonl(path), str(path))
-            prov = {"source": source.describe(), "split": "given",
-                    "files": {"train": f"{source.folder}/{source.train}.jsonl",
-                              "test": f"{source.folder}/{source.test}.jsonl"}}
+            prov = {
+                "source": source.describe(),
+                "split": "given",
+                "files": {
+                    "train": f"{source.folder}/{source.train}.jsonl",
+                    "test": f"{source.folder}/{source.test}.jsonl",
+                },
+            }
             train, test = splits["train"], splits["test"]
         else:
             name = source.train or source.test
@@ -194,8 +199,12 @@ def load_task(task: Task, data_dir: Path, seed: int, test_fraction: float) -> Lo
 
 def _carve(rows: Rows, task: Task, seed: int, test_fraction: float) -> tuple[Rows, Rows, dict]:
     tr, te = seeded_split(len(rows), test_fraction, seed, task.name)
-    prov = {"split": "seeded", "method": "numpy default_rng([seed, sha256(task/'split')]) permutation",
-            "seed": seed, "test_fraction": test_fraction}
+    prov = {
+        "split": "seeded",
+        "method": "numpy default_rng([seed, sha256(task/'split')]) permutation",
+        "seed": seed,
+        "test_fraction": test_fraction,
+    }
     return rows.take(tr), rows.take(te), prov
 
 
@@ -204,8 +213,13 @@ def _index_labels(train: Rows, test: Rows) -> tuple[Rows, Rows]:
     labels = tuple(sorted({e.target for e in train.examples}))
 
     def fix(rows: Rows) -> Rows:
-        return Rows(rows.ids, [Example(e.input, e.target, labels.index(e.target) if e.target in labels else -1,
-                                       labels, e.references) for e in rows.examples])
+        return Rows(
+            rows.ids,
+            [
+                Example(e.input, e.target, labels.index(e.target) if e.target in labels else -1, labels, e.references)
+                for e in rows.examples
+            ],
+        )
 
     return fix(train), fix(test)
 
@@ -226,13 +240,20 @@ def rows_to_frame(rows: Rows):
             "choices": [list(e.choices) for e in ex],
             "references": [list(e.references) for e in ex],
         },
-        schema={"id": pl.Int64, "input": pl.String, "target": pl.String, "label": pl.Int32,
-                "choices": pl.List(pl.String), "references": pl.List(pl.String)},
+        schema={
+            "id": pl.Int64,
+            "input": pl.String,
+            "target": pl.String,
+            "label": pl.Int32,
+            "choices": pl.List(pl.String),
+            "references": pl.List(pl.String),
+        },
     )
 
 
-def prepare_task(task: Task, data_dir: Path, out_dir: Path, *, seed: int, test_fraction: float,
-                 max_train: int, max_test: int) -> dict:
+def prepare_task(
+    task: Task, data_dir: Path, out_dir: Path, *, seed: int, test_fraction: float, max_train: int, max_test: int
+) -> dict:
     """Write `out_dir/{train,test}.parquet` + `meta.json` atomically; return the metadata."""
     loaded = load_task(task, data_dir, seed, test_fraction)
     caps = {"train": max_train, "test": max_test}
@@ -243,9 +264,15 @@ def prepare_task(task: Task, data_dir: Path, out_dir: Path, *, seed: int, test_f
         kept = rows.take(seeded_cap(len(rows), caps[split], seed, task.name, split))
         frames[split] = rows_to_frame(kept)
         counts[split] = {"available": len(rows), "kept": len(kept), "cap": caps[split]}
-    meta = {"task": task.name, "family": task.family, "seed": seed, "counts": counts,
-            "cap_method": "first `cap` of numpy default_rng([seed, sha256(task/'cap/<split>')]).permutation, "
-                          "kept in source order", **loaded.provenance}
+    meta = {
+        "task": task.name,
+        "family": task.family,
+        "seed": seed,
+        "counts": counts,
+        "cap_method": "first `cap` of numpy default_rng([seed, sha256(task/'cap/<split>')]).permutation, "
+        "kept in source order",
+        **loaded.provenance,
+    }
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

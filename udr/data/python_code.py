@@ -15,8 +15,8 @@ import re
 import sysconfig
 import textwrap
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 # Size limits on the (docstring-free) function source used as model input.
 MAX_INPUT_LINES = 40
@@ -57,11 +57,7 @@ def default_stdlib_dir() -> Path:
 
 
 def _is_excluded_dir(name: str, rel_posix: str) -> bool:
-    return (
-        name in EXCLUDED_DIR_NAMES
-        or name.startswith(EXCLUDED_DIR_PREFIXES)
-        or rel_posix in EXCLUDED_REL_DIRS
-    )
+    return name in EXCLUDED_DIR_NAMES or name.startswith(EXCLUDED_DIR_PREFIXES) or rel_posix in EXCLUDED_REL_DIRS
 
 
 def _iter_source_files(root: Path) -> Iterator[tuple[Path, str]]:
@@ -102,9 +98,7 @@ def _read_and_parse(path: Path) -> tuple[list[str], ast.Module] | None:
     return source.split("\n"), tree
 
 
-def _iter_functions(
-    node: ast.AST, prefix: str = ""
-) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
+def _iter_functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
     """Yield (function node, qualname) at module/class level, in source order.
 
     Descends through classes and compound statements (``if``/``try``/...),
@@ -150,9 +144,7 @@ def _is_valid_target(target: str) -> bool:
     )
 
 
-def _function_input(
-    lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef
-) -> str | None:
+def _function_input(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
     """Return the function's source without decorators and docstring, or None."""
     doc_stmt = node.body[0]
     if len(node.body) < 2:
@@ -170,10 +162,7 @@ def _function_input(
         # A multi-line string literal at column 0 defeats textwrap.dedent;
         # remove the def line's own indentation wherever it is present.
         indent = before[0][: len(before[0]) - len(before[0].lstrip())]
-        text = "\n".join(
-            line[len(indent) :] if line.startswith(indent) else line
-            for line in text.split("\n")
-        )
+        text = "\n".join(line[len(indent) :] if line.startswith(indent) else line for line in text.split("\n"))
     return "\n".join(line.rstrip() for line in text.split("\n")).strip("\n")
 
 
@@ -196,11 +185,7 @@ def _collect(stdlib_dir: Path | None) -> tuple[list[dict], int]:
             if target is None or not _is_valid_target(target):
                 continue
             source = _function_input(lines, node)
-            if (
-                source is None
-                or source.count("\n") + 1 > MAX_INPUT_LINES
-                or len(source) > MAX_INPUT_CHARS
-            ):
+            if source is None or source.count("\n") + 1 > MAX_INPUT_LINES or len(source) > MAX_INPUT_CHARS:
                 continue
             raw_doc = node.body[0].value.value  # type: ignore[attr-defined]
             head = raw_doc.strip()[:30]

@@ -14,9 +14,10 @@ demonstration ``I z`` (see :mod:`udr.encoder`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -42,8 +43,9 @@ class PoolRetriever(Protocol):
 def _check_k(k: int, pool_size: int, excluding: bool) -> None:
     room = pool_size - (1 if excluding else 0)
     if not 1 <= k <= room:
-        raise UdrError(f"k out of range: asked for {k} demonstrations from a pool of {pool_size} "
-                       f"(1 to {room} can be returned)")
+        raise UdrError(
+            f"k out of range: asked for {k} demonstrations from a pool of {pool_size} (1 to {room} can be returned)"
+        )
 
 
 def _exclude_positions(pool_ids: np.ndarray, exclude, n: int) -> np.ndarray | None:
@@ -102,8 +104,14 @@ class BM25Retriever:
 class DenseRetriever:
     """Maximum inner product between E_q(query text) and pre-computed pool embeddings (exact)."""
 
-    def __init__(self, encoder, pool_ids: Sequence[int], pool_embeddings: np.ndarray, query_text=lambda x: x,
-                 batch_size: int = 64):
+    def __init__(
+        self,
+        encoder,
+        pool_ids: Sequence[int],
+        pool_embeddings: np.ndarray,
+        query_text=lambda x: x,
+        batch_size: int = 64,
+    ):
         from udr.retriever.search import ExactIndex
 
         self.encoder = encoder
@@ -132,12 +140,18 @@ class DenseRetriever:
 def sbert_encoder(base_dir: Path):
     """The off-the-shelf sentence encoder: one model on both sides, mean pooling, normalised, no
     instruction."""
-    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
     from udr.lm.models import load_encoder
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
 
     model, tokenizer = load_encoder(Path(base_dir))
-    settings = BiEncoderSettings(query_instruction=False, max_query_length=128, max_demo_length=128,
-                                 pooling="mean", normalize=True, base=str(base_dir))
+    settings = BiEncoderSettings(
+        query_instruction=False,
+        max_query_length=128,
+        max_demo_length=128,
+        pooling="mean",
+        normalize=True,
+        base=str(base_dir),
+    )
     return BiEncoder(model.eval(), model, tokenizer, settings)
 
 
@@ -145,8 +159,11 @@ def method_model_dir(root: Path, method: str) -> Path | None:
     """The model a method reads (None for random and BM25)."""
     from udr.retriever.index import final_model_dir
 
-    return {"sbert": root / "models" / "base" / "encoder", "epr": root / "models" / "epr",
-            "udr": final_model_dir(root)}.get(method)
+    return {
+        "sbert": root / "models" / "base" / "encoder",
+        "epr": root / "models" / "epr",
+        "udr": final_model_dir(root),
+    }.get(method)
 
 
 def check_method(method: str) -> None:
@@ -170,9 +187,9 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
         return BM25Retriever(ids, inputs)
     check_method(method)
 
-    from udr.util.distributed import resolve_device_type
     from udr.retriever.encoder import BiEncoder, query_text
     from udr.retriever.index import embed_pool
+    from udr.util.distributed import resolve_device_type
 
     model_dir = method_model_dir(root, method)
     if not model_dir.is_dir():
@@ -182,14 +199,15 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
     batch = settings.mine.batch_size
     if method == "sbert":
         encoder = sbert_encoder(model_dir).to(device)
-        emb = encoder.encode(inputs, "demo", batch_size=batch, progress=progress,
-                             description=f"embedding {task_name} pool (sbert)")
+        emb = encoder.encode(
+            inputs, "demo", batch_size=batch, progress=progress, description=f"embedding {task_name} pool (sbert)"
+        )
         return DenseRetriever(encoder, ids, emb, batch_size=batch)
     encoder = BiEncoder.load(model_dir).to(device)
     if method == "udr":
         from udr.data.prepare import prepared_file
-        from udr.util.files import file_sha256
         from udr.retriever.index import load_index
+        from udr.util.files import file_sha256
 
         emb = load_index(model_dir, task_name, ids, file_sha256(prepared_file(root, task_name, "train")))
     else:

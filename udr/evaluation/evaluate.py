@@ -43,13 +43,13 @@ class LanguageModel:
     generator: object
 
     @classmethod
-    def load(cls, settings) -> "LanguageModel":
+    def load(cls, settings) -> LanguageModel:
         import torch
 
-        from udr.util.distributed import resolve_lm_precision
         from udr.lm.models import load_causal_lm, resolve_model
         from udr.lm.predict import GreedyGenerator
         from udr.lm.scorer import LMScorer
+        from udr.util.distributed import resolve_lm_precision
 
         if settings.evaluate.lm:  # another inference LM than the scoring one: resolved (once) next to it
             lm_dir = resolve_model(settings.evaluate.lm, settings.root / "models" / "base" / "eval_lm", kind="lm")
@@ -61,8 +61,12 @@ class LanguageModel:
         model, tokenizer = load_causal_lm(lm_dir)
         model.to(torch.device(device_type))
         bf16 = dtype == "bf16"
-        return cls(model, tokenizer, LMScorer(model, bf16=bf16, pad_id=tokenizer.pad_token_id or 0),
-                   GreedyGenerator(model, tokenizer, bf16=bf16))
+        return cls(
+            model,
+            tokenizer,
+            LMScorer(model, bf16=bf16, pad_id=tokenizer.pad_token_id or 0),
+            GreedyGenerator(model, tokenizer, bf16=bf16),
+        )
 
 
 class TaskEvaluation:
@@ -71,9 +75,9 @@ class TaskEvaluation:
 
     def __init__(self, settings, lm: LanguageModel, method: str, task_name: str, *, progress: bool):
         from udr.data.prepare import read_prepared
+        from udr.data.tasks import get_task
         from udr.evaluation.baselines import build_retriever
         from udr.lm.scorer import PromptBuilder
-        from udr.data.tasks import get_task
 
         cfg = settings.evaluate
         self.settings, self.lm, self.method = settings, lm, method
@@ -118,9 +122,23 @@ class TaskEvaluation:
                 reserve = self.max_new_tokens
             else:
                 reserve = max(len(self.builder.encode(c)) for c in row["choices"])
-            rng = (task_rng(self.settings.seed, self.task.name, f"order/{cfg.order_seed}/{row['id']}")
-                   if cfg.order == "random" else None)
-            out.append(assemble(self.builder, demos, row["input"], context=cfg.context, reserve=reserve, max_demos=max_demos, order=cfg.order, rng=rng))
+            rng = (
+                task_rng(self.settings.seed, self.task.name, f"order/{cfg.order_seed}/{row['id']}")
+                if cfg.order == "random"
+                else None
+            )
+            out.append(
+                assemble(
+                    self.builder,
+                    demos,
+                    row["input"],
+                    context=cfg.context,
+                    reserve=reserve,
+                    max_demos=max_demos,
+                    order=cfg.order,
+                    rng=rng,
+                )
+            )
         return out
 
     def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
@@ -134,8 +152,9 @@ class TaskEvaluation:
         if on_batch and len(todo) < len(prompts):
             on_batch(len(prompts) - len(todo))
         if self.generation:
-            texts = self.lm.generator.generate([prompts[j].token_ids for j in todo], self.max_new_tokens,
-                                               cfg.batch_tokens, on_batch)
+            texts = self.lm.generator.generate(
+                [prompts[j].token_ids for j in todo], self.max_new_tokens, cfg.batch_tokens, on_batch
+            )
             self._done.update((prompts[j].token_ids, t) for j, t in zip(todo, texts))
             preds = [self._done[p.token_ids] for p in prompts]
             return preds, preds
@@ -172,21 +191,24 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
 
     from udr.util.files import write_parquet_atomic
 
-    frame = pl.DataFrame({
-        "id": [int(r["id"]) for r in ev.test],
-        "prediction": texts,
-        "gold": [r["target"] for r in ev.test],
-        "demo_ids": [list(p.demo_ids) for p in prompts],
-        "prompt_tokens": [len(p.token_ids) for p in prompts],
-    }, schema_overrides={"demo_ids": pl.List(pl.Int64)})
+    frame = pl.DataFrame(
+        {
+            "id": [int(r["id"]) for r in ev.test],
+            "prediction": texts,
+            "gold": [r["target"] for r in ev.test],
+            "demo_ids": [list(p.demo_ids) for p in prompts],
+            "prompt_tokens": [len(p.token_ids) for p in prompts],
+        },
+        schema_overrides={"demo_ids": pl.List(pl.Int64)},
+    )
     write_parquet_atomic(frame, path)
 
 
 def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progress: bool = True) -> dict[str, dict]:
     """Evaluate `method` on the tasks (default: all in params); returns {task: result} as written."""
+    from udr.evaluation.baselines import check_method
     from udr.util.files import write_text_atomic
     from udr.util.progress import progress_bar
-    from udr.evaluation.baselines import check_method
 
     cfg = settings.evaluate
     check_method(method)  # before loading the LM
@@ -203,9 +225,17 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
             for n in ev.shots():
                 shot = result if n == main_demos else ev.run(n, bar, f"{method} on {name}, {n} demonstrations")[0]
                 shots[str(n)] = _shot_entry(shot)
-        result = {"method": method, "task": name, "family": ev.task.family, "group": ev.task.group, **result,
-                  "retrieval_seconds": round(ev.retrieval_seconds, 2), "context": cfg.context, "order": cfg.order,
-                  "total_seconds": round(time.perf_counter() - start, 2)}
+        result = {
+            "method": method,
+            "task": name,
+            "family": ev.task.family,
+            "group": ev.task.group,
+            **result,
+            "retrieval_seconds": round(ev.retrieval_seconds, 2),
+            "context": cfg.context,
+            "order": cfg.order,
+            "total_seconds": round(time.perf_counter() - start, 2),
+        }
         if shots:
             result["shots"] = shots
         if cfg.lm:

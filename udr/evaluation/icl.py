@@ -13,8 +13,9 @@ stage's layout, with the task's template (see :mod:`udr.tasks`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -59,8 +60,17 @@ def order_demonstrations(ranked: Sequence[int], order: Order, rng: np.random.Gen
     raise UdrError(f"bad parameter order: {order!r} (expected one of {', '.join(ORDERS)})")
 
 
-def assemble(builder, demos: Sequence[tuple[int, str, str]], query_input: str, *, context: int, reserve: int,
-             max_demos: int | None, order: Order, rng: np.random.Generator | None = None) -> Prompt:
+def assemble(
+    builder,
+    demos: Sequence[tuple[int, str, str]],
+    query_input: str,
+    *,
+    context: int,
+    reserve: int,
+    max_demos: int | None,
+    order: Order,
+    rng: np.random.Generator | None = None,
+) -> Prompt:
     """The prompt for one test input.
 
     builder: the scoring stage's :class:`udr.lm.scorer.PromptBuilder` (tokeniser, template and
@@ -82,12 +92,22 @@ def assemble(builder, demos: Sequence[tuple[int, str, str]], query_input: str, *
     return Prompt(builder.framed(ids, context - reserve), tuple(demos[j][0] for j in chosen))
 
 
-def prompt_text(template: str, instruction: str | None, demos: Sequence[tuple[str, str]], query_input: str, *,
-                order: Order = "ascending", rng: np.random.Generator | None = None) -> str:
+def prompt_text(
+    template: str,
+    instruction: str | None,
+    demos: Sequence[tuple[str, str]],
+    query_input: str,
+    *,
+    order: Order = "ascending",
+    rng: np.random.Generator | None = None,
+) -> str:
     """The same layout as :func:`assemble`, as text and without a token budget: every one of `demos`
     ((input, answer), most similar first) in `order`, then the test input, ready to send to an LM."""
     from udr.lm.scorer import render_demonstration, render_query
 
     chosen = order_demonstrations(list(range(len(demos))), order, rng)
-    return ((instruction or "") + "".join(render_demonstration(template, *demos[j]) for j in chosen)
-            + render_query(template, query_input))
+    return (
+        (instruction or "")
+        + "".join(render_demonstration(template, *demos[j]) for j in chosen)
+        + render_query(template, query_input)
+    )

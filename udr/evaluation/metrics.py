@@ -111,8 +111,11 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def exact_match(predictions: Sequence[str], references: Sequence[Sequence[str]],
-                normalize: Callable[[str], str] | None = normalize_text) -> float:
+def exact_match(
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str]],
+    normalize: Callable[[str], str] | None = normalize_text,
+) -> float:
     """Percent of predictions equal to one of their references after `normalize` (None: raw)."""
     preds, refs = _prepare(predictions, references)
     norm = normalize or (lambda s: s)
@@ -154,8 +157,14 @@ def _reference_streams(refs: list[list[str]]) -> list[list[str | None]]:
     return [[r[k] if k < len(r) else None for r in refs] for k in range(width)]
 
 
-def bleu(predictions: Sequence[str], references: Sequence[Sequence[str]], max_order: int = 4,
-         smooth: str = "exp", tokenize: str = "13a", lowercase: bool = False) -> float:
+def bleu(
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str]],
+    max_order: int = 4,
+    smooth: str = "exp",
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> float:
     """Corpus BLEU-`max_order` (sacrebleu), all references of every example, percent.
 
     `smooth` is a sacrebleu ``smooth_method``: ``exp`` (default, mteval-v13a), ``add-k``
@@ -168,8 +177,14 @@ def bleu(predictions: Sequence[str], references: Sequence[Sequence[str]], max_or
     return float(metric.corpus_score(preds, _reference_streams(refs)).score)
 
 
-def sentence_bleu_mean(predictions: Sequence[str], references: Sequence[Sequence[str]], max_order: int = 4,
-                       smooth: str = "add-k", tokenize: str = "13a", lowercase: bool = False) -> float:
+def sentence_bleu_mean(
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str]],
+    max_order: int = 4,
+    smooth: str = "add-k",
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> float:
     """Mean of per-example smoothed sentence BLEU (default: add-one on 2..4-grams, as CodeXGLUE)."""
     import logging
 
@@ -185,8 +200,11 @@ def sentence_bleu_mean(predictions: Sequence[str], references: Sequence[Sequence
 # ---------------------------------------------------------------- ROUGE
 
 
-def rouge(predictions: Sequence[str], references: Sequence[Sequence[str]],
-          types: Sequence[str] = ("rouge1", "rouge2", "rougeL")) -> dict[str, float]:
+def rouge(
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str]],
+    types: Sequence[str] = ("rouge1", "rouge2", "rougeL"),
+) -> dict[str, float]:
     """ROUGE F-measures (rouge_score, Porter stemming), best reference per type, mean, percent."""
     from rouge_score import rouge_scorer
 
@@ -215,7 +233,7 @@ def _sari_tokens(text: str) -> list[str]:
 
 
 def _ngrams(tokens: list[str], n: int) -> list[tuple[str, ...]]:
-    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 
 def _sari_order(source: list, output: list, refs: list[list]) -> tuple[float, float, float]:
@@ -245,8 +263,7 @@ def _sari_order(source: list, output: list, refs: list[list]) -> tuple[float, fl
 
 def _sari_sentence(source: str, output: str, refs: list[str], max_order: int = 4) -> float:
     s, o, rs = _sari_tokens(source), _sari_tokens(output), [_sari_tokens(r) for r in refs]
-    parts = [_sari_order(_ngrams(s, n), _ngrams(o, n), [_ngrams(r, n) for r in rs])
-             for n in range(1, max_order + 1)]
+    parts = [_sari_order(_ngrams(s, n), _ngrams(o, n), [_ngrams(r, n) for r in rs]) for n in range(1, max_order + 1)]
     keep, delete, add = (sum(p[i] for p in parts) / max_order for i in range(3))
     return (keep + delete + add) / 3
 

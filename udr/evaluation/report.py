@@ -51,13 +51,17 @@ def results_markdown(results: dict[str, dict[str, dict]], averages: dict[str, di
     methods = list(results)
     tasks = list(next(iter(results.values())))
     first = results[methods[0]]
-    lines = ["# In-context learning results", "",
-             "Each cell: the task's metric in percent on its test split (n test examples), with the same LM and "
-             "prompt format for every method; only the retrieved demonstrations differ. Where the metric is exact "
-             "match the cell reads `EM / token F1`, and token F1 (the graded metric) enters the averages. "
-             "Best per row in bold.", "",
-             "| task | family | metric | n | " + " | ".join(methods) + " |",
-             "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in methods) + " |"]
+    lines = [
+        "# In-context learning results",
+        "",
+        "Each cell: the task's metric in percent on its test split (n test examples), with the same LM and "
+        "prompt format for every method; only the retrieved demonstrations differ. Where the metric is exact "
+        "match the cell reads `EM / token F1`, and token F1 (the graded metric) enters the averages. "
+        "Best per row in bold.",
+        "",
+        "| task | family | metric | n | " + " | ".join(methods) + " |",
+        "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in methods) + " |",
+    ]
 
     def row(label: str, fam: str, metric: str, n: str, values: list[float], cells: list[str]) -> str:
         best = max(values)
@@ -67,9 +71,16 @@ def results_markdown(results: dict[str, dict[str, dict]], averages: dict[str, di
     for task in tasks:
         r0 = first[task]
         metric = r0["metric"] if r0["graded"]["name"] == r0["metric"] else f"{r0['metric']} / {r0['graded']['name']}"
-        lines.append(row(task, FAMILY_TITLES.get(r0["family"], r0["family"]), metric, str(r0["n"]),
-                         [results[m][task]["graded"]["score"] for m in methods],
-                         [_cell(results[m][task]) for m in methods]))
+        lines.append(
+            row(
+                task,
+                FAMILY_TITLES.get(r0["family"], r0["family"]),
+                metric,
+                str(r0["n"]),
+                [results[m][task]["graded"]["score"] for m in methods],
+                [_cell(results[m][task]) for m in methods],
+            )
+        )
     families = [f for f in FAMILY_TITLES if any(f in averages[m] for m in methods)]
     for fam in [*families, "all"]:
         values = [averages[m].get(fam, float("nan")) for m in methods]
@@ -136,8 +147,13 @@ def run_report(settings) -> dict:
     averages = family_averages(results)
     shots = shots_table(results)
     summary = {
-        "tasks": {m: {t: {"metric": r["metric"], "score": r["score"], "graded": r["graded"]["score"], "n": r["n"]}
-                      for t, r in by_task.items()} for m, by_task in results.items()},
+        "tasks": {
+            m: {
+                t: {"metric": r["metric"], "score": r["score"], "graded": r["graded"]["score"], "n": r["n"]}
+                for t, r in by_task.items()
+            }
+            for m, by_task in results.items()
+        },
         "averages": averages,
         "shots": {t: {m: {str(n): s for n, s in v.items()} for m, v in by_m.items()} for t, by_m in shots.items()},
     }

@@ -43,10 +43,16 @@ ONE_ROUND = ("~train.later_rounds.it1", "~train.later_rounds.it2")
 ABLATIONS: tuple[Experiment, ...] = (
     Experiment("abl-one-iteration", "without iterative mining (round 0 only)", ONE_ROUND),
     Experiment("abl-published-loss", "the published code's loss: 4 L_rank + L_ib", ("train.loss=published",)),
-    Experiment("abl-no-rank-loss", "without the rank loss: EPR's loss (1 positive of the top 5, 1 negative of "
-               "the bottom 5, in-batch loss only)", ("train.loss_lambda=0", "train.sampling=epr", "train.candidates_per_query=2")),
-    Experiment("abl-query-bare", "the published code's instruction placement: demonstrations only, queries bare",
-               ("encoder.query_instruction=false",)),
+    Experiment(
+        "abl-no-rank-loss",
+        "without the rank loss: EPR's loss (1 positive of the top 5, 1 negative of the bottom 5, in-batch loss only)",
+        ("train.loss_lambda=0", "train.sampling=epr", "train.candidates_per_query=2"),
+    ),
+    Experiment(
+        "abl-query-bare",
+        "the published code's instruction placement: demonstrations only, queries bare",
+        ("encoder.query_instruction=false",),
+    ),
     Experiment("abl-no-instruction", "without the task instruction (either side)", ("encoder.instruction=false",)),
 )
 SINGLE_TASK_ROW = "single-task: one retriever per task, each trained on its own task only (round 0 only)"
@@ -55,9 +61,15 @@ SINGLE_TASK_ROW = "single-task: one retriever per task, each trained on its own 
 def single_task_experiments(tasks) -> tuple[Experiment, ...]:
     """One round-0 retriever per task, trained on that task's feedback and evaluated on it alone: the
     paper's "w/o multi-task" row, compared with the multi-task round-0 row (abl-one-iteration)."""
-    return tuple(Experiment(f"abl-single-task-{t}", f"single-task retriever for {t}",
-                            (f"train.tasks=[{t}]", *ONE_ROUND, f"evaluate.tasks=[{t}]", "evaluate.shots_tasks=[]"),
-                            row=SINGLE_TASK_ROW) for t in tasks)
+    return tuple(
+        Experiment(
+            f"abl-single-task-{t}",
+            f"single-task retriever for {t}",
+            (f"train.tasks=[{t}]", *ONE_ROUND, f"evaluate.tasks=[{t}]", "evaluate.shots_tasks=[]"),
+            row=SINGLE_TASK_ROW,
+        )
+        for t in tasks
+    )
 
 
 def ablation_experiments(tasks) -> tuple[Experiment, ...]:
@@ -72,10 +84,18 @@ ORDER_SEEDS = (1, 2, 3)
 def order_experiments(tasks=ORDER_TASKS, seeds=ORDER_SEEDS) -> tuple[Experiment, ...]:
     """UDR's demonstrations in ascending (the default), descending and random order (one per seed)."""
     common = (f"evaluate.tasks=[{','.join(tasks)}]", "evaluate.shots_tasks=[]")
-    runs = [Experiment(f"order-{o}", f"{o} similarity", (*common, f"evaluate.order={o}"))
-            for o in ("ascending", "descending")]
-    runs += [Experiment(f"order-random-{s}", f"random order, seed {s}",
-                        (*common, "evaluate.order=random", f"evaluate.order_seed={s}")) for s in seeds]
+    runs = [
+        Experiment(f"order-{o}", f"{o} similarity", (*common, f"evaluate.order={o}"))
+        for o in ("ascending", "descending")
+    ]
+    runs += [
+        Experiment(
+            f"order-random-{s}",
+            f"random order, seed {s}",
+            (*common, "evaluate.order=random", f"evaluate.order_seed={s}"),
+        )
+        for s in seeds
+    ]
     return tuple(runs)
 
 
@@ -87,9 +107,12 @@ TRANSFER_METHODS = ("bm25", "epr", "udr")
 def transfer_experiment(lm: str = TRANSFER_LM, tasks=TRANSFER_TASKS, methods=TRANSFER_METHODS) -> Experiment:
     """The retrievers trained on the scoring LM's feedback, evaluated with another inference LM (Table 4)."""
     slug = re.sub(r"[^a-z0-9]+", "-", lm.removeprefix("pypi:").rsplit("/", 1)[-1].lower()).strip("-")
-    return Experiment(f"transfer-{slug}", f"inference LM {lm}",
-                      (f"evaluate.lm={lm}", f"evaluate.tasks=[{','.join(tasks)}]", "evaluate.shots_tasks=[]"),
-                      targets=tuple(f"evaluate@{m}" for m in methods))
+    return Experiment(
+        f"transfer-{slug}",
+        f"inference LM {lm}",
+        (f"evaluate.lm={lm}", f"evaluate.tasks=[{','.join(tasks)}]", "evaluate.shots_tasks=[]"),
+        targets=tuple(f"evaluate@{m}" for m in methods),
+    )
 
 
 # ---------------------------------------------------------------- calling DVC
@@ -117,8 +140,7 @@ def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = F
     done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture)
     if done.returncode != 0:
         tail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
-        raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}"
-                       + (f": {tail[0]}" if tail else ""))
+        raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {tail[0]}" if tail else ""))
     return done.stdout or ""
 
 
@@ -207,8 +229,12 @@ def flatten(tree: dict, prefix: str = "", depth: int = 2) -> dict[str, object]:
     return out
 
 
-DEFAULT_METRICS = ("averages.udr.all", "averages.udr.classification", "averages.udr.multiple_choice",
-                   "averages.udr.generation")
+DEFAULT_METRICS = (
+    "averages.udr.all",
+    "averages.udr.classification",
+    "averages.udr.multiple_choice",
+    "averages.udr.generation",
+)
 
 
 def comparison(rows, params: list[str] | None, metrics: list[str] | None) -> tuple[list[str], list[list[str]]]:
@@ -223,8 +249,11 @@ def comparison(rows, params: list[str] | None, metrics: list[str] | None) -> tup
         header = ["experiment", "changed params", *names]
         for name, p, m in rows:
             flat = flatten(p)
-            diff = [f"{k}={_fmt(flat.get(k))}" for k in sorted(set(flat) | set(reference))
-                    if json.dumps(flat.get(k), sort_keys=True) != json.dumps(reference.get(k), sort_keys=True)]
+            diff = [
+                f"{k}={_fmt(flat.get(k))}"
+                for k in sorted(set(flat) | set(reference))
+                if json.dumps(flat.get(k), sort_keys=True) != json.dumps(reference.get(k), sort_keys=True)
+            ]
             cells.append([name, " ".join(diff) or "-", *(_fmt(lookup(m, k)) for k in metrics)])
         return header, cells
     header = ["experiment", *params, *names]
@@ -254,14 +283,16 @@ def markdown_table(header: list[str], cells: list[list[str]]) -> str:
 
 def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
     """{task: graded score} from metrics/<method>/*.json at git revision `rev` (tasks None: all)."""
-    listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root,
-                             capture_output=True, text=True)
+    listing = subprocess.run(
+        ["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root, capture_output=True, text=True
+    )
     if listing.returncode != 0:
         raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
     out = {}
     for name in listing.stdout.split():
-        text = subprocess.run(["git", "show", f"{rev}:metrics/{method}/{name}"], cwd=root, capture_output=True,
-                              text=True, check=True).stdout
+        text = subprocess.run(
+            ["git", "show", f"{rev}:metrics/{method}/{name}"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
         out[Path(name).stem] = json.loads(text)["graded"]["score"]
     return {t: s for t, s in out.items() if tasks is None or t in tasks}
 
@@ -269,8 +300,12 @@ def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
 def saved_experiments(root: Path) -> dict[str, str]:
     """{experiment name: commit} of the DVC experiments in this repository (refs/exps), the newest
     commit where a name was run more than once."""
-    listing = subprocess.run(["git", "for-each-ref", "--sort=-committerdate", "--format=%(objectname) %(refname)",
-                              "refs/exps"], cwd=root, capture_output=True, text=True)
+    listing = subprocess.run(
+        ["git", "for-each-ref", "--sort=-committerdate", "--format=%(objectname) %(refname)", "refs/exps"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     saved: dict[str, str] = {}
     for line in listing.stdout.splitlines():
         sha, _, ref = line.partition(" ")
@@ -286,16 +321,19 @@ def run_named(root: Path, experiments, *, dry: bool = False, on_done=None) -> No
             continue
         unchanged = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "params.yaml"], cwd=root).returncode == 0
         if unchanged:
-            raise UdrError(f"experiment {exp.name} changed no parameter ({' '.join(exp.overrides)}); "
-                           "remove it with `dvc exp remove` and check the overrides")
+            raise UdrError(
+                f"experiment {exp.name} changed no parameter ({' '.join(exp.overrides)}); "
+                "remove it with `dvc exp remove` and check the overrides"
+            )
         # Back to the default parameters before the next experiment (DVC restores outputs from its cache).
         subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=root, check=True)
         if on_done:
             on_done()
 
 
-def results_table(baseline: dict[str, float], results: dict[str, dict[str, float]], experiments,
-                  baseline_label: str) -> str:
+def results_table(
+    baseline: dict[str, float], results: dict[str, dict[str, float]], experiments, baseline_label: str
+) -> str:
     """Markdown: one row per experiment (or per `row` group), a column per task and the mean, deltas
     against the baseline. A group's row takes the tasks its members evaluated."""
     tasks = list(baseline)

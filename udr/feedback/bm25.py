@@ -12,9 +12,9 @@ from typing import Literal
 
 import numpy as np
 
+from udr.data.tasks import Family
 from udr.errors import UdrError
 from udr.util.progress import progress_bar
-from udr.data.tasks import Family
 
 K1 = 1.5
 B = 0.75
@@ -78,8 +78,7 @@ def candidate_field(family: Family, field: Literal["paper", "input", "target"]) 
     return field
 
 
-def bm25_candidates(train, family: Family, field: Literal["paper", "input", "target"], k: int,
-                    progress: bool = True):
+def bm25_candidates(train, family: Family, field: Literal["paper", "input", "target"], k: int, progress: bool = True):
     """Top-k BM25 candidates from the train split for every train query, self excluded.
 
     `train` is a prepared polars frame; returns a frame (query_id, candidate_id, rank, score)
@@ -104,7 +103,10 @@ def bm25_candidates(train, family: Family, field: Literal["paper", "input", "tar
             scores.append(sc)
             bar.advance(job)
     return pl.DataFrame(
-        {"query_id": np.concatenate(q_ids), "candidate_id": np.concatenate(c_ids),
-         "rank": np.concatenate(ranks).astype(np.int32), "score": np.concatenate(scores).astype(np.float32)}
+        {
+            "query_id": np.concatenate(q_ids),
+            "candidate_id": np.concatenate(c_ids),
+            "rank": np.concatenate(ranks).astype(np.int32),
+            "score": np.concatenate(scores).astype(np.float32),
+        }
     )
-

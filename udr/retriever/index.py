@@ -54,16 +54,17 @@ def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint:
     if meta.get("model") != (fingerprint or model_fingerprint(model_dir)) or meta.get("pool_sha256") != pool_sha:
         raise UdrError(f"mismatched index {path}: made with another model or pool; run `udr index` again")
     if list(meta.get("ids", [])) != [int(i) for i in pool_ids]:
-        raise UdrError(f"mismatched index {path}: it lists other pool ids than the prepared train split; "
-                       "run `udr index` again")
+        raise UdrError(
+            f"mismatched index {path}: it lists other pool ids than the prepared train split; run `udr index` again"
+        )
     return emb
 
 
 def pool_texts(task, inputs, targets, settings) -> list[str]:
     """What E_d (with bi-encoder `settings`) reads for each (input, target) of a task's pool (a
     registered name or a Task): the instruction, then the rendered demonstration."""
-    from udr.retriever.encoder import demo_text
     from udr.data.tasks import get_task
+    from udr.retriever.encoder import demo_text
 
     task = get_task(task) if isinstance(task, str) else task
     return [demo_text(task.instruction, task.render(i, t), settings) for i, t in zip(inputs, targets)]
@@ -71,17 +72,22 @@ def pool_texts(task, inputs, targets, settings) -> list[str]:
 
 def embed_pool(encoder, task_name: str, frame, batch_size: int, progress: bool) -> np.ndarray:
     """E_d embeddings (n, d) of a pool frame's rows, in row order."""
-    return encoder.encode(pool_texts(task_name, frame["input"], frame["target"], encoder.settings), "demo", batch_size=batch_size, progress=progress,
-                          description=f"embedding {task_name} pool")
+    return encoder.encode(
+        pool_texts(task_name, frame["input"], frame["target"], encoder.settings),
+        "demo",
+        batch_size=batch_size,
+        progress=progress,
+        description=f"embedding {task_name} pool",
+    )
 
 
 def run_index(settings, *, progress: bool = True) -> dict:
     """Copy the last round's model to models/final and index every task's pool with it."""
     from udr.data.prepare import prepared_file, read_prepared
-    from udr.util.distributed import resolve_device_type
     from udr.retriever.encoder import BiEncoder
-    from udr.util.files import file_sha256
     from udr.retriever.search import save_embeddings
+    from udr.util.distributed import resolve_device_type
+    from udr.util.files import file_sha256
 
     root = settings.root
     last = settings.train.rounds[-1]
@@ -99,9 +105,16 @@ def run_index(settings, *, progress: bool = True) -> dict:
         t0 = time.perf_counter()
         pool = read_prepared(root, name, "train")
         emb = embed_pool(encoder, name, pool, settings.mine.batch_size, progress)
-        save_embeddings(index_path(tmp, name), emb, {
-            "task": name, "ids": [int(i) for i in pool["id"]], "model": fingerprint,
-            "pool_sha256": file_sha256(prepared_file(root, name, "train"))})
+        save_embeddings(
+            index_path(tmp, name),
+            emb,
+            {
+                "task": name,
+                "ids": [int(i) for i in pool["id"]],
+                "model": fingerprint,
+                "pool_sha256": file_sha256(prepared_file(root, name, "train")),
+            },
+        )
         report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
     (tmp / "index" / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     shutil.rmtree(dest, ignore_errors=True)

@@ -52,7 +52,9 @@ class RankLoss(nn.Module):
 
     def forward(self, sim: Tensor, ranks: Tensor, mask: Tensor | None = None) -> Tensor:
         if sim.dim() != 2 or ranks.shape != sim.shape:
-            raise ValueError(f"RankLoss: sim and ranks must both be (B, l), got {tuple(sim.shape)} and {tuple(ranks.shape)}")
+            raise ValueError(
+                f"RankLoss: sim and ranks must both be (B, l), got {tuple(sim.shape)} and {tuple(ranks.shape)}"
+            )
         if mask is None:
             mask = torch.ones_like(sim, dtype=torch.bool)
         elif mask.shape != sim.shape:
@@ -96,9 +98,7 @@ class InBatchLoss(nn.Module):
     "Learning To Retrieve Prompts for In-Context Learning" (NAACL 2022).
     """
 
-    def forward(
-        self, query_emb: Tensor, cand_emb: Tensor, positive: Tensor, cand_mask: Tensor | None = None
-    ) -> Tensor:
+    def forward(self, query_emb: Tensor, cand_emb: Tensor, positive: Tensor, cand_mask: Tensor | None = None) -> Tensor:
         if query_emb.dim() != 2 or cand_emb.dim() != 2 or query_emb.shape[1] != cand_emb.shape[1]:
             raise ValueError(
                 f"InBatchLoss: need query_emb (B, d) and cand_emb (N, d), "

@@ -40,12 +40,12 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.util.distributed import resolve_device_type
+    from udr.data.tasks import get_task
+    from udr.feedback.score import candidates_path, select_queries
     from udr.retriever.encoder import BiEncoder, query_text
     from udr.retriever.index import embed_pool, round_model_dir
-    from udr.feedback.score import candidates_path, select_queries
     from udr.retriever.search import exact_top_k
-    from udr.data.tasks import get_task
+    from udr.util.distributed import resolve_device_type
 
     if iteration < 1:
         raise UdrError("mining starts at round 1 (round 0's candidates come from `udr candidates`)")
@@ -75,23 +75,41 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
     query_emb = encoder.encode(texts, "query", batch_size=settings.mine.batch_size)
     scores, idx = exact_top_k(query_emb, pool_emb, k, exclude=q_pos, device=device)
 
-    mined = pl.DataFrame({
-        "query_id": np.repeat(queries, k), "candidate_id": ids[idx.reshape(-1)],
-        "rank": np.tile(np.arange(1, k + 1, dtype=np.int32), len(queries)), "score": scores.reshape(-1).astype(np.float64),
-    })
-    previous = (pl.read_parquet(previous_file, columns=["query_id", "candidate_id"])
-                .filter(pl.col("query_id").is_in(queries.tolist())).unique())
+    mined = pl.DataFrame(
+        {
+            "query_id": np.repeat(queries, k),
+            "candidate_id": ids[idx.reshape(-1)],
+            "rank": np.tile(np.arange(1, k + 1, dtype=np.int32), len(queries)),
+            "score": scores.reshape(-1).astype(np.float64),
+        }
+    )
+    previous = (
+        pl.read_parquet(previous_file, columns=["query_id", "candidate_id"])
+        .filter(pl.col("query_id").is_in(queries.tolist()))
+        .unique()
+    )
     old = previous.with_columns(pl.lit(False).alias("new"))
-    merged = (mined.join(old, on=["query_id", "candidate_id"], how="full", coalesce=True)
-              .with_columns(pl.col("new").fill_null(True))
-              .sort(["query_id", "rank", "candidate_id"], nulls_last=True))
+    merged = (
+        mined.join(old, on=["query_id", "candidate_id"], how="full", coalesce=True)
+        .with_columns(pl.col("new").fill_null(True))
+        .sort(["query_id", "rank", "candidate_id"], nulls_last=True)
+    )
     n_new = int(merged.filter(pl.col("rank").is_not_null())["new"].sum())
     found_again = len(previous.join(mined, on=["query_id", "candidate_id"], how="semi"))
     out = candidates_path(root, iteration, task_name)
     write_parquet_atomic(merged.select(["query_id", "candidate_id", "rank", "score", "new"]), out)
-    summary = MineSummary(task_name, iteration, len(queries), k, len(mined), n_new,
-                          round(n_new / max(len(mined), 1), 4), len(previous),
-                          round(found_again / max(len(previous), 1), 4), len(merged),
-                          round(time.perf_counter() - start, 2))
+    summary = MineSummary(
+        task_name,
+        iteration,
+        len(queries),
+        k,
+        len(mined),
+        n_new,
+        round(n_new / max(len(mined), 1), 4),
+        len(previous),
+        round(found_again / max(len(previous), 1), 4),
+        len(merged),
+        round(time.perf_counter() - start, 2),
+    )
     write_text_atomic(out.with_suffix(".json"), json.dumps(asdict(summary), indent=2) + "\n")
     return summary

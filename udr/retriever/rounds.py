@@ -23,8 +23,11 @@ def retrieved_quality(root: Path, iteration: int, task: str) -> tuple[float, flo
     if not (cands.is_file() and scores.is_file()):
         return None
     retrieved = pl.read_parquet(cands).filter(pl.col("rank").is_not_null()).select("query_id", "candidate_id")
-    joined = retrieved.join(pl.read_parquet(scores).select("query_id", "candidate_id", "score"),
-                            on=["query_id", "candidate_id"], how="inner")
+    joined = retrieved.join(
+        pl.read_parquet(scores).select("query_id", "candidate_id", "score"),
+        on=["query_id", "candidate_id"],
+        how="inner",
+    )
     if joined.is_empty():
         return None
     best = joined.group_by("query_id").agg(pl.col("score").max())["score"].mean()
@@ -41,14 +44,19 @@ def rounds_table(settings) -> list[dict]:
         for task in settings.task_names():
             score = _read(root / "data" / "scores" / f"it{it}" / f"{task}.json")
             mine = _read(root / "data" / "candidates" / f"it{it}" / f"{task}.json") if it > 0 else None
-            per_task.append({
-                "round": it, "task": task,
-                "pairs": score and score["pairs"], "scored": score and score["scored"],
-                "top1_score_mean": score and score.get("top1_score_mean"),
-                "retrieved": retrieved_quality(root, it, task),
-                "mined_new_fraction": mine and mine["new_fraction"],
-                "score_seconds": score and score["seconds"], "mine_seconds": mine and mine["seconds"],
-            })
+            per_task.append(
+                {
+                    "round": it,
+                    "task": task,
+                    "pairs": score and score["pairs"],
+                    "scored": score and score["scored"],
+                    "top1_score_mean": score and score.get("top1_score_mean"),
+                    "retrieved": retrieved_quality(root, it, task),
+                    "mined_new_fraction": mine and mine["new_fraction"],
+                    "score_seconds": score and score["seconds"],
+                    "mine_seconds": mine and mine["seconds"],
+                }
+            )
         rows += per_task
 
         def total(key):
@@ -56,10 +64,21 @@ def rounds_table(settings) -> list[dict]:
             return round(sum(vals), 2) if vals else None
 
         mined = [r["mined_new_fraction"] for r in per_task if r["mined_new_fraction"] is not None]
-        rows.append({"round": it, "task": "all", "pairs": total("pairs"), "scored": total("scored"),
-                     "top1_score_mean": None, "retrieved": None,
-                     "mined_new_fraction": round(sum(mined) / len(mined), 4) if mined else None,
-                     "score_seconds": total("score_seconds"), "mine_seconds": total("mine_seconds"),
-                     "train_loss_start": train and train["loss_start"], "train_loss_end": train and train["loss_end"],
-                     "train_steps": train and train["steps"], "train_seconds": train and train["seconds"]})
+        rows.append(
+            {
+                "round": it,
+                "task": "all",
+                "pairs": total("pairs"),
+                "scored": total("scored"),
+                "top1_score_mean": None,
+                "retrieved": None,
+                "mined_new_fraction": round(sum(mined) / len(mined), 4) if mined else None,
+                "score_seconds": total("score_seconds"),
+                "mine_seconds": total("mine_seconds"),
+                "train_loss_start": train and train["loss_start"],
+                "train_loss_end": train and train["loss_end"],
+                "train_steps": train and train["steps"],
+                "train_seconds": train and train["seconds"],
+            }
+        )
     return rows

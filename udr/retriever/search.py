@@ -67,8 +67,9 @@ class ExactIndex:
     def __len__(self) -> int:
         return len(self.pool)
 
-    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None,
-               batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None, batch_size: int = 4096
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The k pool rows with the largest inner product with each query, best first.
 
         queries: (n, d), made contiguous float32. `exclude[i]` is a pool index that query i must
@@ -95,15 +96,19 @@ class ExactIndex:
         room = m - (1 if exclude is not None else 0)
         if k < 1 or k > room:
             which = "other " if exclude is not None else ""
-            raise UdrError(f"k out of range: asked for {k} neighbours from a pool of {m} "
-                           f"(at most {room} {which}rows can be returned)")
+            raise UdrError(
+                f"k out of range: asked for {k} neighbours from a pool of {m} "
+                f"(at most {room} {which}rows can be returned)"
+            )
         if batch_size < 1:
             raise UdrError(f"batch_size must be at least 1, got {batch_size}")
         if exclude is not None:
             exclude = np.asarray(exclude)
             if exclude.shape != (n,) or not np.issubdtype(exclude.dtype, np.integer):
-                raise UdrError(f"exclude must be {n} integer pool indices (-1 for none), "
-                               f"got shape {exclude.shape} dtype {exclude.dtype}")
+                raise UdrError(
+                    f"exclude must be {n} integer pool indices (-1 for none), "
+                    f"got shape {exclude.shape} dtype {exclude.dtype}"
+                )
             exclude = exclude.astype(np.int64)
             if n and (exclude.min() < -1 or exclude.max() >= m):
                 raise UdrError(f"exclude holds an index outside the pool of {m} rows (use -1 for none)")
@@ -211,8 +216,7 @@ def save_embeddings(path, emb: np.ndarray, meta: dict) -> None:
     if emb.ndim != 2:
         raise UdrError(f"embeddings must be a 2-D (rows, dim) array, got shape {emb.shape}")
     try:
-        sidecar = json.dumps({"shape": list(emb.shape), "dtype": emb.dtype.str, "meta": meta},
-                             indent=2, sort_keys=True)
+        sidecar = json.dumps({"shape": list(emb.shape), "dtype": emb.dtype.str, "meta": meta}, indent=2, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise UdrError(f"embedding metadata for {path} is not JSON-serialisable: {exc}") from None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -244,6 +248,8 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
     except (ValueError, KeyError, TypeError) as exc:
         raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {exc}") from None
     if emb.shape != shape or emb.dtype.str != dtype:
-        raise UdrError(f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
-                       f"metadata {shape} {dtype}); rerun `udr index`")
+        raise UdrError(
+            f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
+            f"metadata {shape} {dtype}); rerun `udr index`"
+        )
     return emb, meta

@@ -20,14 +20,14 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
-from udr.util.distributed import Distributed, resolve_device_type
 from udr.errors import UdrError
+from udr.util.distributed import Distributed, resolve_device_type
 from udr.util.files import write_text_atomic
 
 TOP_BOTTOM = 5  # the published scheme's and EPR's "top 5" / "bottom 5"
@@ -53,7 +53,7 @@ class TaskSampler:
         self.tasks = sorted(sizes)
         q = np.array([sizes[t] for t in self.tasks], dtype=np.float64)
         q /= q.sum()
-        p = q ** alpha
+        p = q**alpha
         self.probabilities = p / p.sum()
 
     def draw(self, rng: np.random.Generator) -> str:
@@ -100,10 +100,10 @@ def load_scored_queries(root: Path, tasks: Sequence[str], iteration: int, encode
     import polars as pl
 
     from udr.data.prepare import read_prepared
+    from udr.data.tasks import get_task
+    from udr.feedback.score import scores_path
     from udr.retriever.encoder import query_text
     from udr.retriever.index import pool_texts
-    from udr.feedback.score import scores_path
-    from udr.data.tasks import get_task
 
     out: dict[str, list[ScoredQuery]] = {}
     for name in tasks:
@@ -119,10 +119,19 @@ def load_scored_queries(root: Path, tasks: Sequence[str], iteration: int, encode
             if len(cids) < 2:
                 continue
             q = rows[int(qid)]
-            queries.append(ScoredQuery(
-                name, int(qid), query_text(task.instruction, q["input"], encoder_cfg), cids,
-                tuple(pool_texts(name, [rows[c]["input"] for c in cids], [rows[c]["target"] for c in cids],
-                                 encoder_cfg))))
+            queries.append(
+                ScoredQuery(
+                    name,
+                    int(qid),
+                    query_text(task.instruction, q["input"], encoder_cfg),
+                    cids,
+                    tuple(
+                        pool_texts(
+                            name, [rows[c]["input"] for c in cids], [rows[c]["target"] for c in cids], encoder_cfg
+                        )
+                    ),
+                )
+            )
         out[name] = queries
     return out
 
@@ -154,8 +163,16 @@ def epr_settings(settings):
     return settings.model_copy(update={"train": train})
 
 
-def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path, progress: bool = True,
-              stop_after_steps: int | None = None) -> TrainSummary | None:
+def run_train(
+    settings,
+    iteration: int,
+    *,
+    init: Path,
+    out: Path,
+    log_dir: Path,
+    progress: bool = True,
+    stop_after_steps: int | None = None,
+) -> TrainSummary | None:
     """Train one round from `init` (a base encoder directory, or a saved bi-encoder) into `out`.
 
     Per-step losses go to `log_dir` (dvclive) with `summary.json` and `loss.png`; a checkpoint
@@ -165,11 +182,11 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
     """
     import torch
 
-    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings
-    from udr.util.files import file_sha256
-    from udr.retriever.losses import UDRLoss
-    from udr.util.progress import progress_bar
     from udr.feedback.score import scores_path
+    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings
+    from udr.retriever.losses import UDRLoss
+    from udr.util.files import file_sha256
+    from udr.util.progress import progress_bar
 
     cfg = settings.train
     root = settings.root
@@ -178,7 +195,9 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
     data = load_scored_queries(root, tasks, iteration, settings.encoder)
     sampler = TaskSampler({t: len(q) for t, q in data.items()}, cfg.alpha)
     total_queries = sum(len(q) for q in data.values())
-    steps = max(1, math.ceil((cfg.epochs_first if iteration == 0 else cfg.epochs_later) * total_queries / cfg.batch_size))
+    steps = max(
+        1, math.ceil((cfg.epochs_first if iteration == 0 else cfg.epochs_later) * total_queries / cfg.batch_size)
+    )
     l = 2 if cfg.sampling == "epr" else cfg.candidates_per_query
 
     device_type = resolve_device_type(cfg.device, "train.device")
@@ -187,10 +206,15 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
 
     partial = out.with_name(f".{out.name}.partial")
     fingerprint = {
-        "iteration": iteration, "steps": steps, "seed": settings.seed, "tasks": tasks,
-        "train": cfg.model_dump(exclude={"checkpoint_steps", "device"}), "encoder": settings.encoder.model_dump(),
+        "iteration": iteration,
+        "steps": steps,
+        "seed": settings.seed,
+        "tasks": tasks,
+        "train": cfg.model_dump(exclude={"checkpoint_steps", "device"}),
+        "encoder": settings.encoder.model_dump(),
         "scores": {t: file_sha256(scores_path(root, iteration, t)) for t in tasks},
-        "init": _describe_init(Path(init)), "world": dp.world,
+        "init": _describe_init(Path(init)),
+        "world": dp.world,
     }
     state = _read_checkpoint(partial, fingerprint)
     bi_settings = BiEncoderSettings(**settings.encoder.model_dump(), base=str(settings.models.encoder))
@@ -219,15 +243,19 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
     autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=device_type == "cuda")
 
     with progress_bar(progress and dp.rank == 0, "loss {task.fields[loss]:.4f}") as bar:
-        job = bar.add_task(f"training round {iteration}", total=steps, completed=first,
-                           loss=history[-1]["loss"] if history else float("nan"))
+        job = bar.add_task(
+            f"training round {iteration}",
+            total=steps,
+            completed=first,
+            loss=history[-1]["loss"] if history else float("nan"),
+        )
         for step in range(first, steps):
             rng = step_rng(settings.seed, iteration, step)
             task = sampler.draw(rng)
             pool = data[task]
             chosen = rng.choice(len(pool), size=min(cfg.batch_size, len(pool)), replace=False)
             picks = [(pool[i], sample_candidates(len(pool[i].candidate_ids), l, cfg.sampling, rng)) for i in chosen]
-            micro = [picks[i:i + cfg.micro_batch] for i in range(0, len(picks), cfg.micro_batch)]
+            micro = [picks[i : i + cfg.micro_batch] for i in range(0, len(picks), cfg.micro_batch)]
             optimizer.zero_grad(set_to_none=True)
             parts = np.zeros(3)
             for m, mb in enumerate(micro):
@@ -253,8 +281,14 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
             dp.sum_gradients(params)
             optimizer.step()
             scheduler.step()
-            record = {"step": step, "task": task, "loss": dp.sum_scalar(parts[0]), "rank": dp.sum_scalar(parts[1]),
-                      "in_batch": dp.sum_scalar(parts[2]), "lr": scheduler.get_last_lr()[0]}
+            record = {
+                "step": step,
+                "task": task,
+                "loss": dp.sum_scalar(parts[0]),
+                "rank": dp.sum_scalar(parts[1]),
+                "in_batch": dp.sum_scalar(parts[2]),
+                "lr": scheduler.get_last_lr()[0],
+            }
             history.append(record)
             if live:
                 live.log(record)
@@ -274,10 +308,17 @@ def run_train(settings, iteration: int, *, init: Path, out: Path, log_dir: Path,
     encoder.save(out)
     losses = [h["loss"] for h in history]
     window = max(1, min(10, len(losses) // 5))
-    summary = TrainSummary(iteration, steps, {t: len(q) for t, q in data.items()},
-                           {t: round(float(p), 4) for t, p in zip(sampler.tasks, sampler.probabilities)},
-                           _mean(losses[:window]), _mean(losses[-window:]),
-                           round(time.perf_counter() - start, 2), dp.world, device_type)
+    summary = TrainSummary(
+        iteration,
+        steps,
+        {t: len(q) for t, q in data.items()},
+        {t: round(float(p), 4) for t, p in zip(sampler.tasks, sampler.probabilities)},
+        _mean(losses[:window]),
+        _mean(losses[-window:]),
+        round(time.perf_counter() - start, 2),
+        dp.world,
+        device_type,
+    )
     live.finish(summary)
     shutil.rmtree(partial, ignore_errors=True)
     dp.close()
@@ -289,8 +330,11 @@ def _describe_init(init: Path) -> dict:
         if (init / name).is_file():
             from udr.util.files import file_sha256
 
-            return {"path": str(init), name: file_sha256(init / name),
-                    "weights": sorted(file_sha256(p) for p in init.rglob("*.safetensors"))}
+            return {
+                "path": str(init),
+                name: file_sha256(init / name),
+                "weights": sorted(file_sha256(p) for p in init.rglob("*.safetensors")),
+            }
     raise UdrError(f"missing model: {init} is neither a resolved base encoder nor a trained bi-encoder")
 
 
@@ -320,7 +364,9 @@ def _write_checkpoint(partial: Path, fingerprint: dict, encoder, optimizer, sche
     tmp = partial / "optimizer.pt.tmp"
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp)
     os.replace(tmp, partial / "optimizer.pt")
-    write_text_atomic(partial / "state.json", json.dumps({"fingerprint": fingerprint, "step": step, "history": history}))
+    write_text_atomic(
+        partial / "state.json", json.dumps({"fingerprint": fingerprint, "step": step, "history": history})
+    )
 
 
 class _Log:
@@ -368,8 +414,8 @@ def plot_losses(log_dir: Path, png: Path, title: str) -> None:
         values = np.array([float(r[key]) for r in rows])
         w = max(1, len(values) // 20)
         smooth = np.convolve(values, np.ones(w) / w, mode="valid")
-        line, = ax.plot(steps, values, alpha=0.25)
-        ax.plot(steps[w - 1:], smooth, color=line.get_color(), label=key if w == 1 else f"{key} (moving mean of {w})")
+        (line,) = ax.plot(steps, values, alpha=0.25)
+        ax.plot(steps[w - 1 :], smooth, color=line.get_color(), label=key if w == 1 else f"{key} (moving mean of {w})")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title)

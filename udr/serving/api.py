@@ -16,9 +16,9 @@ otherwise; own pools always go through the cache. `udr retrieve` is a thin shell
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from udr.errors import UdrError
 
@@ -41,8 +41,16 @@ class Demonstration:
 class Retriever:
     """Dense retrieval of demonstrations with a UDR (or EPR) bi-encoder; see the module docstring."""
 
-    def __init__(self, encoder, model_dir: Path, *, root: Path | str = ".", cache_dir: Path | None = None,
-                 batch_size: int = 64, progress: bool = False):
+    def __init__(
+        self,
+        encoder,
+        model_dir: Path,
+        *,
+        root: Path | str = ".",
+        cache_dir: Path | None = None,
+        batch_size: int = 64,
+        progress: bool = False,
+    ):
         self.encoder = encoder
         self.model_dir = Path(model_dir)
         self.root = Path(root)
@@ -56,30 +64,48 @@ class Retriever:
     # ------------------------------------------------------------ construction
 
     @classmethod
-    def load(cls, path: Path | str | None = None, *, root: Path | str = ".", device: str = "auto",
-             cache_dir: Path | None = None, batch_size: int = 64, progress: bool = False) -> "Retriever":
+    def load(
+        cls,
+        path: Path | str | None = None,
+        *,
+        root: Path | str = ".",
+        device: str = "auto",
+        cache_dir: Path | None = None,
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> Retriever:
         """The bi-encoder saved at `path` (default: the pipeline's final model under `root`)."""
         from udr.retriever.encoder import BiEncoder
         from udr.retriever.index import final_model_dir
 
         model_dir = Path(path) if path is not None else final_model_dir(Path(root))
         if not model_dir.is_dir():
-            raise UdrError(f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
-                           "or pass the directory of a udr bi-encoder")
+            raise UdrError(
+                f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
+                "or pass the directory of a udr bi-encoder"
+            )
         encoder = BiEncoder.load(model_dir).to(_device(device))
         return cls(encoder, model_dir, root=root, cache_dir=cache_dir, batch_size=batch_size, progress=progress)
 
     @classmethod
-    def from_pool(cls, records: Iterable[dict] | Path | str, *, instruction: str | None = None,
-                  task: str | None = None, model: Path | str | None = None, **load_options) -> "Retriever":
+    def from_pool(
+        cls,
+        records: Iterable[dict] | Path | str,
+        *,
+        instruction: str | None = None,
+        task: str | None = None,
+        model: Path | str | None = None,
+        **load_options,
+    ) -> Retriever:
         """A retriever over your own demonstrations (records, or a JSON-lines file), with the model
         at `model` (default: the pipeline's final model); see :meth:`add_pool`."""
         retriever = cls.load(model, **load_options)
         retriever.add_pool(records, instruction=instruction, task=task)
         return retriever
 
-    def add_pool(self, records: Iterable[dict] | Path | str, *, instruction: str | None = None,
-                 task: str | None = None) -> str:
+    def add_pool(
+        self, records: Iterable[dict] | Path | str, *, instruction: str | None = None, task: str | None = None
+    ) -> str:
         """Serve your own demonstrations; returns the name to retrieve them by.
 
         records: dicts, or the path of a JSON-lines file, in a registered task's row shape when
@@ -116,14 +142,25 @@ class Retriever:
         rows = pool.positions
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):
-            ranking = searcher.rank(queries[lo:lo + self.batch_size], k)
+            ranking = searcher.rank(queries[lo : lo + self.batch_size], k)
             for ids, scores in zip(ranking.ids, ranking.scores):
-                out.append([Demonstration(int(pid), pool.inputs[rows[int(pid)]], pool.outputs[rows[int(pid)]],
-                                          float(score)) for pid, score in zip(ids, scores)])
+                out.append(
+                    [
+                        Demonstration(int(pid), pool.inputs[rows[int(pid)]], pool.outputs[rows[int(pid)]], float(score))
+                        for pid, score in zip(ids, scores)
+                    ]
+                )
         return out
 
-    def prompt(self, query: str, demonstrations: Sequence[Demonstration], task: str | None = None, *,
-               order: str = "ascending", instruction: bool = False) -> str:
+    def prompt(
+        self,
+        query: str,
+        demonstrations: Sequence[Demonstration],
+        task: str | None = None,
+        *,
+        order: str = "ascending",
+        instruction: bool = False,
+    ) -> str:
         """The in-context prompt for `query` with `demonstrations` (as retrieved, most similar first),
         in the evaluation's layout: ascending order puts the most similar right before the query.
         `instruction`: start with the task instruction (the default follows `score.instruction`: none)."""
@@ -135,8 +172,14 @@ class Retriever:
             from udr.data.prepare import task_rng
 
             rng = task_rng(0, spec.name, f"prompt/{query}")
-        return prompt_text(spec.template, spec.instruction if instruction else None,
-                           [(d.input, d.output) for d in demonstrations], query, order=order, rng=rng)
+        return prompt_text(
+            spec.template,
+            spec.instruction if instruction else None,
+            [(d.input, d.output) for d in demonstrations],
+            query,
+            order=order,
+            rng=rng,
+        )
 
     # ------------------------------------------------------------ pools
 
@@ -162,8 +205,9 @@ class Retriever:
         if task is None:
             if len(self._pools) == 1:
                 return next(iter(self._pools))
-            raise UdrError("no task given: name the task to retrieve for (known here: "
-                           f"{', '.join(self.tasks()) or 'none'})")
+            raise UdrError(
+                f"no task given: name the task to retrieve for (known here: {', '.join(self.tasks()) or 'none'})"
+            )
         if task not in self._pools:
             from udr.serving.pools import prepared_pool
 
@@ -172,15 +216,15 @@ class Retriever:
 
     def _searcher(self, name: str):
         if name not in self._searchers:
-            from udr.retriever.encoder import query_text
             from udr.evaluation.baselines import DenseRetriever
+            from udr.retriever.encoder import query_text
 
             pool = self._pools[name]
             emb = self._pool_embeddings(pool)
             instruction, settings = pool.task.instruction, self.encoder.settings
-            self._searchers[name] = DenseRetriever(self.encoder, pool.ids, emb,
-                                                   lambda x: query_text(instruction, x, settings),
-                                                   batch_size=self.batch_size)
+            self._searchers[name] = DenseRetriever(
+                self.encoder, pool.ids, emb, lambda x: query_text(instruction, x, settings), batch_size=self.batch_size
+            )
         return self._searchers[name]
 
     def _pool_embeddings(self, pool):
@@ -192,8 +236,14 @@ class Retriever:
             from udr.util.files import file_sha256
 
             return load_index(self.model_dir, pool.name, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
-        emb, _ = cached_pool_embeddings(self.encoder, self.fingerprint, pool, cache_dir=self.cache_dir,
-                                        batch_size=self.batch_size, progress=self.progress)
+        emb, _ = cached_pool_embeddings(
+            self.encoder,
+            self.fingerprint,
+            pool,
+            cache_dir=self.cache_dir,
+            batch_size=self.batch_size,
+            progress=self.progress,
+        )
         return emb
 
 

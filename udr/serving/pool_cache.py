@@ -36,8 +36,9 @@ def cache_path(cache_dir: Path, fingerprint: str, texts) -> Path:
     return Path(cache_dir) / "pools" / f"{key}.npy"
 
 
-def cached_pool_embeddings(encoder, fingerprint: str, pool, *, cache_dir: Path | None = None,
-                           batch_size: int = 64, progress: bool = False) -> tuple[np.ndarray, bool]:
+def cached_pool_embeddings(
+    encoder, fingerprint: str, pool, *, cache_dir: Path | None = None, batch_size: int = 64, progress: bool = False
+) -> tuple[np.ndarray, bool]:
     """E_d embeddings (len(pool), d) of `pool` with `encoder` (whose fingerprint is `fingerprint`),
     from the cache when present; returns (embeddings, came from the cache)."""
     from udr.retriever.search import load_embeddings, save_embeddings
@@ -51,8 +52,13 @@ def cached_pool_embeddings(encoder, fingerprint: str, pool, *, cache_dir: Path |
                 return emb, True
         except UdrError:
             pass  # unreadable or half-replaced: embed again below
-    emb = encoder.encode(texts, "demo", batch_size=batch_size, progress=progress,
-                         description=f"embedding {pool.name} pool ({len(pool)} demonstrations)")
+    emb = encoder.encode(
+        texts,
+        "demo",
+        batch_size=batch_size,
+        progress=progress,
+        description=f"embedding {pool.name} pool ({len(pool)} demonstrations)",
+    )
     try:
         save_embeddings(path, emb, {"model": fingerprint, "pool": pool.source, "rows": len(pool)})
     except OSError as exc:

@@ -10,15 +10,15 @@ records.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
-from udr.errors import UdrError
 from udr.data.tasks import Task
+from udr.errors import UdrError
 
 OWN_POOL = "own"
 
@@ -63,11 +63,19 @@ def prepared_pool(root: Path, task_name: str) -> Pool:
     task = get_task(task_name)
     path = prepared_file(Path(root), task_name, "train")
     if not path.is_file():
-        raise UdrError(f"task '{task_name}' has no prepared pool at {path}: run `udr prepare -t {task_name}` "
-                       "in the project, or give your own demonstrations with --pool")
+        raise UdrError(
+            f"task '{task_name}' has no prepared pool at {path}: run `udr prepare -t {task_name}` "
+            "in the project, or give your own demonstrations with --pool"
+        )
     frame = read_prepared(Path(root), task_name, "train")
-    return Pool(task, np.asarray(frame["id"].to_list(), dtype=np.int64), tuple(frame["input"].to_list()),
-                tuple(frame["target"].to_list()), str(path), prepared=True)
+    return Pool(
+        task,
+        np.asarray(frame["id"].to_list(), dtype=np.int64),
+        tuple(frame["input"].to_list()),
+        tuple(frame["target"].to_list()),
+        str(path),
+        prepared=True,
+    )
 
 
 def own_task(instruction: str | None, like: str | None = None, name: str | None = None) -> Task:
@@ -81,14 +89,16 @@ def own_task(instruction: str | None, like: str | None = None, name: str | None 
         task = get_task(like)
         return replace(task, name=name or task.name, instruction=instruction or task.instruction)
     if instruction is None:
-        raise UdrError("your own pool needs an instruction (the task instruction UDR reads with every "
-                       "demonstration; e.g. \"Summarize the text: \") unless a registered task is named")
-    return Task(name or OWN_POOL, "generation", "own data", instruction, "bleu", Generation(),
-                BuiltinSource("<own records>"))
+        raise UdrError(
+            "your own pool needs an instruction (the task instruction UDR reads with every "
+            'demonstration; e.g. "Summarize the text: ") unless a registered task is named'
+        )
+    return Task(
+        name or OWN_POOL, "generation", "own data", instruction, "bleu", Generation(), BuiltinSource("<own records>")
+    )
 
 
-def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
-                 numbered: bool = False) -> Pool:
+def records_pool(records: Iterable[dict], task: Task, *, where: str = "records", numbered: bool = False) -> Pool:
     """A pool of own records read with `task`'s row shape. `numbered`: `records` are
     (line number, record) pairs (from a file); otherwise ids are list positions."""
     from udr.data.prepare import normalize_rows
@@ -96,13 +106,19 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
     pairs = list(records) if numbered else list(enumerate(records))
     for lineno, record in pairs:
         if not isinstance(record, dict):
-            raise UdrError(f"{where}:{lineno + 1}: malformed row: expected an object (dict), "
-                           f"got {type(record).__name__}")
+            raise UdrError(
+                f"{where}:{lineno + 1}: malformed row: expected an object (dict), got {type(record).__name__}"
+            )
     rows = normalize_rows(task, pairs, where)
     if not rows.examples:
         raise UdrError(f"{where}: no demonstrations (the pool is empty)")
-    return Pool(task, np.asarray(rows.ids, dtype=np.int64), tuple(e.input for e in rows.examples),
-                tuple(e.target for e in rows.examples), where)
+    return Pool(
+        task,
+        np.asarray(rows.ids, dtype=np.int64),
+        tuple(e.input for e in rows.examples),
+        tuple(e.target for e in rows.examples),
+        where,
+    )
 
 
 def file_pool(path: Path, task: Task) -> Pool:

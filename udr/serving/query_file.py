@@ -25,8 +25,8 @@ class QueryLine:
 
 def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
     """The queries of a JSON-lines file; a malformed line fails with file:line."""
-    from udr.serving.api import check_query
     from udr.data.prepare import read_jsonl
+    from udr.serving.api import check_query
 
     path = Path(path)
     if not path.is_file():
@@ -35,19 +35,20 @@ def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
     for lineno, record in read_jsonl(path):
         where = f"{path}:{lineno + 1}"
         if "query" not in record:
-            raise UdrError(f"{where}: malformed query line: expected an object with a \"query\" string")
+            raise UdrError(f'{where}: malformed query line: expected an object with a "query" string')
         check_query(record["query"], f"query at {where}")
         task = record.get("task", default_task)
         if task is not None and not isinstance(task, str):
-            raise UdrError(f"{where}: malformed query line: \"task\" must be a string")
+            raise UdrError(f'{where}: malformed query line: "task" must be a string')
         lines.append(QueryLine(where, record, record["query"], task))
     if not lines:
         raise UdrError(f"{path}: no queries (the file is empty)")
     return lines
 
 
-def retrieve_lines(retriever, lines: list[QueryLine], k: int, *, prompt: bool = False,
-                   progress: bool = False) -> list[str]:
+def retrieve_lines(
+    retriever, lines: list[QueryLine], k: int, *, prompt: bool = False, progress: bool = False
+) -> list[str]:
     """One JSON result line per query line, in input order; queries of a task are embedded together."""
     from udr.util.progress import progress_bar
 
@@ -60,14 +61,17 @@ def retrieve_lines(retriever, lines: list[QueryLine], k: int, *, prompt: bool = 
         job = bar.add_task("retrieving", total=len(lines))
         for task, members in by_task.items():
             for lo in range(0, len(members), step):
-                chunk = members[lo:lo + step]
+                chunk = members[lo : lo + step]
                 try:
                     results = retriever.retrieve_batch([lines[i].query for i in chunk], task=task, k=k)
                 except UdrError as exc:
                     raise UdrError(f"{lines[chunk[0]].where}: {exc}") from None
                 for i, demos in zip(chunk, results):
-                    record = {**lines[i].record, "task": retriever.resolve_task(task),
-                              "demonstrations": [d.to_dict() for d in demos]}
+                    record = {
+                        **lines[i].record,
+                        "task": retriever.resolve_task(task),
+                        "demonstrations": [d.to_dict() for d in demos],
+                    }
                     if prompt:
                         record["prompt"] = retriever.prompt(lines[i].query, demos, task=task)
                     out[i] = json.dumps(record, ensure_ascii=False)

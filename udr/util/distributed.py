@@ -9,7 +9,7 @@ import os
 
 
 def resolve_device_type(want: str, key: str) -> str:
-    """"cuda" or "cpu" for a device parameter (auto | cpu | cuda); `key` names it in errors."""
+    """ "cuda" or "cpu" for a device parameter (auto | cpu | cuda); `key` names it in errors."""
     import torch
 
     from udr.errors import UdrError

@@ -10,19 +10,38 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from udr.errors import UdrError
+from udr.paths import Paths, round_label
 
 DATA_DIR_ENV = "UDR_DATA_DIR"
 DEFAULT_PARAMS = Path("params.yaml")
 
+# The value sets of the parameters below, each defined once; the tuples are derived from them.
+Method = Literal["random", "bm25", "sbert", "epr", "udr"]
+METHODS: tuple[str, ...] = get_args(Method)
+"""The retrievers `udr evaluate` compares (dvc.yaml's `retrievers` lists the same, tested)."""
+CandidateField = Literal["paper", "input", "target"]
+ScoreInstruction = Literal["none", "prefix"]
+Dtype = Literal["auto", "fp32", "bf16"]
+Device = Literal["auto", "cpu", "cuda"]
+LossMode = Literal["paper", "published"]
+LOSS_MODES: tuple[str, ...] = get_args(LossMode)
+Sampling = Literal["uniform", "published", "epr"]
+Order = Literal["ascending", "descending", "random"]
+ORDERS: tuple[str, ...] = get_args(Order)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# Every default below equals params.yaml's value (tested): one set of defaults, the CPU profile.
+# The paper's values are in the descriptions and in the README's paper profile.
 
 
 class DataSettings(_Strict):
@@ -30,8 +49,8 @@ class DataSettings(_Strict):
 
 
 class TaskCaps(_Strict):
-    max_train: int = Field(2000, gt=0, description="Seeded sample of at most this many train rows (the pool).")
-    max_test: int = Field(200, gt=0, description="Seeded sample of at most this many test rows.")
+    max_train: int = Field(1000, gt=0, description="Seeded sample of at most this many train rows (the pool).")
+    max_test: int = Field(80, gt=0, description="Seeded sample of at most this many test rows.")
 
 
 class PrepareSettings(_Strict):
@@ -47,8 +66,8 @@ class ModelSettings(_Strict):
 
 
 class CandidateSettings(_Strict):
-    k: int = Field(50, gt=0, le=1000, description="BM25 candidates per train query.")
-    field: Literal["paper", "input", "target"] = Field(
+    k: int = Field(10, gt=0, le=1000, description="BM25 candidates per train query (the paper: 50).")
+    field: CandidateField = Field(
         "paper",
         description="paper: inputs for classification / multiple choice, targets for generation; "
         "target: the published code (targets for all tasks); input: inputs for all tasks.",
@@ -56,28 +75,26 @@ class CandidateSettings(_Strict):
 
 
 class ScoreSettings(_Strict):
-    queries_per_task: int = Field(
-        100, gt=0, description="Train queries scored per task (seeded; the same every iteration)."
-    )
+    queries_per_task: int = Field(16, gt=0, description="Train queries scored per task (seeded; the same every round).")
     batch_tokens: int = Field(
         1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU."
     )
     shard_pairs: int = Field(
-        512, gt=0, description="Pairs per checkpointed shard (the unit of resume and of torchrun work)."
+        256, gt=0, description="Pairs per checkpointed shard (the unit of resume and of torchrun work)."
     )
     max_length: int = Field(
         1024, ge=16, description="Longest prompt + answer in tokens; longer prompts keep their end."
     )
-    instruction: Literal["none", "prefix"] = Field(
+    instruction: ScoreInstruction = Field(
         "none", description="none: no task instruction in the LM prompt (published code); prefix: instruction first."
     )
-    dtype: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 autocast on a GPU that supports it, fp32 on CPU."
-    )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Dtype = Field("bf16", description="auto: bf16 autocast on a GPU that supports it, fp32 on CPU.")
+    device: Device = "auto"
 
 
 class EncoderSettings(_Strict):
+    """How the bi-encoder's texts are built and cut (saved with every model, see :mod:`udr.retriever.encoder`)."""
+
     instruction: bool = Field(
         True, description="Task instruction in the bi-encoder's inputs; false: none on either side (ablation)."
     )
@@ -86,12 +103,12 @@ class EncoderSettings(_Strict):
         description="Prepend the task instruction to queries too (paper); false: demonstrations only (published code).",
     )
     max_query_length: int = Field(128, ge=8, le=512)
-    max_demo_length: int = Field(256, ge=8, le=512)
+    max_demo_length: int = Field(128, ge=8, le=512)
 
 
 class TrainSettings(_Strict):
     later_rounds: dict[str, str] = Field(
-        default_factory=lambda: {"it1": "it0", "it2": "it1"},
+        default_factory=lambda: {round_label(1): round_label(0), round_label(2): round_label(1)},
         description="Rounds after round 0, each mapped to the round before it (DVC templates cannot count).",
     )
     tasks: list[str] = Field(
@@ -99,35 +116,34 @@ class TrainSettings(_Strict):
         description="Tasks whose LM feedback trains UDR (default []: "
         "every task in prepare.tasks; one task: the single-task ablation).",
     )
-    loss: Literal["paper", "published"] = Field(
-        "paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib."
-    )
+    loss: LossMode = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
     loss_lambda: float = Field(0.8, ge=0.0, le=1.0)
     candidates_per_query: int = Field(8, ge=2, description="l: candidates sampled per query per step.")
-    sampling: Literal["uniform", "published", "epr"] = Field(
+    sampling: Sampling = Field(
         "uniform",
         description="uniform: l at random; published: 1 of the top 5, 1 of the bottom 5, the rest from the middle; "
         "epr: 1 positive of the top 5 and 1 negative of the bottom 5 (l = 2).",
     )
     alpha: float = Field(0.5, gt=0.0, le=1.0, description="Task sampling p ~ q^alpha.")
-    batch_size: int = Field(128, gt=0, description="Queries per optimiser step (all from one task).")
-    micro_batch: int = Field(16, gt=0, description="Queries per forward/backward (gradient accumulation).")
+    batch_size: int = Field(16, gt=0, description="Queries per optimiser step, all from one task (the paper: 128).")
+    micro_batch: int = Field(8, gt=0, description="Queries per forward/backward (gradient accumulation).")
     epochs_first: float = Field(
-        30.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps)."
+        3.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps; the paper: 30)."
     )
-    epochs_later: float = Field(10.0, gt=0.0, description="Epochs of every later round.")
-    lr: float = Field(1e-4, gt=0.0)
-    warmup_steps: int = Field(500, ge=0)
+    epochs_later: float = Field(2.0, gt=0.0, description="Epochs of every later round (the paper: 10).")
+    lr: float = Field(5e-5, gt=0.0, description="AdamW learning rate (the paper: 1e-4).")
+    warmup_steps: int = Field(3, ge=0, description="Linear warmup steps (the paper: 500).")
     weight_decay: float = Field(0.0, ge=0.0)
-    checkpoint_steps: int = Field(50, gt=0, description="Save a resumable checkpoint every this many steps.")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    checkpoint_steps: int = Field(10, gt=0, description="Save a resumable checkpoint every this many steps.")
+    device: Device = "auto"
 
     @field_validator("later_rounds")
     @classmethod
     def _chain(cls, value: dict[str, str]) -> dict[str, str]:
-        want = {f"it{n}": f"it{n - 1}" for n in range(1, len(value) + 1)}
+        want = {round_label(n): round_label(n - 1) for n in range(1, len(value) + 1)}
         if dict(value) != want:
-            raise ValueError(f"must map each later round to the one before it, e.g. {want or {'it1': 'it0'}}")
+            example = want or {round_label(1): round_label(0)}
+            raise ValueError(f"must map each later round to the one before it, e.g. {example}")
         return value
 
     @property
@@ -135,29 +151,31 @@ class TrainSettings(_Strict):
         """All rounds as integers, 0 first."""
         return list(range(len(self.later_rounds) + 1))
 
+    def check_round(self, round_: int) -> None:
+        """A one-line error for a round these parameters do not define."""
+        if round_ not in self.rounds:
+            raise UdrError(f"bad round {round_}: params define rounds {self.rounds} (train.later_rounds)")
+
 
 class MineSettings(_Strict):
-    k: int = Field(20, gt=0, le=1000, description="K: candidates mined per scored query by the current retriever.")
+    k: int = Field(10, gt=0, le=1000, description="K: candidates mined per scored query by the current retriever.")
     batch_size: int = Field(64, gt=0, description="Texts per encoder batch when embedding.")
-
-
-Method = Literal["random", "bm25", "sbert", "epr", "udr"]
-METHODS: tuple[str, ...] = ("random", "bm25", "sbert", "epr", "udr")
 
 
 class EvaluateSettings(_Strict):
     context: int = Field(
-        2048, ge=32, description="C: the LM's context in tokens for one prompt (demonstrations + input + answer)."
+        512, ge=32, description="C: the LM's context in tokens for one prompt (demonstrations + input + answer)."
     )
     max_demos: int = Field(8, gt=0, description="Demonstrations for classification / multiple choice.")
     max_new_tokens: int = Field(
-        128, gt=0, description="Longest generated answer; the budget reserves min(this, the pool's longest target)."
+        64, gt=0, description="Longest generated answer; the budget reserves min(this, the pool's longest target)."
     )
     candidates: int = Field(
-        64, gt=0, description="Demonstrations retrieved per generation input before the context budget cuts them."
+        32, gt=0, description="Demonstrations retrieved per generation input before the context budget cuts them."
     )
-    order: Literal["ascending", "descending", "random"] = Field(
-        "ascending", description="ascending: most similar next to the test input (paper); descending; random (seeded)."
+    order: Order = Field(
+        "ascending",
+        description="ascending: most similar next to the test input (paper); descending; random (seeded).",
     )
     order_seed: int = Field(0, ge=0, description="Seed of the random order (with the global seed).")
     tasks: list[str] = Field(
@@ -168,7 +186,7 @@ class EvaluateSettings(_Strict):
         description="Inference LM, a model spec like models.lm; '' (default): models.lm, the LM that "
         "scored the candidates. Another LM is resolved into models/base/eval_lm (transfer across LMs).",
     )
-    batch_tokens: int = Field(4096, ge=64, description="Padded prompt tokens per LM batch (speed only).")
+    batch_tokens: int = Field(16384, ge=64, description="Padded prompt tokens per LM batch (speed only).")
     shots: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8], description="Demonstration counts of the shots plot."
     )
@@ -179,8 +197,8 @@ class EvaluateSettings(_Strict):
     shots_methods: list[Method] = Field(
         default_factory=lambda: ["bm25", "epr", "udr"], description="Methods of the shots plot."
     )
-    dtype: Literal["auto", "fp32", "bf16"] = "auto"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Dtype = "bf16"
+    device: Device = "auto"
 
     @field_validator("shots")
     @classmethod
@@ -204,6 +222,11 @@ class Settings(_Strict):
 
     # Where params.yaml lives: relative paths in it are relative to this directory.
     root: Path = Field(Path("."), exclude=True)
+
+    @property
+    def paths(self) -> Paths:
+        """The pipeline's files under `root`."""
+        return Paths(self.root)
 
     def data_dir(self) -> Path:
         """The task-data mirror: $UDR_DATA_DIR if set, else `data.source_dir` (relative to params.yaml)."""
@@ -279,7 +302,7 @@ def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:
         settings = Settings.model_validate({**raw, "root": root})
     except ValidationError as exc:
         raise UdrError(_format_validation_error(exc)) from None
-    from udr.data.tasks import get_task  # late import: tasks imports config types
+    from udr.data.tasks import get_task  # late import: the registry is large
 
     for name in settings.prepare.tasks:
         get_task(name)  # unknown task -> UdrError listing the known ones

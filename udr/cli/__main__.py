@@ -1,5 +1,5 @@
 """`python -m udr.cli` (and `torchrun -m udr.cli`) runs the command line."""
 
-from udr.cli.commands import main
+from udr.cli import main
 
 main()

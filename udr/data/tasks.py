@@ -13,13 +13,13 @@ for multiple choice the chosen option's text, for generation the target text.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 from udr.errors import UdrError
 
-Family = Literal["classification", "multiple_choice", "generation"]
-FAMILIES: tuple[Family, ...] = ("classification", "multiple_choice", "generation")
+TaskKind = Literal["classification", "multiple_choice", "generation"]
+TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
 
 DEFAULT_TEMPLATE = "{input}\t{answer}"
 
@@ -190,23 +190,37 @@ class CodeGeneration(Generation):
 
 @dataclass(frozen=True)
 class Task:
+    """A registered task.
+
+    kind: how the LM answers (a label of a fixed set, one of the row's choices, or free text);
+    family: the paper's task family ("sentiment", "semantic parsing", ...), for reports only.
+    The template renders a demonstration and the query (see :meth:`render`, :meth:`render_query`).
+    """
+
     name: str
-    family: Family
-    group: str  # the paper's task family, e.g. "sentiment", "semantic parsing"
+    kind: TaskKind
+    family: str
     instruction: str
     metric: str
     normalize: Callable[[dict], Example]
     source: Source
-    hub_id: str | None = None
     template: str = DEFAULT_TEMPLATE
     # Test rows with identical input are merged into one multi-reference example (E2E style data).
     group_test_references: bool = False
-    notes: str = ""
-    metadata: dict = field(default_factory=dict)
+
+    @property
+    def generation(self) -> bool:
+        """Whether the answer is free text (scored and predicted token by token)."""
+        return self.kind == "generation"
 
     def render(self, input: str, answer: str) -> str:
-        """One demonstration (or the query with its answer) as the LM sees it."""
+        """One demonstration (input and answer) as the LM and the demonstration encoder E_d read it."""
         return self.template.format(input=input, answer=answer)
+
+    def render_query(self, input: str) -> str:
+        """The query as it ends a prompt: the template up to where the answer goes."""
+        head, _, _ = self.template.partition("{answer}")
+        return head.format(input=input)
 
 
 SENTIMENT = "Sentiment of the sentence: "
@@ -226,248 +240,82 @@ def _mirror(folder: str, train: str | None, test: str | None) -> MirrorSource:
     return MirrorSource(folder, train, test)
 
 
+# fmt: off
+# name, kind, family, instruction, metric, row normaliser, source.
 _TASKS: list[Task] = [
     # sentiment
-    Task(
-        "sst2",
-        "classification",
-        "sentiment",
-        SENTIMENT,
-        "accuracy",
-        _POLARITY,
-        _mirror("sst2", "train", "test"),
-        "KaiLv/UDR_SST-2",
-    ),
-    Task(
-        "sst5",
-        "classification",
-        "sentiment",
-        SENTIMENT,
-        "accuracy",
-        Classification(
-            ("very negative", "negative", "neutral", "positive", "very positive"),
-            tuple(f"It was {w} ." for w in ("terrible", "bad", "okay", "good", "great")),
-        ),
-        _mirror("sst5", "train", "test"),
-        "KaiLv/UDR_SST-5",
-    ),
-    Task(
-        "mr",
-        "classification",
-        "sentiment",
-        SENTIMENT,
-        "accuracy",
-        _POLARITY,
-        _mirror("mr", "train", "test"),
-        "KaiLv/UDR_MR",
-    ),
-    Task(
-        "cr",
-        "classification",
-        "sentiment",
-        SENTIMENT,
-        "accuracy",
-        _POLARITY,
-        _mirror("cr", "train", "test"),
-        "KaiLv/UDR_CR",
-    ),
-    # topic
-    Task(
-        "agnews",
-        "classification",
-        "topic",
-        TOPIC,
-        "accuracy",
-        Classification(
-            ("World", "Sports", "Business", "Sci/Tech"),
-            ("Topic: World.", "Topic: Sports.", "Topic: Business.", "Topic: Technology."),
-        ),
-        _mirror("agnews", None, "test"),
-        "KaiLv/UDR_AGNews",
-        notes="the mirror has only the test split: train and test are a seeded split of it",
-    ),
-    Task(
-        "trec",
-        "classification",
-        "topic",
-        "Topic of the question: ",
-        "accuracy",
-        Classification(
-            ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"),
-            tuple(f"Answer: {w} ." for w in ("Abbreviation", "Description", "Entity", "Human", "Location", "Number")),
-        ),
-        _mirror("trec", "train", "test"),
-        "KaiLv/UDR_TREC",
-    ),
-    # NLI
-    Task(
-        "rte",
-        "classification",
-        "nli",
-        NLI,
-        "accuracy",
-        Classification(
-            ("entailment", "not_entailment"),
-            ("Answer: True .", "Answer: False ."),
-            "{text_a} Question: {text_b} True or False?",
-            ("text_a", "text_b"),
-        ),
-        _mirror("rte", "train", "validation"),
-        "KaiLv/UDR_RTE",
-    ),
-    Task(
-        "snli",
-        "classification",
-        "nli",
-        NLI,
-        "accuracy",
-        Classification(
-            ("entailment", "neutral", "contradiction"),
-            ("Answer: Entailment .", "Answer: Inconclusive .", "Answer: Contradiction ."),
-            "{text_a} Question: {text_b} Entailment, Inconclusive or Contradiction?",
-            ("text_a", "text_b"),
-        ),
-        _mirror("snli", "validation", "test"),
-        "KaiLv/UDR_SNLI",
-        notes="no train split: validation is the demonstration pool",
-    ),
+    Task("sst2", "classification", "sentiment", SENTIMENT, "accuracy", _POLARITY, _mirror("sst2", "train", "test")),
+    Task("sst5", "classification", "sentiment", SENTIMENT, "accuracy",
+         Classification(("very negative", "negative", "neutral", "positive", "very positive"),
+                        tuple(f"It was {w} ." for w in ("terrible", "bad", "okay", "good", "great"))),
+         _mirror("sst5", "train", "test")),
+    Task("mr", "classification", "sentiment", SENTIMENT, "accuracy", _POLARITY, _mirror("mr", "train", "test")),
+    Task("cr", "classification", "sentiment", SENTIMENT, "accuracy", _POLARITY, _mirror("cr", "train", "test")),
+    # topic (agnews: the mirror has only the test split, so train and test are a seeded split of it)
+    Task("agnews", "classification", "topic", TOPIC, "accuracy",
+         Classification(("World", "Sports", "Business", "Sci/Tech"),
+                        ("Topic: World.", "Topic: Sports.", "Topic: Business.", "Topic: Technology.")),
+         _mirror("agnews", None, "test")),
+    Task("trec", "classification", "topic", "Topic of the question: ", "accuracy",
+         Classification(("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"),
+                        tuple(f"Answer: {w} ." for w in
+                              ("Abbreviation", "Description", "Entity", "Human", "Location", "Number"))),
+         _mirror("trec", "train", "test")),
+    # NLI (snli: no train split here, validation is the demonstration pool)
+    Task("rte", "classification", "nli", NLI, "accuracy",
+         Classification(("entailment", "not_entailment"), ("Answer: True .", "Answer: False ."),
+                        "{text_a} Question: {text_b} True or False?", ("text_a", "text_b")),
+         _mirror("rte", "train", "validation")),
+    Task("snli", "classification", "nli", NLI, "accuracy",
+         Classification(("entailment", "neutral", "contradiction"),
+                        ("Answer: Entailment .", "Answer: Inconclusive .", "Answer: Contradiction ."),
+                        "{text_a} Question: {text_b} Entailment, Inconclusive or Contradiction?",
+                        ("text_a", "text_b")),
+         _mirror("snli", "validation", "test")),
     # subjectivity, acceptability
-    Task(
-        "subj",
-        "classification",
-        "subjectivity",
-        "Subjectivity of the sentence: ",
-        "accuracy",
-        Classification(("subjective", "objective"), ("It's subjective .", "It's objective .")),
-        _mirror("subj", "train", "test"),
-        "KaiLv/UDR_Subj",
-    ),
-    Task(
-        "cola",
-        "classification",
-        "acceptability",
-        "Grammaticality of the sentence: ",
-        "accuracy",
-        Classification(("unacceptable", "acceptable"), ("It is not grammatical .", "It is grammatical .")),
-        _mirror("cola", "train", "validation"),
-        "KaiLv/UDR_COLA",
-    ),
-    # multiple choice
-    Task(
-        "copa",
-        "multiple_choice",
-        "multiple choice",
-        "Choose the more plausible alternative: ",
-        "accuracy",
-        MultipleChoice("{question} What was the {asks_for}?", ("question", "asks_for")),
-        _mirror("copa", "train", "validation"),
-        "KaiLv/UDR_COPA",
-    ),
-    Task(
-        "cosmos_qa",
-        "multiple_choice",
-        "multiple choice",
-        "Answer the question about the context: ",
-        "accuracy",
-        MultipleChoice("{context} Question: {question}", ("context", "question")),
-        _mirror("cosmos_qa", None, "validation"),
-        "KaiLv/UDR_CosmosQA",
-        notes="only validation exists here: train and test are a seeded split of it",
-    ),
-    Task(
-        "comv",
-        "multiple_choice",
-        "multiple choice",
-        "Pick the statement that is against common sense: ",
-        "accuracy",
-        MultipleChoice(
-            "Which statement of the two is against common sense? Statement 1: {choice0} Statement 2: {choice1}", ()
-        ),
-        _mirror("comv", "train", "test"),
-        "KaiLv/UDR_ComV",
-    ),
-    Task(
-        "come",
-        "multiple_choice",
-        "multiple choice",
-        "Explain why the statement is against common sense: ",
-        "accuracy",
-        MultipleChoice("{question} Why is this against common sense?"),
-        _mirror("come", "train", "test"),
-        "KaiLv/UDR_ComE",
-    ),
-    # generation
-    Task(
-        "break",
-        "generation",
-        "semantic parsing",
-        SEMPARSE,
-        "exact_match",
-        Generation(),
-        _mirror("break", None, "validation"),
-        "KaiLv/UDR_BREAK",
-        notes="only validation exists here: seeded split; the paper's LF-EM needs the BREAK evaluator",
-    ),
-    Task(
-        "smcalflow",
-        "generation",
-        "semantic parsing",
-        SEMPARSE,
-        "exact_match",
-        Generation(),
-        _mirror("smcalflow", None, "validation"),
-        "KaiLv/UDR_SMCalFlow",
-        notes="only validation exists here: seeded split",
-    ),
-    Task(
-        "commongen",
-        "generation",
-        "commonsense generation",
-        COMMONGEN,
-        "bleu",
-        Generation(),
-        _mirror("commongen", "train", "test"),
-        "KaiLv/UDR_CommonGen",
-    ),
-    Task(
-        "e2e",
-        "generation",
-        "data to text",
-        DATA2TEXT,
-        "bleu",
-        Generation(),
-        _mirror("e2e", "validation", "test"),
-        "KaiLv/UDR_E2E",
-        group_test_references=True,
-        notes="no train split: validation is the pool; test references grouped by input",
-    ),
-    Task(
-        "dart",
-        "generation",
-        "data to text",
-        DATA2TEXT,
-        "bleu",
-        Generation(),
-        _mirror("dart", "validation", "test"),
-        "KaiLv/UDR_DART",
-        group_test_references=True,
-        notes="no train split: validation is the pool",
-    ),
-    Task(
-        "python_code",
-        "generation",
-        "code summarization",
-        CODE,
-        "bleu",
-        CodeGeneration(),
-        BuiltinSource("udr.data.python_code:build_python_code_examples"),
-        notes="built from the installed Python standard library's documented functions",
-    ),
+    Task("subj", "classification", "subjectivity", "Subjectivity of the sentence: ", "accuracy",
+         Classification(("subjective", "objective"), ("It's subjective .", "It's objective .")),
+         _mirror("subj", "train", "test")),
+    Task("cola", "classification", "acceptability", "Grammaticality of the sentence: ", "accuracy",
+         Classification(("unacceptable", "acceptable"), ("It is not grammatical .", "It is grammatical .")),
+         _mirror("cola", "train", "validation")),
+    # multiple choice (cosmos_qa: only validation exists here, seeded split)
+    Task("copa", "multiple_choice", "multiple choice", "Choose the more plausible alternative: ", "accuracy",
+         MultipleChoice("{question} What was the {asks_for}?", ("question", "asks_for")),
+         _mirror("copa", "train", "validation")),
+    Task("cosmos_qa", "multiple_choice", "multiple choice", "Answer the question about the context: ", "accuracy",
+         MultipleChoice("{context} Question: {question}", ("context", "question")),
+         _mirror("cosmos_qa", None, "validation")),
+    Task("comv", "multiple_choice", "multiple choice", "Pick the statement that is against common sense: ",
+         "accuracy",
+         MultipleChoice("Which statement of the two is against common sense? Statement 1: {choice0} "
+                        "Statement 2: {choice1}", ()),
+         _mirror("comv", "train", "test")),
+    Task("come", "multiple_choice", "multiple choice", "Explain why the statement is against common sense: ",
+         "accuracy", MultipleChoice("{question} Why is this against common sense?"),
+         _mirror("come", "train", "test")),
+    # generation. break and smcalflow: only validation exists here (seeded split); the paper's BREAK
+    # LF-EM needs the BREAK evaluator. e2e and dart: no train split, validation is the pool, and test
+    # references are grouped by input.
+    Task("break", "generation", "semantic parsing", SEMPARSE, "exact_match", Generation(),
+         _mirror("break", None, "validation")),
+    Task("smcalflow", "generation", "semantic parsing", SEMPARSE, "exact_match", Generation(),
+         _mirror("smcalflow", None, "validation")),
+    Task("commongen", "generation", "commonsense generation", COMMONGEN, "bleu", Generation(),
+         _mirror("commongen", "train", "test")),
+    Task("e2e", "generation", "data to text", DATA2TEXT, "bleu", Generation(),
+         _mirror("e2e", "validation", "test"), group_test_references=True),
+    Task("dart", "generation", "data to text", DATA2TEXT, "bleu", Generation(),
+         _mirror("dart", "validation", "test"), group_test_references=True),
+    # built from the installed Python standard library's documented functions
+    Task("python_code", "generation", "code summarization", CODE, "bleu", CodeGeneration(),
+         BuiltinSource("udr.data.python_code:build_python_code_examples")),
 ]
 
-# The paper's tasks that exist only upstream. Their rows are read with the family's normaliser
-# from the hub dataset's `input`/`target` (generation) or `sentence`/`label` columns.
-_HUB_ONLY: list[tuple[str, Family, str, str, str, str]] = [
+# The paper's tasks that exist only upstream (need network and `pip install datasets`). Their rows
+# are read with the kind's normaliser from the hub dataset's `input`/`target` (generation) or
+# `sentence`/`label` columns.
+_HUB_ONLY: list[tuple[str, TaskKind, str, str, str, str]] = [
     ("mnli", "classification", "nli", NLI, "accuracy", "KaiLv/UDR_MNLI"),
     ("dbpedia", "classification", "topic", TOPIC, "accuracy", "KaiLv/UDR_DBPedia"),
     ("yahoo", "classification", "topic", TOPIC, "accuracy", "KaiLv/UDR_Yahoo"),
@@ -485,12 +333,7 @@ _HUB_ONLY: list[tuple[str, Family, str, str, str, str]] = [
     ("python", "generation", "code summarization", CODE, "bleu", "KaiLv/UDR_Python"),
     ("wikiauto", "generation", "simplification", SIMPLIFY, "sari", "KaiLv/UDR_WikiAuto"),
 ]
-
-
-def _hub_normalizer(family: Family) -> Callable[[dict], Example]:
-    if family == "generation":
-        return Generation()
-    return HubClassification()
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -505,20 +348,9 @@ class HubClassification:
         return Example(input=text, target=str(label), label=-1, choices=(), references=(str(label),))
 
 
-for _name, _family, _group, _instr, _metric, _hub in _HUB_ONLY:
-    _TASKS.append(
-        Task(
-            _name,
-            _family,
-            _group,
-            _instr,
-            _metric,
-            _hub_normalizer(_family),
-            HubSource(_hub),
-            _hub,
-            notes="upstream hub dataset only (needs network and `pip install datasets`)",
-        )
-    )
+for _name, _kind, _family, _instruction, _metric, _hub in _HUB_ONLY:
+    _normalize = Generation() if _kind == "generation" else HubClassification()
+    _TASKS.append(Task(_name, _kind, _family, _instruction, _metric, _normalize, HubSource(_hub)))
 
 REGISTRY: dict[str, Task] = {t.name: t for t in _TASKS}
 

@@ -9,53 +9,23 @@ items of the task's demonstration pool (its prepared train split), most similar 
 - ``udr``: the final UDR retriever (``models/final``) with its pool index from ``udr index``.
 
 EPR and UDR are bi-encoders read as in training: E_q sees ``[I] x``, E_d the rendered
-demonstration ``I z`` (see :mod:`udr.encoder`).
+demonstration ``I z`` (see :mod:`udr.retriever.encoder`); they and SBERT rank with
+:class:`udr.retriever.search.DenseRetriever`, the retrieval core serving shares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
+from udr.config import METHODS
 from udr.errors import UdrError
-
-
-@dataclass(frozen=True)
-class Ranking:
-    """Retrieved pool ids (n, k), most similar first, and their similarity scores (n, k)."""
-
-    ids: np.ndarray
-    scores: np.ndarray
-
-
-class PoolRetriever(Protocol):
-    pool_ids: np.ndarray
-
-    def rank(self, queries: Sequence[str], k: int, exclude: Sequence[int | None] | None = None) -> Ranking:
-        """The k best pool items per query; `exclude[i]` is a pool id query i must not get (itself)."""
-        ...
-
-
-def _check_k(k: int, pool_size: int, excluding: bool) -> None:
-    room = pool_size - (1 if excluding else 0)
-    if not 1 <= k <= room:
-        raise UdrError(
-            f"k out of range: asked for {k} demonstrations from a pool of {pool_size} (1 to {room} can be returned)"
-        )
-
-
-def _exclude_positions(pool_ids: np.ndarray, exclude, n: int) -> np.ndarray | None:
-    """Pool ids to exclude -> pool positions (-1: none)."""
-    if exclude is None:
-        return None
-    if len(exclude) != n:
-        raise UdrError(f"exclude must name one pool id (or None) per query: {len(exclude)} for {n} queries")
-    where = {int(i): p for p, i in enumerate(pool_ids)}
-    return np.asarray([where.get(int(e), -1) if e is not None else -1 for e in exclude], dtype=np.int64)
+from udr.paths import Paths
+from udr.retriever.search import DenseRetriever, PoolRetriever, Ranking, check_k, exclude_positions
+from udr.util.rng import task_rng
 
 
 class RandomRetriever:
@@ -66,11 +36,9 @@ class RandomRetriever:
         self.seed, self.task = seed, task
 
     def rank(self, queries, k, exclude=None):
-        from udr.data.prepare import task_rng
-
         m = len(self.pool_ids)
-        excl = _exclude_positions(self.pool_ids, exclude, len(queries))
-        _check_k(k, m, excl is not None)
+        excl = exclude_positions(self.pool_ids, exclude, len(queries))
+        check_k(k, m, excl is not None)
         ids = np.empty((len(queries), k), dtype=np.int64)
         for i, query in enumerate(queries):
             order = task_rng(self.seed, self.task, f"random-retriever/{query}").permutation(m)
@@ -90,8 +58,8 @@ class BM25Retriever:
         self.index = BM25Index(list(pool_texts))
 
     def rank(self, queries, k, exclude=None):
-        excl = _exclude_positions(self.pool_ids, exclude, len(queries))
-        _check_k(k, len(self.pool_ids), excl is not None)
+        excl = exclude_positions(self.pool_ids, exclude, len(queries))
+        check_k(k, len(self.pool_ids), excl is not None)
         ids = np.empty((len(queries), k), dtype=np.int64)
         scores = np.empty((len(queries), k), dtype=np.float32)
         for i, query in enumerate(queries):
@@ -101,40 +69,29 @@ class BM25Retriever:
         return Ranking(ids, scores)
 
 
-class DenseRetriever:
-    """Maximum inner product between E_q(query text) and pre-computed pool embeddings (exact)."""
-
-    def __init__(
-        self,
-        encoder,
-        pool_ids: Sequence[int],
-        pool_embeddings: np.ndarray,
-        query_text=lambda x: x,
-        batch_size: int = 64,
-    ):
-        from udr.retriever.search import ExactIndex
-
-        self.encoder = encoder
-        self.pool_ids = np.asarray(pool_ids, dtype=np.int64)
-        if len(pool_embeddings) != len(self.pool_ids):
-            raise UdrError(f"pool embeddings have {len(pool_embeddings)} rows for {len(self.pool_ids)} pool items")
-        self.pool_embeddings = pool_embeddings
-        self.query_text = query_text
-        self.batch_size = batch_size
-        device = "cpu" if encoder.device.type == "cpu" else str(encoder.device)
-        self.index = ExactIndex(pool_embeddings, device)
-
-    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self.encoder.encode([self.query_text(q) for q in queries], "query", batch_size=self.batch_size)
-
-    def rank(self, queries, k, exclude=None):
-        excl = _exclude_positions(self.pool_ids, exclude, len(queries))
-        _check_k(k, len(self.pool_ids), excl is not None)
-        scores, pos = self.index.search(self.embed_queries(queries), k, exclude=excl)
-        return Ranking(self.pool_ids[pos], scores)
-
-
 # ---------------------------------------------------------------- building a task's retriever
+
+
+@dataclass(frozen=True)
+class MethodModel:
+    """The model a learned method reads, and the command that makes it."""
+
+    path: Callable[[Paths], Path]
+    made_by: str
+
+
+# The methods of config.METHODS that read a model (random and BM25 read none).
+METHOD_MODELS: dict[str, MethodModel] = {
+    "sbert": MethodModel(lambda paths: paths.base_model("encoder"), "udr models"),
+    "epr": MethodModel(lambda paths: paths.epr_model, "udr train --epr"),
+    "udr": MethodModel(lambda paths: paths.final_model, "udr index"),
+}
+
+
+def check_method(method: str) -> None:
+    """A one-line error for a method name udr does not know."""
+    if method not in METHODS:
+        raise UdrError(f"unknown method '{method}'; known methods: {', '.join(METHODS)}")
 
 
 def sbert_encoder(base_dir: Path):
@@ -155,62 +112,39 @@ def sbert_encoder(base_dir: Path):
     return BiEncoder(model.eval(), model, tokenizer, settings)
 
 
-def method_model_dir(root: Path, method: str) -> Path | None:
-    """The model a method reads (None for random and BM25)."""
-    from udr.retriever.index import final_model_dir
-
-    return {
-        "sbert": root / "models" / "base" / "encoder",
-        "epr": root / "models" / "epr",
-        "udr": final_model_dir(root),
-    }.get(method)
-
-
-def check_method(method: str) -> None:
-    """A one-line error for a method name udr does not know."""
-    from udr.config import METHODS
-
-    if method not in METHODS:
-        raise UdrError(f"unknown method '{method}'; known methods: {', '.join(METHODS)}")
-
-
 def build_retriever(method: str, settings, task_name: str, pool, *, progress: bool = False) -> PoolRetriever:
     """The retriever `method` over `pool` (a prepared train frame) of `task_name`."""
-    from udr.data.tasks import get_task
-
-    root = settings.root
+    check_method(method)
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
     inputs = pool["input"].to_list()
     if method == "random":
         return RandomRetriever(ids, settings.seed, task_name)
     if method == "bm25":
         return BM25Retriever(ids, inputs)
-    check_method(method)
 
+    from udr.data.tasks import get_task
     from udr.retriever.encoder import BiEncoder, query_text
-    from udr.retriever.index import embed_pool
+    from udr.retriever.index import embed_pool, load_index
     from udr.util.distributed import resolve_device_type
+    from udr.util.files import file_sha256
 
-    model_dir = method_model_dir(root, method)
+    model = METHOD_MODELS[method]
+    model_dir = model.path(settings.paths)
     if not model_dir.is_dir():
-        step = {"sbert": "udr models", "epr": "udr train --epr", "udr": "udr index"}[method]
-        raise UdrError(f"missing model {model_dir}: run `{step}` first")
+        raise UdrError(f"missing model {model_dir}: run `{model.made_by}` first")
     device = resolve_device_type(settings.evaluate.device, "evaluate.device")
     batch = settings.mine.batch_size
     if method == "sbert":
         encoder = sbert_encoder(model_dir).to(device)
-        emb = encoder.encode(
-            inputs, "demo", batch_size=batch, progress=progress, description=f"embedding {task_name} pool (sbert)"
-        )
+        description = f"embedding {task_name} pool (sbert)"
+        emb = encoder.encode(inputs, "demo", batch_size=batch, progress=progress, description=description)
         return DenseRetriever(encoder, ids, emb, batch_size=batch)
     encoder = BiEncoder.load(model_dir).to(device)
+    task = get_task(task_name)
     if method == "udr":
-        from udr.data.prepare import prepared_file
-        from udr.retriever.index import load_index
-        from udr.util.files import file_sha256
-
-        emb = load_index(model_dir, task_name, ids, file_sha256(prepared_file(root, task_name, "train")))
+        emb = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
     else:
-        emb = embed_pool(encoder, task_name, pool, batch, progress)
-    instruction = get_task(task_name).instruction
-    return DenseRetriever(encoder, ids, emb, lambda x: query_text(instruction, x, encoder.settings), batch_size=batch)
+        emb = embed_pool(encoder, task, pool, batch, progress)
+    return DenseRetriever(
+        encoder, ids, emb, lambda x: query_text(task.instruction, x, encoder.settings), batch_size=batch
+    )

@@ -15,7 +15,6 @@ Outputs, per method and task:
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
-
-
-def metrics_path(root: Path, method: str, task: str) -> Path:
-    return root / "metrics" / method / f"{task}.json"
-
-
-def predictions_path(root: Path, method: str, task: str) -> Path:
-    return root / "data" / "predictions" / method / f"{task}.parquet"
 
 
 @dataclass
@@ -52,9 +43,9 @@ class LanguageModel:
         from udr.util.distributed import resolve_lm_precision
 
         if settings.evaluate.lm:  # another inference LM than the scoring one: resolved (once) next to it
-            lm_dir = resolve_model(settings.evaluate.lm, settings.root / "models" / "base" / "eval_lm", kind="lm")
+            lm_dir = resolve_model(settings.evaluate.lm, settings.paths.base_model("eval_lm"), kind="lm")
         else:
-            lm_dir = settings.root / "models" / "base" / "lm"
+            lm_dir = settings.paths.base_model("lm")
         if not lm_dir.is_dir():
             raise UdrError(f"missing model {lm_dir}: run `udr models` first")
         device_type, dtype = resolve_lm_precision(settings.evaluate.device, settings.evaluate.dtype, "evaluate")
@@ -77,12 +68,12 @@ class TaskEvaluation:
         from udr.data.prepare import read_prepared
         from udr.data.tasks import get_task
         from udr.evaluation.baselines import build_retriever
-        from udr.lm.scorer import PromptBuilder
+        from udr.lm.prompt import PromptBuilder
 
         cfg = settings.evaluate
         self.settings, self.lm, self.method = settings, lm, method
         self.task = get_task(task_name)
-        self.generation = self.task.family == "generation"
+        self.generation = self.task.generation
         root = settings.root
         pool = read_prepared(root, task_name, "train")
         self.test = read_prepared(root, task_name, "test").to_dicts()
@@ -90,7 +81,7 @@ class TaskEvaluation:
             raise UdrError(f"task {task_name} has no test rows: nothing to evaluate")
         self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
         instruction = self.task.instruction if settings.score.instruction == "prefix" else None
-        self.builder = PromptBuilder(lm.tokenizer, self.task.template, instruction, cfg.context)
+        self.builder = PromptBuilder(lm.tokenizer, self.task, instruction, cfg.context)
 
         want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
         k = min(want, len(pool))
@@ -111,8 +102,8 @@ class TaskEvaluation:
 
     def prompts(self, max_demos: int | None):
         """One assembled prompt per test row (demonstrations capped at `max_demos`, None: as many as fit)."""
-        from udr.data.prepare import task_rng
         from udr.evaluation.icl import assemble
+        from udr.util.rng import task_rng
 
         cfg = self.settings.evaluate
         out = []
@@ -207,12 +198,11 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
 def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progress: bool = True) -> dict[str, dict]:
     """Evaluate `method` on the tasks (default: all in params); returns {task: result} as written."""
     from udr.evaluation.baselines import check_method
-    from udr.util.files import write_text_atomic
+    from udr.util.files import write_json_atomic
     from udr.util.progress import progress_bar
 
     cfg = settings.evaluate
     check_method(method)  # before loading the LM
-    root = settings.root
     lm = LanguageModel.load(settings)
     results = {}
     for name in tasks or settings.evaluation_tasks():
@@ -228,8 +218,8 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
         result = {
             "method": method,
             "task": name,
+            "kind": ev.task.kind,
             "family": ev.task.family,
-            "group": ev.task.group,
             **result,
             "retrieval_seconds": round(ev.retrieval_seconds, 2),
             "context": cfg.context,
@@ -240,8 +230,8 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
             result["shots"] = shots
         if cfg.lm:
             result["lm"] = cfg.lm
-        _write_predictions(predictions_path(root, method, name), ev, prompts, texts)
-        write_text_atomic(metrics_path(root, method, name), json.dumps(result, indent=2) + "\n")
+        _write_predictions(settings.paths.predictions(method, name), ev, prompts, texts)
+        write_json_atomic(settings.paths.method_metrics(method, name), result)
         results[name] = result
     return results
 

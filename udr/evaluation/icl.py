@@ -7,22 +7,19 @@ with |z_1| + ... + |z_L| + |x| + |y_max| <= C). Classification prompts obey the 
 They are then ordered: ascending similarity (the paper and EPR: the most similar demonstration
 right before the test input), descending, or random (seeded).
 
-A prompt is ``[instruction] render(z_1) "\\n" ... render(z_L) "\\n" x "\\t"``: the scoring
-stage's layout, with the task's template (see :mod:`udr.tasks`).
+The layout of the prompt, and the orders, are :mod:`udr.lm.prompt`'s, shared with LM scoring.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
+from udr.config import Order
 from udr.errors import UdrError
-
-Order = Literal["ascending", "descending", "random"]
-ORDERS = ("ascending", "descending", "random")
+from udr.lm.prompt import PromptBuilder, order_demonstrations
 
 
 @dataclass(frozen=True)
@@ -47,21 +44,8 @@ def select_demonstrations(lengths: Sequence[int], budget: int, max_demos: int | 
     return n
 
 
-def order_demonstrations(ranked: Sequence[int], order: Order, rng: np.random.Generator | None = None) -> list[int]:
-    """Put selected demonstrations (most similar first) into prompt order."""
-    if order == "ascending":
-        return list(reversed(ranked))
-    if order == "descending":
-        return list(ranked)
-    if order == "random":
-        if rng is None:
-            raise UdrError("order 'random' needs a seeded generator")
-        return [ranked[i] for i in rng.permutation(len(ranked))]
-    raise UdrError(f"bad parameter order: {order!r} (expected one of {', '.join(ORDERS)})")
-
-
 def assemble(
-    builder,
+    builder: PromptBuilder,
     demos: Sequence[tuple[int, str, str]],
     query_input: str,
     *,
@@ -78,8 +62,8 @@ def assemble(
     first; context: C; reserve: tokens kept free for the answer (the longest target, or the longest
     label continuation).
     """
-    head = builder.encode(builder.instruction) if builder.instruction else ()
-    query = builder.query_prefix(query_input)
+    head = builder.head
+    query = builder.query(query_input)
     rendered = [builder.demonstration(i, a) for _, i, a in demos]
     budget = context - reserve - len(builder.start) - len(head) - len(query)
     n = select_demonstrations([len(r) for r in rendered], max(budget, 0), max_demos)
@@ -90,24 +74,3 @@ def assemble(
     ids += query
     # The tokenizer's BOS (if any) first; a query too long alone keeps its end (as scoring does).
     return Prompt(builder.framed(ids, context - reserve), tuple(demos[j][0] for j in chosen))
-
-
-def prompt_text(
-    template: str,
-    instruction: str | None,
-    demos: Sequence[tuple[str, str]],
-    query_input: str,
-    *,
-    order: Order = "ascending",
-    rng: np.random.Generator | None = None,
-) -> str:
-    """The same layout as :func:`assemble`, as text and without a token budget: every one of `demos`
-    ((input, answer), most similar first) in `order`, then the test input, ready to send to an LM."""
-    from udr.lm.scorer import render_demonstration, render_query
-
-    chosen = order_demonstrations(list(range(len(demos))), order, rng)
-    return (
-        (instruction or "")
-        + "".join(render_demonstration(template, *demos[j]) for j in chosen)
-        + render_query(template, query_input)
-    )

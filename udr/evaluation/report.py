@@ -1,5 +1,5 @@
 """The `udr report` stage: every method's per-task metrics -> metrics/summary.json, the results
-table metrics/results.md (tasks x methods with per-family averages, as the paper's Tables 1-2),
+table metrics/results.md (tasks x methods with averages per kind of task, as the paper's Tables 1-2),
 and the score-vs-demonstrations plot (metrics/plots/shots.png + one CSV per task for DVC plots).
 """
 
@@ -10,32 +10,31 @@ from pathlib import Path
 
 from udr.errors import UdrError
 
-FAMILY_TITLES = {"classification": "classification", "multiple_choice": "multiple choice", "generation": "generation"}
+KIND_TITLES = {"classification": "classification", "multiple_choice": "multiple choice", "generation": "generation"}
 
 
 def _load_results(settings) -> dict[str, dict[str, dict]]:
     """{method: {task: result}} for the methods and tasks in params (all must exist)."""
     from udr.config import METHODS
-    from udr.evaluation.evaluate import metrics_path
 
     out: dict[str, dict[str, dict]] = {}
     for method in METHODS:
         out[method] = {}
         for task in settings.evaluation_tasks():
-            path = metrics_path(settings.root, method, task)
+            path = settings.paths.method_metrics(method, task)
             if not path.is_file():
                 raise UdrError(f"missing result {path}: run `udr evaluate --method {method}` first")
             out[method][task] = json.loads(path.read_text())
     return out
 
 
-def family_averages(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
-    """{method: {family: mean graded score over the family's tasks, "all": over every task}}."""
+def kind_averages(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
+    """{method: {kind: mean graded score over the tasks of that kind, "all": over every task}}."""
     out = {}
     for method, by_task in results.items():
         groups: dict[str, list[float]] = {}
         for r in by_task.values():
-            groups.setdefault(r["family"], []).append(r["graded"]["score"])
+            groups.setdefault(r["kind"], []).append(r["graded"]["score"])
             groups.setdefault("all", []).append(r["graded"]["score"])
         out[method] = {f: sum(v) / len(v) for f, v in groups.items()}
     return out
@@ -59,7 +58,7 @@ def results_markdown(results: dict[str, dict[str, dict]], averages: dict[str, di
         "match the cell reads `EM / token F1`, and token F1 (the graded metric) enters the averages. "
         "Best per row in bold.",
         "",
-        "| task | family | metric | n | " + " | ".join(methods) + " |",
+        "| task | kind | metric | n | " + " | ".join(methods) + " |",
         "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in methods) + " |",
     ]
 
@@ -74,17 +73,17 @@ def results_markdown(results: dict[str, dict[str, dict]], averages: dict[str, di
         lines.append(
             row(
                 task,
-                FAMILY_TITLES.get(r0["family"], r0["family"]),
+                KIND_TITLES.get(r0["kind"], r0["kind"]),
                 metric,
                 str(r0["n"]),
                 [results[m][task]["graded"]["score"] for m in methods],
                 [_cell(results[m][task]) for m in methods],
             )
         )
-    families = [f for f in FAMILY_TITLES if any(f in averages[m] for m in methods)]
-    for fam in [*families, "all"]:
-        values = [averages[m].get(fam, float("nan")) for m in methods]
-        label = "**average, all tasks**" if fam == "all" else f"**average, {FAMILY_TITLES[fam]}**"
+    kinds = [k for k in KIND_TITLES if any(k in averages[m] for m in methods)]
+    for kind in [*kinds, "all"]:
+        values = [averages[m].get(kind, float("nan")) for m in methods]
+        label = "**average, all tasks**" if kind == "all" else f"**average, {KIND_TITLES[kind]}**"
         lines.append(row(label, "", "graded", "", values, [f"{v:.1f}" for v in values]))
     lines.append("")
     secs = {m: sum(r["total_seconds"] for r in results[m].values()) for m in methods}
@@ -110,7 +109,7 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from udr.util.files import write_text_atomic
+    from udr.util.files import write_atomic, write_text_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, max(1, len(shots)), figsize=(5 * max(1, len(shots)), 3.6), squeeze=False)
@@ -132,19 +131,17 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    tmp = out_dir / ".shots.png.tmp"
-    fig.savefig(tmp, format="png", dpi=110)
+    write_atomic(out_dir / "shots.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
-    tmp.replace(out_dir / "shots.png")
 
 
 def run_report(settings) -> dict:
     """Write metrics/summary.json, metrics/results.md and the shots plot; returns the summary."""
-    from udr.util.files import write_text_atomic
+    from udr.util.files import write_json_atomic, write_text_atomic
 
-    root = settings.root
+    paths = settings.paths
     results = _load_results(settings)
-    averages = family_averages(results)
+    averages = kind_averages(results)
     shots = shots_table(results)
     summary = {
         "tasks": {
@@ -157,8 +154,8 @@ def run_report(settings) -> dict:
         "averages": averages,
         "shots": {t: {m: {str(n): s for n, s in v.items()} for m, v in by_m.items()} for t, by_m in shots.items()},
     }
-    write_text_atomic(root / "metrics" / "summary.json", json.dumps(summary, indent=2) + "\n")
-    write_text_atomic(root / "metrics" / "results.md", results_markdown(results, averages))
+    write_json_atomic(paths.summary, summary)
+    write_text_atomic(paths.results, results_markdown(results, averages))
     if shots:
-        write_shots_plot(shots, results, root / "metrics" / "plots")
+        write_shots_plot(shots, results, paths.plots)
     return summary

@@ -1,4 +1,4 @@
-"""BM25: the sparse index (bm25s) and the iteration-0 candidates it yields.
+"""BM25: the sparse index (bm25s) and the round-0 candidates it yields (`udr candidates`).
 
 Scores are on the classic Okapi scale: bm25s' `robertson` variant times (k1 + 1), which equals
 rank-bm25's `BM25Okapi(epsilon=0)` (the test oracle). Top-k is exact and deterministic: ties are
@@ -8,11 +8,12 @@ broken by position in the pool (lower first).
 from __future__ import annotations
 
 import re
-from typing import Literal
+from pathlib import Path
 
 import numpy as np
 
-from udr.data.tasks import Family
+from udr.config import CandidateField
+from udr.data.tasks import TaskKind
 from udr.errors import UdrError
 from udr.util.progress import progress_bar
 
@@ -70,15 +71,15 @@ class BM25Index:
         return top, scores[top]
 
 
-def candidate_field(family: Family, field: Literal["paper", "input", "target"]) -> str:
+def candidate_field(kind: TaskKind, field: CandidateField) -> str:
     """Which text BM25 compares: the paper uses inputs for classification / multiple choice and
     targets for generation; the published code uses targets for all tasks."""
     if field == "paper":
-        return "target" if family == "generation" else "input"
+        return "target" if kind == "generation" else "input"
     return field
 
 
-def bm25_candidates(train, family: Family, field: Literal["paper", "input", "target"], k: int, progress: bool = True):
+def bm25_candidates(train, kind: TaskKind, field: CandidateField, k: int, progress: bool = True):
     """Top-k BM25 candidates from the train split for every train query, self excluded.
 
     `train` is a prepared polars frame; returns a frame (query_id, candidate_id, rank, score)
@@ -88,7 +89,7 @@ def bm25_candidates(train, family: Family, field: Literal["paper", "input", "tar
 
     if len(train) < 2:
         raise UdrError(f"BM25 candidates need at least 2 train rows, got {len(train)}")
-    column = candidate_field(family, field)
+    column = candidate_field(kind, field)
     texts = train[column].to_list()
     ids = np.asarray(train["id"].to_list(), dtype=np.int64)
     index = BM25Index(texts)
@@ -110,3 +111,17 @@ def bm25_candidates(train, family: Family, field: Literal["paper", "input", "tar
             "score": np.concatenate(scores).astype(np.float32),
         }
     )
+
+
+def run_candidates(settings, task_name: str, *, progress: bool = True) -> tuple[Path, str]:
+    """Write a task's round-0 candidates; returns (the output file, the field BM25 compared)."""
+    from udr.data.prepare import read_prepared
+    from udr.data.tasks import get_task
+    from udr.util.files import write_parquet_atomic
+
+    cfg = settings.candidates
+    kind = get_task(task_name).kind
+    frame = bm25_candidates(read_prepared(settings.root, task_name, "train"), kind, cfg.field, cfg.k, progress)
+    out = settings.paths.candidates(0, task_name)
+    write_parquet_atomic(frame, out)
+    return out, candidate_field(kind, cfg.field)

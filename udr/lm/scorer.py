@@ -1,12 +1,5 @@
-"""LM feedback: how much each candidate demonstration z helps the LM produce a query's gold answer.
-
-For a query (x, y) and candidate z, the prompt is ``[instruction] render(z) "\\n" x.input "\\t"`` and
-the answer is y (the task's template: see :mod:`udr.tasks`).
-
-- generation: s_gen(z) = mean log p_G(y_t | z, x, y_<t) over y's tokens (compared as a mean, as the
-  published code does);
-- classification / multiple choice: s_cls(z) = p_G(y | z, x) / sum_{y' in choices} p_G(y' | z, x),
-  with p_G(y' | z, x) the product over y' tokens, i.e. a softmax of summed log-likelihoods.
+"""Summed log-likelihoods of continuations after prompts, batched, exact and fast: the LM side of
+feedback scoring (:mod:`udr.feedback.scoring`) and of label prediction (:mod:`udr.lm.predict`).
 
 Speed (all exact, see tests): prompts are pre-tokenised per row and concatenated; batches are built
 from length-sorted sequences under a token budget (small padding); the LM head is applied only at
@@ -16,13 +9,8 @@ key/value cache is reused for every continuation.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
-
-from udr.errors import UdrError
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -57,14 +45,6 @@ class BatchStats:
     def padding_fraction(self) -> float:
         total = self.tokens + self.padded
         return self.padded / total if total else 0.0
-
-
-def pair_score(logps: Sequence[float], gold: int, generation: bool, n_gold_tokens: int) -> float:
-    """s_gen (mean token log-likelihood of the gold) or s_cls (softmax of summed log-likelihoods at gold)."""
-    if generation:
-        return logps[gold] / n_gold_tokens
-    m = max(logps)
-    return math.exp(logps[gold] - m) / sum(math.exp(lp - m) for lp in logps)
 
 
 # ---------------------------------------------------------------- batching
@@ -253,112 +233,12 @@ def common_prefix(continuations: Sequence[Sequence[int]]) -> tuple[int, ...]:
     return tuple(continuations[0][:n])
 
 
-def reference_logprobs(model, prompt: Sequence[int], continuation: Sequence[int]) -> float:
-    """Summed log p(continuation | prompt) by the plain route: one sequence, full logits, no cache."""
+def continuation_log_likelihood(model, prompt: Sequence[int], continuation: Sequence[int]) -> float:
+    """Summed log p(continuation | prompt) by the plain route (one sequence, full logits in float64,
+    no cache): the oracle the batched scorer is tested against, and the check of model conversion."""
     import torch
 
     with torch.inference_mode():
         ids = torch.tensor([list(prompt) + list(continuation)], device=next(model.parameters()).device)
-        logits = model(input_ids=ids).logits[0].float().log_softmax(-1)
-        p = len(prompt)
-        return float(sum(logits[p - 1 + j, t] for j, t in enumerate(continuation)))
-
-
-# ---------------------------------------------------------------- building items from prepared data
-
-
-def render_demonstration(template: str, input: str, answer: str) -> str:
-    """One demonstration as it stands in a prompt: the task template, then a newline."""
-    return template.format(input=input, answer=answer) + "\n"
-
-
-def render_query(template: str, input: str) -> str:
-    """The test input as it ends a prompt: the template up to where the answer goes."""
-    head, _, _ = template.partition("{answer}")
-    return head.format(input=input)
-
-
-def leading_special_tokens(tokenizer) -> tuple[int, ...]:
-    """The ids a tokenizer adds before any text (e.g. a BOS token), found by encoding with and without them."""
-    bare = list(tokenizer("a", add_special_tokens=False)["input_ids"])
-    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
-    for k in range(len(full) - len(bare) + 1):
-        if full[k : k + len(bare)] == bare:
-            return tuple(full[:k])
-    return ()
-
-
-@dataclass
-class PromptBuilder:
-    """Tokenises rows once and assembles (prompt, continuations) token ids for pairs.
-
-    Every prompt starts with `start`, the tokens the tokenizer itself puts before a text (Gemma's
-    <bos>; nothing for SmolLM2); truncation keeps them and cuts the body's beginning.
-    """
-
-    tokenizer: object
-    template: str
-    instruction: str | None
-    max_length: int
-    _cache: dict = field(default_factory=dict)
-    _start: tuple[int, ...] | None = None
-
-    def encode(self, text: str) -> tuple[int, ...]:
-        if text not in self._cache:
-            self._cache[text] = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return self._cache[text]
-
-    @property
-    def start(self) -> tuple[int, ...]:
-        if self._start is None:
-            self._start = leading_special_tokens(self.tokenizer)
-        return self._start
-
-    def framed(self, body: Sequence[int], room: int) -> tuple[int, ...]:
-        """`start` + the end of `body`, in at most `room` tokens: truncation cuts the body's
-        beginning (the query, at its end, survives), never the tokenizer's start tokens."""
-        keep = room - len(self.start)
-        body = tuple(body)
-        return self.start + (body[len(body) - keep :] if len(body) > keep else body)
-
-    def demonstration(self, input: str, answer: str) -> tuple[int, ...]:
-        return self.encode(render_demonstration(self.template, input, answer))
-
-    def query_prefix(self, input: str) -> tuple[int, ...]:
-        return self.encode(render_query(self.template, input))
-
-    def item(self, query: dict, candidate: dict, generation: bool) -> ScoringItem:
-        head = self.encode(self.instruction) if self.instruction else ()
-        prompt = head + self.demonstration(candidate["input"], candidate["target"]) + self.query_prefix(query["input"])
-        if generation:
-            conts = (self.encode(query["target"]),)
-            gold = 0
-        else:
-            if not query["choices"]:
-                raise UdrError(f"query id {query['id']}: empty label set (no choices to score against)")
-            conts = tuple(self.encode(c) for c in query["choices"])
-            gold = int(query["label"])
-        if any(len(c) == 0 for c in conts):
-            raise UdrError(f"query id {query['id']}: an answer tokenises to nothing")
-        room = self.max_length - max(len(c) for c in conts)
-        if room - len(self.start) < 1:
-            raise UdrError(f"query id {query['id']}: the answer alone exceeds score.max_length={self.max_length}")
-        # A long prompt keeps its end: the query and the demonstration's tail.
-        return ScoringItem(int(query["id"]), int(candidate["id"]), self.framed(prompt, room), conts, gold)
-
-
-def score_items(
-    scorer: LMScorer, items: Sequence[ScoringItem], generation: bool, batch_tokens: int, on_batch=None
-) -> tuple[np.ndarray, BatchStats]:
-    """Scores of `items` (in their order) and the token accounting."""
-    scores = np.empty(len(items), dtype=np.float64)
-    total = BatchStats()
-    for batch in length_batches(items, batch_tokens):
-        sub = [items[i] for i in batch]
-        logps, stats = scorer.score_batch(sub)
-        for i, it, lp in zip(batch, sub, logps):
-            scores[i] = pair_score(lp, it.gold, generation, len(it.continuations[it.gold]))
-        total.add(stats)
-        if on_batch:
-            on_batch(stats)
-    return scores, total
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double().log_softmax(-1)
+        return float(logits.gather(1, ids[0, len(prompt) :, None]).sum())

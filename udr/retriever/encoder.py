@@ -1,7 +1,9 @@
-"""The UDR bi-encoder: a query encoder E_q and a demonstration encoder E_d, CLS pooling, dot product.
+"""The UDR bi-encoder: a query encoder E_q and a demonstration encoder E_d, pooled (CLS, as in the
+paper, or mean), dot product.
 
 sim(x, z) = E_q([I] x) . E_d(I z), where I is the task instruction and z the whole demonstration
-(input and answer, rendered with the task's template). The instruction goes on the demonstration
+(input and answer, rendered with the task's template): :func:`query_text` and :func:`demo_texts`,
+the one definition of what each encoder reads. The instruction goes on the demonstration
 side and on the query side when `query_instruction` is true (the paper); the published code
 leaves test queries bare. `instruction: false` drops it from both sides (an ablation).
 
@@ -11,39 +13,38 @@ On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrai
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from udr.config import EncoderSettings
+from udr.data.tasks import Task
 from udr.errors import UdrError
-from udr.util.files import write_text_atomic
+from udr.util.files import building_dir, json_text
 
 SETTINGS_NAME = "udr_encoder.json"
 
 
-@dataclass(frozen=True)
-class BiEncoderSettings:
-    """How texts are built and cut for the two encoders."""
+class BiEncoderSettings(EncoderSettings):
+    """How a saved bi-encoder reads texts: the `encoder` parameters it was trained with, plus its pooling."""
 
-    instruction: bool = True  # false: no task instruction on either side (the ablation)
-    query_instruction: bool = True
-    max_query_length: int = 128
-    max_demo_length: int = 256
-    pooling: str = "cls"  # cls (UDR); mean (sentence-transformers models such as all-MiniLM-L6-v2)
+    pooling: Literal["cls", "mean"] = "cls"  # cls (UDR); mean (sentence-transformers models such as all-MiniLM)
     normalize: bool = False  # L2-normalise embeddings (sentence-transformers' Normalize: cosine similarity)
     base: str = ""  # the base model directory or spec it was initialised from (provenance only)
 
 
-def query_text(instruction: str, input: str, settings) -> str:
-    """What E_q reads for a query x under `settings` (`instruction`, `query_instruction`): [I] x."""
+def query_text(instruction: str, input: str, settings: EncoderSettings) -> str:
+    """What E_q reads for a query x: [I] x (the instruction when `instruction` and `query_instruction`)."""
     return f"{instruction}{input}" if settings.instruction and settings.query_instruction else input
 
 
-def demo_text(instruction: str, rendered: str, settings) -> str:
-    """What E_d reads for a demonstration z (already rendered with the task template): [I] z."""
-    return f"{instruction}{rendered}" if settings.instruction else rendered
+def demo_texts(task: Task, inputs: Sequence[str], answers: Sequence[str], settings: EncoderSettings) -> list[str]:
+    """What E_d reads for each demonstration z = (input, answer) of a task's pool: [I] z, the
+    demonstration rendered with the task's template (the instruction when `instruction`)."""
+    instruction = task.instruction if settings.instruction else ""
+    return [instruction + task.render(i, a) for i, a in zip(inputs, answers)]
 
 
 class BiEncoder:
@@ -81,9 +82,11 @@ class BiEncoder:
                 "train one with `udr train` or pass --model"
             )
         try:
-            settings = BiEncoderSettings(**json.loads(meta.read_text()))
-        except (TypeError, json.JSONDecodeError) as exc:
-            raise UdrError(f"{meta}: unreadable bi-encoder settings ({exc})") from None
+            settings = BiEncoderSettings.model_validate_json(meta.read_text())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UdrError(f"{meta}: unreadable bi-encoder settings ({where}: {first['msg']})") from None
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -95,26 +98,15 @@ class BiEncoder:
         return cls(models[0], models[1], tokenizer, settings)
 
     def save(self, path: Path) -> None:
-        """Write the bi-encoder to `path` (replaced atomically: built beside it, then renamed)."""
-        import shutil
-
+        """Write the bi-encoder to `path` (replaced atomically: built beside it, then swapped in)."""
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.query_model.save_pretrained(tmp / "query", safe_serialization=True)
-        self.demo_model.save_pretrained(tmp / "demo", safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp / "tokenizer")
-        write_text_atomic(tmp / SETTINGS_NAME, json.dumps(asdict(self.settings), indent=2) + "\n")
-        old = path.with_name(path.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
+        with building_dir(Path(path)) as tmp:
+            self.query_model.save_pretrained(tmp / "query", safe_serialization=True)
+            self.demo_model.save_pretrained(tmp / "demo", safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp / "tokenizer")
+            (tmp / SETTINGS_NAME).write_text(json_text(self.settings.model_dump()))
 
     # ------------------------------------------------------------ embedding
 
@@ -144,13 +136,12 @@ class BiEncoder:
     def _max_length(self, side: str) -> int:
         return self.settings.max_query_length if side == "query" else self.settings.max_demo_length
 
-    def embed(self, texts: Sequence[str], side: str, model: Any = None):
-        """Pooled embeddings (n, d) of `texts` with gradients; `model` overrides the side's module
-        (the DDP wrapper during training)."""
+    def embed(self, texts: Sequence[str], side: str):
+        """Pooled embeddings (n, d) of `texts` by the `side` ("query" or "demo") encoder, with gradients."""
         batch = self.tokenizer(
             list(texts), padding=True, truncation=True, max_length=self._max_length(side), return_tensors="pt"
         ).to(self.device)
-        hidden = (model or self._model(side))(**batch).last_hidden_state
+        hidden = self._model(side)(**batch).last_hidden_state
         if self.settings.pooling == "cls":
             emb = hidden[:, 0]
         elif self.settings.pooling == "mean":
@@ -170,7 +161,8 @@ class BiEncoder:
         progress: bool = False,
         description: str = "embedding",
     ):
-        """CLS embeddings as a float32 numpy array (n, d), in the order of `texts`. Batches are cut
+        """Pooled embeddings (see `embed`) as a float32 numpy array (n, d), in the order of `texts`, without
+        gradients. Batches are cut
         from length-sorted texts, so padding stays small; the result does not depend on it beyond
         float rounding."""
         import numpy as np

@@ -1,4 +1,5 @@
-"""Embedding a task's demonstration pool (its whole train split) with E_d, and the final index.
+"""Pool embeddings: E_d's embedding of a task's demonstration pool (its whole train split), their
+files, and the final index.
 
 `udr index` copies the last round's bi-encoder to `models/final/` and writes, for every task,
 `models/final/index/<task>.npy` (float32, one row per pool item) with a JSON sidecar holding the
@@ -14,19 +15,67 @@ from pathlib import Path
 
 import numpy as np
 
+from udr.data.tasks import Task
 from udr.errors import UdrError
+from udr.paths import Paths
+from udr.util.files import file_sha256, json_text, write_atomic, write_json_atomic
+
+# ---------------------------------------------------------------- embedding files
 
 
-def round_model_dir(root: Path, iteration: int) -> Path:
-    return root / "models" / "rounds" / f"it{iteration}"
+def _meta_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
 
 
-def final_model_dir(root: Path) -> Path:
-    return root / "models" / "final"
+def save_embeddings(path, emb: np.ndarray, meta: dict) -> None:
+    """Write `emb` to `path` (.npy, no pickle) and `meta` to `<path>.json`, each atomically.
+
+    The sidecar stores {"shape", "dtype", "meta"}; `load_embeddings` checks shape and dtype
+    against the array so that a half-replaced pair is caught.
+    """
+    path = Path(path)
+    emb = np.asarray(emb)
+    if emb.ndim != 2:
+        raise UdrError(f"embeddings must be a 2-D (rows, dim) array, got shape {emb.shape}")
+    try:
+        sidecar = json_text({"shape": list(emb.shape), "dtype": emb.dtype.str, "meta": meta}, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise UdrError(f"embedding metadata for {path} is not JSON-serialisable: {exc}") from None
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as fh:  # a file object: np.save would append ".npy" to a name
+            np.save(fh, emb, allow_pickle=False)
+
+    write_atomic(path, write)
+    write_atomic(_meta_path(path), lambda tmp: tmp.write_text(sidecar))
 
 
-def index_path(model_dir: Path, task: str) -> Path:
-    return Path(model_dir) / "index" / f"{task}.npy"
+def load_embeddings(path) -> tuple[np.ndarray, dict]:
+    """Read back what `save_embeddings` wrote: (embeddings, meta)."""
+    path = Path(path)
+    meta_path = _meta_path(path)
+    if not path.is_file():
+        raise UdrError(f"missing index: {path} (run `udr index` first)")
+    if not meta_path.is_file():
+        raise UdrError(f"missing index metadata: {meta_path} (run `udr index` first)")
+    try:
+        emb = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise UdrError(f"unreadable index {path}: {exc}") from None
+    try:
+        sidecar = json.loads(meta_path.read_text())
+        shape, dtype, meta = tuple(sidecar["shape"]), sidecar["dtype"], sidecar["meta"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {exc}") from None
+    if emb.shape != shape or emb.dtype.str != dtype:
+        raise UdrError(
+            f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
+            f"metadata {shape} {dtype}); rerun `udr index`"
+        )
+    return emb, meta
+
+
+# ---------------------------------------------------------------- a model's pool index
 
 
 def model_fingerprint(model_dir: Path) -> str:
@@ -34,7 +83,6 @@ def model_fingerprint(model_dir: Path) -> str:
     import hashlib
 
     from udr.retriever.encoder import SETTINGS_NAME
-    from udr.util.files import file_sha256
 
     model_dir = Path(model_dir)
     parts = [file_sha256(model_dir / SETTINGS_NAME)]
@@ -45,9 +93,7 @@ def model_fingerprint(model_dir: Path) -> str:
 def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint: str | None = None) -> np.ndarray:
     """The pool embeddings written by `udr index` for `task`, checked against the model (its
     `fingerprint`, computed when not given), the pool file's hash and the pool's ids."""
-    from udr.retriever.search import load_embeddings
-
-    path = index_path(model_dir, task)
+    path = Paths.index(model_dir, task)
     if not path.is_file():
         raise UdrError(f"missing index {path}: run `udr index` first")
     emb, meta = load_embeddings(path)
@@ -60,63 +106,44 @@ def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint:
     return emb
 
 
-def pool_texts(task, inputs, targets, settings) -> list[str]:
-    """What E_d (with bi-encoder `settings`) reads for each (input, target) of a task's pool (a
-    registered name or a Task): the instruction, then the rendered demonstration."""
-    from udr.data.tasks import get_task
-    from udr.retriever.encoder import demo_text
+def embed_pool(encoder, task: Task, frame, batch_size: int, progress: bool) -> np.ndarray:
+    """E_d embeddings (n, d) of a prepared pool frame's rows, in row order."""
+    from udr.retriever.encoder import demo_texts
 
-    task = get_task(task) if isinstance(task, str) else task
-    return [demo_text(task.instruction, task.render(i, t), settings) for i, t in zip(inputs, targets)]
-
-
-def embed_pool(encoder, task_name: str, frame, batch_size: int, progress: bool) -> np.ndarray:
-    """E_d embeddings (n, d) of a pool frame's rows, in row order."""
-    return encoder.encode(
-        pool_texts(task_name, frame["input"], frame["target"], encoder.settings),
-        "demo",
-        batch_size=batch_size,
-        progress=progress,
-        description=f"embedding {task_name} pool",
-    )
+    texts = demo_texts(task, frame["input"], frame["target"], encoder.settings)
+    description = f"embedding {task.name} pool"
+    return encoder.encode(texts, "demo", batch_size=batch_size, progress=progress, description=description)
 
 
 def run_index(settings, *, progress: bool = True) -> dict:
     """Copy the last round's model to models/final and index every task's pool with it."""
-    from udr.data.prepare import prepared_file, read_prepared
+    from udr.data.prepare import read_prepared
+    from udr.data.tasks import get_task
     from udr.retriever.encoder import BiEncoder
-    from udr.retriever.search import save_embeddings
     from udr.util.distributed import resolve_device_type
-    from udr.util.files import file_sha256
+    from udr.util.files import building_dir
 
-    root = settings.root
+    paths = settings.paths
     last = settings.train.rounds[-1]
-    src = round_model_dir(root, last)
+    src = paths.round_model(last)
     if not src.is_dir():
-        raise UdrError(f"missing model {src}: run `udr train --iteration {last}` first")
-    dest = final_model_dir(root)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    encoder = BiEncoder.load(tmp).to(resolve_device_type(settings.train.device, "train.device"))
-    fingerprint = model_fingerprint(tmp)
-    report = {"round": last, "model": fingerprint, "tasks": {}}
-    for name in settings.task_names():
-        t0 = time.perf_counter()
-        pool = read_prepared(root, name, "train")
-        emb = embed_pool(encoder, name, pool, settings.mine.batch_size, progress)
-        save_embeddings(
-            index_path(tmp, name),
-            emb,
-            {
+        raise UdrError(f"missing model {src}: run `udr train --round {last}` first")
+    with building_dir(paths.final_model) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        encoder = BiEncoder.load(tmp).to(resolve_device_type(settings.train.device, "train.device"))
+        fingerprint = model_fingerprint(tmp)
+        report = {"round": last, "model": fingerprint, "tasks": {}}
+        for name in settings.task_names():
+            t0 = time.perf_counter()
+            pool = read_prepared(settings.root, name, "train")
+            emb = embed_pool(encoder, get_task(name), pool, settings.mine.batch_size, progress)
+            meta = {
                 "task": name,
                 "ids": [int(i) for i in pool["id"]],
                 "model": fingerprint,
-                "pool_sha256": file_sha256(prepared_file(root, name, "train")),
-            },
-        )
-        report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
-    (tmp / "index" / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
+                "pool_sha256": file_sha256(paths.prepared(name, "train")),
+            }
+            save_embeddings(Paths.index(tmp, name), emb, meta)
+            report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
+        write_json_atomic(tmp / "index" / "report.json", report)
     return report

@@ -3,7 +3,7 @@
 For round N > 0, the retriever of round N-1 embeds the task's pool with E_d and the scored queries
 with E_q; the exact inner-product top-K (self excluded) are merged with round N-1's candidates.
 
-Output `data/candidates/it<N>/<task>.parquet`: query_id, candidate_id, rank and score (the
+Output `data/candidates/round<N>/<task>.parquet`: query_id, candidate_id, rank and score (the
 retriever's rank 1..K and similarity; null for candidates carried over from before and not mined
 again), new (not among the previous round's candidates of that query). A JSON summary beside it
 reports how many mined candidates were new and how much of the previous list was found again.
@@ -11,20 +11,20 @@ reports how many mined candidates were new and how much of the previous list was
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from udr.errors import UdrError
-from udr.util.files import write_parquet_atomic, write_text_atomic
+from udr.paths import summary_file
+from udr.util.files import write_json_atomic, write_parquet_atomic
 
 
 @dataclass
 class MineSummary:
     task: str
-    iteration: int
+    round: int
     queries: int
     k: int
     mined: int
@@ -36,28 +36,30 @@ class MineSummary:
     seconds: float
 
 
-def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True) -> MineSummary:
+def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) -> MineSummary:
+    """Mine round `round_`'s candidates of a task with the previous round's retriever; write them and
+    their summary, and return it."""
     import polars as pl
 
     from udr.data.prepare import read_prepared
     from udr.data.tasks import get_task
-    from udr.feedback.score import candidates_path, select_queries
+    from udr.feedback.scoring import select_queries
     from udr.retriever.encoder import BiEncoder, query_text
-    from udr.retriever.index import embed_pool, round_model_dir
+    from udr.retriever.index import embed_pool
     from udr.retriever.search import exact_top_k
     from udr.util.distributed import resolve_device_type
 
-    if iteration < 1:
+    if round_ < 1:
         raise UdrError("mining starts at round 1 (round 0's candidates come from `udr candidates`)")
     start = time.perf_counter()
-    root = settings.root
+    root, paths = settings.root, settings.paths
     task = get_task(task_name)
-    model_dir = round_model_dir(root, iteration - 1)
+    model_dir = paths.round_model(round_ - 1)
     if not model_dir.is_dir():
-        raise UdrError(f"missing model {model_dir}: run `udr train --iteration {iteration - 1}` first")
-    previous_file = candidates_path(root, iteration - 1, task_name)
+        raise UdrError(f"missing model {model_dir}: run `udr train --round {round_ - 1}` first")
+    previous_file = paths.candidates(round_ - 1, task_name)
     if not previous_file.is_file():
-        raise UdrError(f"missing candidates {previous_file}: run round {iteration - 1} first")
+        raise UdrError(f"missing candidates {previous_file}: run round {round_ - 1} first")
 
     pool = read_prepared(root, task_name, "train")
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
@@ -70,7 +72,7 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
 
     device = resolve_device_type(settings.train.device, "train.device")
     encoder = BiEncoder.load(model_dir).to(device)
-    pool_emb = embed_pool(encoder, task_name, pool, settings.mine.batch_size, progress)
+    pool_emb = embed_pool(encoder, task, pool, settings.mine.batch_size, progress)
     texts = [query_text(task.instruction, pool["input"][int(p)], encoder.settings) for p in q_pos]
     query_emb = encoder.encode(texts, "query", batch_size=settings.mine.batch_size)
     scores, idx = exact_top_k(query_emb, pool_emb, k, exclude=q_pos, device=device)
@@ -96,11 +98,11 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
     )
     n_new = int(merged.filter(pl.col("rank").is_not_null())["new"].sum())
     found_again = len(previous.join(mined, on=["query_id", "candidate_id"], how="semi"))
-    out = candidates_path(root, iteration, task_name)
+    out = paths.candidates(round_, task_name)
     write_parquet_atomic(merged.select(["query_id", "candidate_id", "rank", "score", "new"]), out)
     summary = MineSummary(
         task_name,
-        iteration,
+        round_,
         len(queries),
         k,
         len(mined),
@@ -111,5 +113,5 @@ def run_mine(settings, task_name: str, iteration: int, *, progress: bool = True)
         len(merged),
         round(time.perf_counter() - start, 2),
     )
-    write_text_atomic(out.with_suffix(".json"), json.dumps(asdict(summary), indent=2) + "\n")
+    write_json_atomic(summary_file(out), asdict(summary))
     return summary

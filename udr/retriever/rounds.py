@@ -7,19 +7,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from udr.paths import Paths, round_label, summary_file
+
 
 def _read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def retrieved_quality(root: Path, iteration: int, task: str) -> tuple[float, float] | None:
+def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, float] | None:
     """(mean over queries of the best LM score, mean LM score) among the candidates that this round's
     retriever returned (BM25 in round 0, the previous round's bi-encoder after), not the merged list,
     whose best can only rise as lists grow."""
     import polars as pl
 
-    cands = root / "data" / "candidates" / f"it{iteration}" / f"{task}.parquet"
-    scores = root / "data" / "scores" / f"it{iteration}" / f"{task}.parquet"
+    cands, scores = paths.candidates(round_, task), paths.scores(round_, task)
     if not (cands.is_file() and scores.is_file()):
         return None
     retrieved = pl.read_parquet(cands).filter(pl.col("rank").is_not_null()).select("query_id", "candidate_id")
@@ -36,14 +37,14 @@ def retrieved_quality(root: Path, iteration: int, task: str) -> tuple[float, flo
 
 def rounds_table(settings) -> list[dict]:
     """One row per (round, task) plus a row per round with task='all' (sums / means)."""
-    root = settings.root
+    paths = settings.paths
     rows = []
     for it in settings.train.rounds:
-        train = _read(root / "metrics" / "train" / f"it{it}" / "summary.json")
+        train = _read(paths.train_log(round_label(it)) / "summary.json")
         per_task = []
         for task in settings.task_names():
-            score = _read(root / "data" / "scores" / f"it{it}" / f"{task}.json")
-            mine = _read(root / "data" / "candidates" / f"it{it}" / f"{task}.json") if it > 0 else None
+            score = _read(summary_file(paths.scores(it, task)))
+            mine = _read(summary_file(paths.candidates(it, task))) if it > 0 else None
             per_task.append(
                 {
                     "round": it,
@@ -51,7 +52,7 @@ def rounds_table(settings) -> list[dict]:
                     "pairs": score and score["pairs"],
                     "scored": score and score["scored"],
                     "top1_score_mean": score and score.get("top1_score_mean"),
-                    "retrieved": retrieved_quality(root, it, task),
+                    "retrieved": retrieved_quality(paths, it, task),
                     "mined_new_fraction": mine and mine["new_fraction"],
                     "score_seconds": score and score["seconds"],
                     "mine_seconds": mine and mine["seconds"],
@@ -59,7 +60,7 @@ def rounds_table(settings) -> list[dict]:
             )
         rows += per_task
 
-        def total(key):
+        def total(key, per_task=per_task):
             vals = [r[key] for r in per_task if r[key] is not None]
             return round(sum(vals), 2) if vals else None
 

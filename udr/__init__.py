@@ -1,6 +1,6 @@
 """udr: Unified Demonstration Retriever as a reproducible pipeline.
 
-`from udr import Retriever` is the Python API (:mod:`udr.api`); it is imported on first use, so
+`from udr import Retriever` is the Python API (:mod:`udr.serving.api`); it is imported on first use, so
 `import udr` (and the `udr` command's start-up) stays free of torch and transformers.
 """
 

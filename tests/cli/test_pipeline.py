@@ -102,7 +102,7 @@ def test_end_to_end_prepare_and_candidates_two_real_tasks(run_cli, tmp_path, dat
         train = pl.read_parquet(tmp_path / f"data/prepared/{task}/train.parquet")
         test = pl.read_parquet(tmp_path / f"data/prepared/{task}/test.parquet")
         assert (len(train), len(test)) == (n_train, n_test)
-        cands = pl.read_parquet(tmp_path / f"data/candidates/it0/{task}.parquet")
+        cands = pl.read_parquet(tmp_path / f"data/candidates/round0/{task}.parquet")
         assert len(cands) == n_train * 5
         assert set(cands["query_id"]) == set(train["id"]) and set(cands["candidate_id"]) <= set(train["id"])
         assert (cands["query_id"] != cands["candidate_id"]).all()

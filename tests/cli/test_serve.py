@@ -1,4 +1,4 @@
-"""`udr retrieve` (udr.cli + udr.query_file): table, JSON, batch, own pool and errors, through the
+"""`udr retrieve` (udr.cli.serve + udr.serving.query_file): table, JSON, batch, own pool and errors, through the
 entry point, against the Python API on the same tiny model."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""udr.data.prepare: seeded splits and caps, stable ids, malformed rows, atomic output."""
+"""udr.data.prepare: seeded caps, stable ids, malformed rows, atomic output."""
 
 from __future__ import annotations
 
@@ -8,21 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from udr.data.prepare import prepare_task, seeded_cap, seeded_split
-from udr.data.tasks import MirrorSource, get_task
+from udr.data.prepare import prepare_task, seeded_cap
+from udr.data.tasks import get_task
 from udr.errors import UdrError
-
-
-def test_seeded_split_same_seed_same_split_different_seed_different():
-    a = seeded_split(1000, 0.2, seed=1, task="break")
-    b = seeded_split(1000, 0.2, seed=1, task="break")
-    c = seeded_split(1000, 0.2, seed=2, task="break")
-    d = seeded_split(1000, 0.2, seed=1, task="smcalflow")
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
-    assert not np.array_equal(a[1], c[1]) and not np.array_equal(a[1], d[1])
-    train, test = a
-    assert len(test) == 200 and len(train) == 800
-    assert set(train).isdisjoint(test) and set(train) | set(test) == set(range(1000))
 
 
 def test_seeded_cap_is_nested_and_ordered():
@@ -45,6 +33,7 @@ def test_prepare_real_task_writes_schema_and_meta(tmp_path, data_dir):
     assert len(train) == 40 and len(test) == 10
     assert set(train["id"]).isdisjoint(set(test["id"]))
     assert meta["split"] == "seeded" and meta["seed"] == 42 and meta["counts"]["train"]["cap"] == 40
+    assert meta["task"] == "break" and meta["kind"] == "generation"
     assert json.loads((tmp_path / "break" / "meta.json").read_text()) == meta
     # ids are line numbers of the source file: the row with id i is line i of validation.jsonl
     lines = (data_dir / "break" / "validation.jsonl").read_text().splitlines()
@@ -109,21 +98,16 @@ def test_failed_prepare_keeps_previous_output(tmp_path, data_dir, monkeypatch):
     out = tmp_path / "sst2"
     _prepare("sst2", data_dir, out)
     before = (out / "train.parquet").read_bytes()
-    import udr.data
+    import udr.data.prepare
 
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(udr.data.prepare.json, "dumps", boom)
+    monkeypatch.setattr(udr.data.prepare, "json_text", boom)
     with pytest.raises(OSError):
         _prepare("sst2", data_dir, out, max_train=20)
     assert (out / "train.parquet").read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["sst2"]  # no temp directory left
-
-
-def test_missing_data_directory(tmp_path):
-    with pytest.raises(UdrError, match="data directory not found"):
-        _prepare("sst2", tmp_path / "nowhere", tmp_path / "out")
 
 
 def test_hub_task_without_datasets_or_network_fails_clearly(tmp_path, monkeypatch):
@@ -133,7 +117,3 @@ def test_hub_task_without_datasets_or_network_fails_clearly(tmp_path, monkeypatc
     with pytest.raises(UdrError, match=r"KaiLv/UDR_MNLI.*pip install datasets"):
         _prepare("mnli", tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-
-
-def test_mirror_source_describe():
-    assert "seeded split of validation" in MirrorSource("break", None, "validation").describe()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from udr.data.prepare import normalize_rows, read_jsonl
-from udr.data.tasks import FAMILIES, REGISTRY, BuiltinSource, MirrorSource, RowError, get_task
+from udr.data.sources import normalize_rows, read_jsonl
+from udr.data.tasks import REGISTRY, TASK_KINDS, BuiltinSource, MirrorSource, RowError, get_task
 from udr.errors import UdrError
 
 MIRRORED = [t for t in REGISTRY.values() if isinstance(t.source, MirrorSource)]
@@ -27,7 +27,7 @@ def test_task_loads_real_rows(task, data_dir):
         for ex in rows.examples:
             assert ex.input.strip() and ex.target.strip()
             assert ex.target in ex.references
-            if task.family == "generation":
+            if task.kind == "generation":
                 assert ex.label == -1 and ex.choices == ()
             else:
                 assert 0 <= ex.label < len(ex.choices) and ex.choices[ex.label] == ex.target
@@ -37,10 +37,10 @@ def test_task_loads_real_rows(task, data_dir):
 
 @pytest.mark.parametrize("task", REGISTRY.values(), ids=lambda t: t.name)
 def test_registry_entries_are_complete(task):
-    assert task.family in FAMILIES
+    assert task.kind in TASK_KINDS
     assert task.instruction.strip() and task.metric
     assert "{input}" in task.template and "{answer}" in task.template
-    if task.family == "classification" and not task.source.describe().startswith("hub:"):
+    if task.kind == "classification" and not task.source.describe().startswith("hub:"):
         norm = task.normalize
         assert len(norm.labels) == len(norm.verbalizers) == len(set(norm.verbalizers)) >= 2
 
@@ -65,3 +65,7 @@ def test_get_task_unknown():
 def test_code_input_is_one_line_but_keeps_structure():
     ex = get_task("python_code").normalize({"input": "def f(x):\n    return x\n", "target": "Identity."})
     assert ex.input == "def f(x):\\n    return x" and "\n" not in ex.input
+
+
+def test_mirror_source_describe():
+    assert "seeded split of validation" in MirrorSource("break", None, "validation").describe()

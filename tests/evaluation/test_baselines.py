@@ -1,4 +1,5 @@
-"""udr.evaluation.baselines: every retriever returns k distinct pool items, never the excluded item, deterministically."""
+"""udr.evaluation.baselines: every retriever returns k distinct pool items, never the excluded item,
+deterministically."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 
 from tests.tiny_models import save_tiny_encoder
 from udr.errors import UdrError
-from udr.evaluation.baselines import BM25Retriever, DenseRetriever, RandomRetriever, sbert_encoder
+from udr.evaluation.baselines import BM25Retriever, RandomRetriever, sbert_encoder
+from udr.retriever.search import DenseRetriever
 
 POOL_IDS = list(range(100, 130))
 POOL = [f"sentence number {i} about {'cats' if i % 3 else 'dogs'} and item {i % 7}" for i in range(30)]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+from udr.data.tasks import get_task
 from udr.errors import UdrError
-from udr.evaluation.icl import assemble, order_demonstrations, select_demonstrations
-from udr.lm.scorer import PromptBuilder
+from udr.evaluation.icl import assemble, select_demonstrations
+from udr.lm.prompt import PromptBuilder
 
-TEMPLATE = "{input}\t{answer}"
+TASK = get_task("sst2")  # the default template: "{input}\t{answer}"
 
 
 def encode(text: str) -> tuple[int, ...]:
@@ -19,7 +19,7 @@ def encode(text: str) -> tuple[int, ...]:
 def builder(instruction: str | None) -> PromptBuilder:
     return PromptBuilder(
         lambda text, add_special_tokens=False: {"input_ids": list(encode(text))},
-        TEMPLATE,
+        TASK,
         instruction,
         max_length=10_000,
     )
@@ -37,16 +37,6 @@ def test_select_keeps_the_longest_prefix_that_fits():
         select_demonstrations([1], budget=-1, max_demos=None)
 
 
-def test_order_parameter():
-    assert order_demonstrations([1, 2, 3], "ascending") == [3, 2, 1]
-    assert order_demonstrations([1, 2, 3], "descending") == [1, 2, 3]
-    a = order_demonstrations(list(range(10)), "random", np.random.default_rng(0))
-    b = order_demonstrations(list(range(10)), "random", np.random.default_rng(0))
-    assert a == b and sorted(a) == list(range(10))
-    with pytest.raises(UdrError, match="bad parameter order"):
-        order_demonstrations([1], "sideways")
-
-
 @pytest.mark.parametrize("context", [30, 45, 60, 200])
 def test_assemble_respects_the_budget(context):
     reserve = 5
@@ -58,7 +48,7 @@ def test_assemble_respects_the_budget(context):
     n = len(p.demo_ids)
     assert set(p.demo_ids) == {d[0] for d in DEMOS[:n]}
     if n < len(DEMOS):
-        extra = len(encode(TEMPLATE.format(input=DEMOS[n][1], answer=DEMOS[n][2]) + "\n"))
+        extra = len(encode(TASK.render(DEMOS[n][1], DEMOS[n][2]) + "\n"))
         assert len(p.token_ids) + extra + reserve > context
 
 
@@ -78,7 +68,7 @@ def test_assemble_long_query_keeps_its_end():
 def test_assemble_keeps_the_tokenizers_bos_when_truncating():
     b = PromptBuilder(
         lambda text, add_special_tokens=False: {"input_ids": [999] * add_special_tokens + list(encode(text))},
-        TEMPLATE,
+        TASK,
         None,
         max_length=10_000,
     )

@@ -1,4 +1,4 @@
-"""udr.metrics on hand-made cases whose expected values are worked out here, not by the libraries."""
+"""udr.evaluation.metrics on hand-made cases whose expected values are worked out here, not by the libraries."""
 
 from __future__ import annotations
 

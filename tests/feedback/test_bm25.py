@@ -1,4 +1,4 @@
-"""udr.bm25 against the rank-bm25 oracle (BM25Okapi, epsilon=0) on real data."""
+"""udr.feedback.bm25 against the rank-bm25 oracle (BM25Okapi, epsilon=0) on real data."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from udr.data.prepare import load_task
+from udr.data.sources import load_task
 from udr.data.tasks import get_task
 from udr.feedback.bm25 import BM25Index, bm25_candidates, candidate_field, stable_top_k, tokenize
 
@@ -15,7 +15,7 @@ from udr.feedback.bm25 import BM25Index, bm25_candidates, candidate_field, stabl
 def pool(request, data_dir):
     task = get_task(request.param)
     loaded = load_task(task, data_dir, seed=42, test_fraction=0.2)
-    field = candidate_field(task.family, "paper")
+    field = candidate_field(task.kind, "paper")
     texts = [getattr(e, field) for e in loaded.train.examples[:800]]
     return task, texts
 
@@ -54,7 +54,7 @@ def test_candidates_frame_excludes_self_and_has_k_ranked_rows(pool):
 
     task, texts = pool
     train = pl.DataFrame({"id": np.arange(100, 100 + 60) * 3, "input": texts[:60], "target": texts[:60]})
-    frame = bm25_candidates(train, task.family, "paper", 7, progress=False)
+    frame = bm25_candidates(train, task.kind, "paper", 7, progress=False)
     assert frame.columns == ["query_id", "candidate_id", "rank", "score"]
     assert len(frame) == 60 * 7
     assert (frame["query_id"] != frame["candidate_id"]).all()

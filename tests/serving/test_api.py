@@ -1,5 +1,5 @@
-"""udr.api (with udr.pools and udr.pool_cache): the Python retriever on a tiny bi-encoder and real
-prepared pools."""
+"""udr.serving.api (with udr.serving.pools and udr.serving.pool_cache): the Python retriever on a tiny
+bi-encoder and real prepared pools."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _pool_rows(root, task):
 def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
     from udr.data.tasks import get_task
     from udr.retriever.encoder import query_text
-    from udr.retriever.search import load_embeddings
+    from udr.retriever.index import load_embeddings
 
     query = "a gripping, funny film"
     demos = retriever.retrieve(query, task="sst2", k=5)

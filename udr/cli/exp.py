@@ -32,7 +32,7 @@ def exp_run_cmd(
     dry: DryOpt = False,
 ) -> None:
     """One experiment: `dvc exp run -n NAME -S ...` in the workspace."""
-    from udr.experiments.analyses import exp_run_args, run_dvc
+    from udr.experiments.dvc import exp_run_args, run_dvc
 
     run_dvc(exp_run_args(name, set_ or [], targets or []), Path("."), dry=dry)
 
@@ -46,7 +46,7 @@ def exp_sweep_cmd(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """A grid (`-S key=v1,v2`): queued with `dvc exp run --queue`, run with `dvc queue start`; waits."""
-    from udr.experiments.analyses import exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
+    from udr.experiments.dvc import exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
 
     if not set_:
         raise UdrError("a sweep needs at least one -S key=v1,v2")
@@ -74,7 +74,8 @@ def exp_show_cmd(
     """The experiments side by side: chosen params and metrics (from `dvc exp show --json`)."""
     import json
 
-    from udr.experiments.analyses import comparison, experiment_rows, markdown_table, run_dvc
+    from udr.experiments.dvc import run_dvc
+    from udr.experiments.tables import comparison, experiment_rows, markdown_table
 
     rows = experiment_rows(json.loads(run_dvc(["exp", "show", "--json"], Path("."), capture=True) or "[]"))
     header, cells = comparison(rows, param, metric)

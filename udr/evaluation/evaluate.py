@@ -4,7 +4,7 @@ demonstrations.
 For every test input the retriever ranks the task's pool (its prepared train split); the prompt
 takes, most similar first, `evaluate.max_demos` demonstrations for classification / multiple choice
 and as many as fit in the context for generation (:func:`udr.evaluation.icl.assemble`), in `evaluate.order`.
-The LM then predicts (:mod:`udr.predict`) and the task's metric scores it (:mod:`udr.metrics`).
+The LM then predicts (:mod:`udr.lm.predict`) and the task's metric scores it (:mod:`udr.evaluation.metrics`).
 
 Outputs, per method and task:
 - ``metrics/<method>/<task>.json``: metric, score, graded score, n, seconds, mean demonstrations and

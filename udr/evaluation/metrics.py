@@ -1,6 +1,6 @@
 """Task metrics: accuracy, exact match (+ token F1), BLEU, ROUGE and SARI, all in percent (0-100).
 
-Every task in :mod:`udr.tasks` names one metric; :func:`score_task` maps that name to a function
+Every task in :mod:`udr.data.tasks` names one metric; :func:`score_task` maps that name to a function
 here and returns ``{"metric", "score", "n", "graded", ...}``. What each name computes:
 
 ``accuracy``
@@ -46,7 +46,7 @@ from typing import Any
 from udr.errors import UdrError
 
 METRICS: tuple[str, ...] = ("accuracy", "bleu", "exact_match", "rouge", "sari")
-"""Every metric name :func:`score_task` knows (the names used in :mod:`udr.tasks`)."""
+"""Every metric name :func:`score_task` knows (the names used in :mod:`udr.data.tasks`)."""
 
 _WORD = re.compile(r"\w+")
 

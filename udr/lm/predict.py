@@ -1,4 +1,4 @@
-"""In-context prediction with the LM, given assembled prompts (see :mod:`udr.icl`).
+"""In-context prediction with the LM, given assembled prompts (see :mod:`udr.evaluation.icl`).
 
 - classification / multiple choice: the label (or choice) whose verbalisation has the highest
   summed log-likelihood after the prompt. The prompt runs once and its key/value cache serves

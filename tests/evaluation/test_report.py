@@ -1,0 +1,24 @@
+"""`udr report` on the evaluated tiny project: summary, results table and shots plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.evaluation.conftest import EVAL_METHODS as METHODS
+from tests.evaluation.conftest import EVAL_TASKS as TASKS
+
+
+def test_report_table_summary_and_plot(evaluated):
+    summary = json.loads((evaluated / "metrics" / "summary.json").read_text())
+    assert set(summary["tasks"]) == set(METHODS)
+    for method in METHODS:
+        scores = [summary["tasks"][method][t]["graded"] for t in TASKS]
+        assert summary["averages"][method]["all"] == pytest.approx(sum(scores) / 2)
+    table = (evaluated / "metrics" / "results.md").read_text()
+    assert "| task | kind | metric | n | random | bm25 | sbert | epr | udr |" in table
+    assert "exact_match / token_f1" in table and "average, all tasks" in table
+    assert (evaluated / "metrics" / "plots" / "shots.png").stat().st_size > 1000
+    csv = (evaluated / "metrics" / "plots" / "shots" / "sst2.csv").read_text().splitlines()
+    assert csv[0] == "demos,bm25,udr" and len(csv) == 4

@@ -1,0 +1,24 @@
+"""udr.retriever.rounds: the per-round account of Algorithm 1 (`udr rounds`)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.retriever.conftest import LOOP_TASKS as TASKS
+
+
+def test_rounds_report(looped, run_cli):
+    from udr.config import load_settings
+    from udr.retriever.rounds import rounds_table
+
+    rows = rounds_table(load_settings(looped / "params.yaml"))
+    totals = {r["round"]: r for r in rows if r["task"] == "all"}
+    assert set(totals) == {0, 1}
+    assert totals[0]["pairs"] == 2 * 8 * 5 and totals[1]["scored"] == sum(
+        json.loads((looped / f"data/candidates/round1/{t}.json").read_text())["new"] for t in TASKS
+    )
+    assert totals[1]["train_steps"] >= 1 and totals[1]["mined_new_fraction"] is not None
+    per_task = [r for r in rows if r["task"] != "all"]
+    assert all(r["retrieved"] is not None and r["retrieved"][0] >= r["retrieved"][1] for r in per_task)
+    code, out, _ = run_cli(["rounds"], looped)
+    assert code == 0 and "sst2" in out

@@ -1,0 +1,102 @@
+"""udr.util.files: atomic writes keep the old file when a write fails midway; building_dir swaps a
+directory in only on success."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from udr.util import files
+from udr.util.files import building_dir, write_json_atomic, write_text_atomic
+
+
+def _leftovers(parent) -> list[str]:
+    return sorted(p.name for p in parent.iterdir())
+
+
+def test_write_text_atomic_replaces_the_file(tmp_path):
+    path = tmp_path / "sub" / "out.txt"
+    write_text_atomic(path, "old")
+    write_text_atomic(path, "new")
+    assert path.read_text() == "new" and _leftovers(path.parent) == ["out.txt"]
+
+
+def test_write_text_atomic_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    path = tmp_path / "out.txt"
+    write_text_atomic(path, "old")
+
+    def half_then_fail(tmp, text):
+        tmp.write_bytes(text[: len(text) // 2].encode())  # part of the new text is on disk
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(path), "write_text", half_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_text_atomic(path, "new content")
+    monkeypatch.undo()
+    assert path.read_text() == "old"
+    assert _leftovers(tmp_path) == ["out.txt"]  # no temporary file left
+
+
+def test_write_json_atomic_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    path = tmp_path / "out.json"
+    write_json_atomic(path, {"a": 1})
+    assert path.read_text() == '{\n  "a": 1\n}\n'
+
+    def half_then_fail(tmp, text):
+        tmp.write_bytes(text[: len(text) // 2].encode())
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(path), "write_text", half_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_json_atomic(path, {"a": 2, "b": [1, 2]})
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"a": 1} and _leftovers(tmp_path) == ["out.json"]
+
+    real_replace = files.os.replace
+
+    def fail_replace(src, dst):
+        raise OSError("killed before the rename")
+
+    monkeypatch.setattr(files.os, "replace", fail_replace)
+    with pytest.raises(OSError, match="killed"):
+        write_json_atomic(path, {"a": 2, "b": [1, 2]})
+    monkeypatch.setattr(files.os, "replace", real_replace)
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert _leftovers(tmp_path) == ["out.json"]
+    with pytest.raises(TypeError):  # not JSON-serialisable: fails before anything is written
+        write_json_atomic(path, {"a": object()})
+    assert json.loads(path.read_text()) == {"a": 1} and _leftovers(tmp_path) == ["out.json"]
+
+
+def test_building_dir_replaces_the_target_on_success(tmp_path):
+    dest = tmp_path / "model"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old")
+    with building_dir(dest) as tmp:
+        assert tmp != dest and tmp.parent == dest.parent and not any(tmp.iterdir())
+        assert (dest / "old.txt").read_text() == "old"  # untouched while building
+        (tmp / "new.txt").write_text("new")
+    assert _leftovers(dest) == ["new.txt"] and (dest / "new.txt").read_text() == "new"
+    assert _leftovers(tmp_path) == ["model"]
+
+
+def test_building_dir_creates_a_missing_target(tmp_path):
+    dest = tmp_path / "a" / "b"
+    with building_dir(dest) as tmp:
+        (tmp / "x").write_text("1")
+    assert (dest / "x").read_text() == "1" and _leftovers(dest.parent) == ["b"]
+
+
+def test_building_dir_leaves_the_old_target_untouched_on_an_exception(tmp_path):
+    dest = tmp_path / "model"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError, match="boom"), building_dir(dest) as tmp:
+        (tmp / "new.txt").write_text("half")
+        raise RuntimeError("boom")
+    assert _leftovers(dest) == ["old.txt"] and (dest / "old.txt").read_text() == "old"
+    assert _leftovers(tmp_path) == ["model"]  # the temporary directory is gone
+    with pytest.raises(RuntimeError), building_dir(tmp_path / "new") as tmp:
+        raise RuntimeError("boom")
+    assert _leftovers(tmp_path) == ["model"]  # a failed first build leaves nothing

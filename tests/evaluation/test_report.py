@@ -22,3 +22,19 @@ def test_report_table_summary_and_plot(evaluated):
     assert (evaluated / "metrics" / "plots" / "shots.png").stat().st_size > 1000
     csv = (evaluated / "metrics" / "plots" / "shots" / "sst2.csv").read_text().splitlines()
     assert csv[0] == "demos,bm25,udr" and len(csv) == 4
+
+
+def test_report_compares_udr_with_every_baseline_from_the_predictions(evaluated):
+    summary = json.loads((evaluated / "metrics" / "summary.json").read_text())
+    versus = summary["udr_minus"]
+    assert set(versus) == set(METHODS) - {"udr"}
+    for baseline, entry in versus.items():
+        for task in TASKS:
+            iv = entry["tasks"][task]
+            want = summary["tasks"]["udr"][task]["graded"] - summary["tasks"][baseline][task]["graded"]
+            assert iv["difference"] == pytest.approx(want)
+            assert iv["low"] <= iv["high"] and iv["resolved"] == (iv["low"] > 0 or iv["high"] < 0)
+        mean = sum(entry["tasks"][t]["difference"] for t in TASKS) / len(TASKS)
+        assert entry["all"]["difference"] == pytest.approx(mean)
+    table = (evaluated / "metrics" / "results.md").read_text()
+    assert "## UDR against each baseline" in table and "| task | n | udr - random | udr - bm25 |" in table

@@ -1,6 +1,8 @@
 """The `udr report` stage: every method's per-task metrics -> metrics/summary.json, the results
 table metrics/results.md (tasks x methods with averages per kind of task, as the paper's Tables 1-2),
-and the score-vs-demonstrations plot (metrics/plots/shots.png + one CSV per task for DVC plots).
+UDR's difference from each baseline with its paired bootstrap 95% interval (per task and on the
+average, from the saved predictions), and the score-vs-demonstrations plot (metrics/plots/shots.png
++ one CSV per task for DVC plots).
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ import json
 from pathlib import Path
 
 from udr.errors import UdrError
+
+# UDR is compared with every other method of config.METHODS.
+COMPARED = "udr"
+BOOTSTRAP_RESAMPLES = 1000
 
 KIND_TITLES = {"classification": "classification", "multiple_choice": "multiple choice", "generation": "generation"}
 
@@ -135,14 +141,87 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
     plt.close(fig)
 
 
+def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[str, tuple[dict, object]]:
+    """{baseline: ({task: Interval}, Interval of the average)}: UDR's graded score minus the baseline's
+    on the same test examples, paired bootstrap (:mod:`udr.evaluation.bootstrap`) from the saved
+    predictions. The observed differences are checked against the metrics files."""
+    import numpy as np
+    import polars as pl
+
+    from udr.data.prepare import read_prepared
+    from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
+    from udr.evaluation.metrics import graded_score
+
+    tasks = list(results[COMPARED])
+    examples = {t: read_prepared(settings.root, t, "test").to_dicts() for t in tasks}
+
+    def predictions(method: str, task: str) -> list[str]:
+        path = settings.paths.predictions(method, task)
+        if not path.is_file():
+            raise UdrError(f"missing predictions {path}: run `udr evaluate --method {method}` first")
+        frame = pl.read_parquet(path, columns=["id", "prediction"])
+        by_id = dict(zip(frame["id"].to_list(), frame["prediction"].to_list()))
+        if set(by_id) != {int(r["id"]) for r in examples[task]}:
+            raise UdrError(f"{path} does not cover the prepared test split of {task}: re-run `udr evaluate`")
+        return [by_id[int(r["id"])] for r in examples[task]]
+
+    def scorer(method: str, task: str):
+        preds, rows, metric = predictions(method, task), examples[task], results[method][task]["metric"]
+        return lambda idx: graded_score(metric, [preds[i] for i in idx], [rows[i] for i in idx])
+
+    out = {}
+    for baseline in (m for m in results if m != COMPARED):
+        paired = [PairedTask(len(examples[t]), scorer(COMPARED, t), scorer(baseline, t)) for t in tasks]
+        per_task, average = paired_bootstrap(paired, resamples=BOOTSTRAP_RESAMPLES, seed=settings.seed)
+        for task, interval in zip(tasks, per_task):
+            reported = results[COMPARED][task]["graded"]["score"] - results[baseline][task]["graded"]["score"]
+            if not np.isclose(interval.difference, reported, atol=1e-6):
+                raise UdrError(
+                    f"predictions of {task} give {interval.difference:.4f} for udr - {baseline}, the metrics "
+                    f"files {reported:.4f}: re-run `udr evaluate`"
+                )
+        out[baseline] = (dict(zip(tasks, per_task)), average)
+    return out
+
+
+def comparison_markdown(comparison: dict, results: dict[str, dict[str, dict]], seed: int) -> str:
+    """The table of UDR minus each baseline: difference [95% interval], resolved ones in bold."""
+    baselines = list(comparison)
+    tasks = list(results[COMPARED])
+
+    def cell(iv) -> str:
+        text = f"{iv.difference:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]"
+        return f"**{text}**" if iv.resolved else text
+
+    lines = [
+        f"## {COMPARED.upper()} against each baseline",
+        "",
+        f"UDR's graded score minus the baseline's on the same test examples, with the paired bootstrap 95% "
+        f"interval ({BOOTSTRAP_RESAMPLES} resamples of the test examples, seed {seed}; the average resamples "
+        "every task at once). **Bold**: resolved, the interval excludes 0; otherwise the test set cannot tell "
+        "the two apart.",
+        "",
+        "| task | n | " + " | ".join(f"udr - {b}" for b in baselines) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in baselines) + " |",
+    ]
+    for task in tasks:
+        cells = [cell(comparison[b][0][task]) for b in baselines]
+        lines.append(f"| {task} | {results[COMPARED][task]['n']} | " + " | ".join(cells) + " |")
+    lines.append("| **average, all tasks** |  | " + " | ".join(cell(comparison[b][1]) for b in baselines) + " |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def run_report(settings) -> dict:
-    """Write metrics/summary.json, metrics/results.md and the shots plot; returns the summary."""
+    """`udr report`: write metrics/summary.json, metrics/results.md (the results table and UDR against
+    each baseline with bootstrap intervals) and the shots plot; returns the summary."""
     from udr.util.files import write_json_atomic, write_text_atomic
 
     paths = settings.paths
     results = _load_results(settings)
     averages = kind_averages(results)
     shots = shots_table(results)
+    comparison = udr_versus_baselines(settings, results)
     summary = {
         "tasks": {
             m: {
@@ -153,9 +232,14 @@ def run_report(settings) -> dict:
         },
         "averages": averages,
         "shots": {t: {m: {str(n): s for n, s in v.items()} for m, v in by_m.items()} for t, by_m in shots.items()},
+        f"{COMPARED}_minus": {
+            b: {"tasks": {t: iv.to_dict() for t, iv in per_task.items()}, "all": average.to_dict()}
+            for b, (per_task, average) in comparison.items()
+        },
     }
     write_json_atomic(paths.summary, summary)
-    write_text_atomic(paths.results, results_markdown(results, averages))
+    markdown = results_markdown(results, averages) + "\n" + comparison_markdown(comparison, results, settings.seed)
+    write_text_atomic(paths.results, markdown)
     if shots:
         write_shots_plot(shots, results, paths.plots)
     return summary

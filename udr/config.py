@@ -33,6 +33,7 @@ LossMode = Literal["paper", "published"]
 LOSS_MODES: tuple[str, ...] = get_args(LossMode)
 Sampling = Literal["uniform", "published", "epr"]
 Order = Literal["ascending", "descending", "random"]
+Pooling = Literal["cls", "mean"]
 ORDERS: tuple[str, ...] = get_args(Order)
 
 
@@ -104,6 +105,11 @@ class EncoderSettings(_Strict):
     )
     max_query_length: int = Field(128, ge=8, le=512)
     max_demo_length: int = Field(128, ge=8, le=512)
+    pooling: Literal["auto", "cls", "mean"] = Field(
+        "cls",
+        description="How token states become one vector: cls (the paper, bert-base), mean, or auto: the base "
+        "model's own pooling (its sentence-transformers config; CLS where it has none).",
+    )
 
 
 class TrainSettings(_Strict):

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
-from udr.config import EncoderSettings
+from udr.config import EncoderSettings, Pooling
 from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.util.files import building_dir, json_text
@@ -30,9 +30,36 @@ SETTINGS_NAME = "udr_encoder.json"
 class BiEncoderSettings(EncoderSettings):
     """How a saved bi-encoder reads texts: the `encoder` parameters it was trained with, plus its pooling."""
 
-    pooling: Literal["cls", "mean"] = "cls"  # cls (UDR); mean (sentence-transformers models such as all-MiniLM)
+    pooling: Pooling = "cls"  # resolved: cls (the paper) or mean (e.g. all-MiniLM's own), see base_pooling
     normalize: bool = False  # L2-normalise embeddings (sentence-transformers' Normalize: cosine similarity)
     base: str = ""  # the base model directory or spec it was initialised from (provenance only)
+
+
+def base_pooling(model_dir: Path) -> Pooling:
+    """A base encoder's own pooling: what its sentence-transformers config (modules.json and the Pooling
+    module's config.json) says, or CLS for a plain transformers model (the paper's bert-base)."""
+    import json
+
+    modules = Path(model_dir) / "modules.json"
+    if not modules.is_file():
+        return "cls"
+    try:
+        entries = json.loads(modules.read_text())
+        pooling = next(e for e in entries if e.get("type", "").endswith("models.Pooling"))
+        config = json.loads((Path(model_dir) / pooling["path"] / "config.json").read_text())
+    except (StopIteration, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "cls"
+    if config.get("pooling_mode_mean_tokens"):
+        return "mean"
+    if config.get("pooling_mode_cls_token"):
+        return "cls"
+    modes = ", ".join(k for k, v in config.items() if k.startswith("pooling_mode") and v) or "none"
+    raise UdrError(f"{model_dir}: pooling {modes} is not supported (cls or mean); set encoder.pooling")
+
+
+def resolve_pooling(setting: str, base_dir: Path) -> Pooling:
+    """The pooling a new bi-encoder gets: `encoder.pooling`, where auto is the base model's own."""
+    return base_pooling(base_dir) if setting == "auto" else setting
 
 
 def query_text(instruction: str, input: str, settings: EncoderSettings) -> str:

@@ -217,21 +217,26 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings
+    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings, resolve_pooling
     from udr.retriever.losses import UDRLoss
 
     cfg = settings.train
     device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else "cpu")
     state_file = partial / "state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
-    bi_settings = BiEncoderSettings(**settings.encoder.model_dump(), base=str(settings.models.encoder))
+    params = settings.encoder.model_dump(exclude={"pooling"})
+
+    def bi_settings(pooling: str) -> BiEncoderSettings:
+        return BiEncoderSettings(**params, pooling=pooling, base=str(settings.models.encoder))
+
     if state is not None:
         encoder = BiEncoder.load(partial / "encoder")
-    elif (init / SETTINGS_NAME).is_file():
+    elif (init / SETTINGS_NAME).is_file():  # a later round continues the previous round's model
         encoder = BiEncoder.load(init)
-        encoder.settings = bi_settings
+        pooling = settings.encoder.pooling
+        encoder.settings = bi_settings(encoder.settings.pooling if pooling == "auto" else pooling)
     else:
-        encoder = BiEncoder.from_base(init, bi_settings)
+        encoder = BiEncoder.from_base(init, bi_settings(resolve_pooling(settings.encoder.pooling, init)))
     encoder.to(device).train()
     params = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -34,6 +34,7 @@ LOSS_MODES: tuple[str, ...] = get_args(LossMode)
 Sampling = Literal["uniform", "published", "epr"]
 Order = Literal["ascending", "descending", "random"]
 Pooling = Literal["cls", "mean"]
+Split = Literal["test", "validation"]
 ORDERS: tuple[str, ...] = get_args(Order)
 
 
@@ -52,6 +53,9 @@ class DataSettings(_Strict):
 class TaskCaps(_Strict):
     max_train: int = Field(1000, gt=0, description="Seeded sample of at most this many train rows (the pool).")
     max_test: int = Field(80, gt=0, description="Seeded sample of at most this many test rows.")
+    validation: int = Field(
+        0, ge=0, description="Rows carved from train (before its cap) to choose settings on; 0: none."
+    )
 
 
 class PrepareSettings(_Strict):

@@ -60,8 +60,10 @@ class Paths:
         """The LM's scores of a round's candidates (a .json summary beside)."""
         return self.root / "data" / "scores" / round_label(round_) / f"{task}.parquet"
 
-    def predictions(self, method: str, task: str) -> Path:
-        return self.root / "data" / "predictions" / method / f"{task}.parquet"
+    def predictions(self, method: str, task: str, split: str = "test") -> Path:
+        """Every prediction of an evaluation (validation ones apart: they are not DVC outputs)."""
+        folder = "predictions" if split == "test" else f"predictions-{split}"
+        return self.root / "data" / folder / method / f"{task}.parquet"
 
     # ---------------------------------------------------------------- models
     def base_model(self, role: str) -> Path:
@@ -89,8 +91,11 @@ class Paths:
         """Training logs of a round (round<N>) or of the EPR baseline (epr)."""
         return self.root / "metrics" / "train" / name
 
-    def method_metrics(self, method: str, task: str) -> Path:
-        return self.root / "metrics" / method / f"{task}.json"
+    def method_metrics(self, method: str, task: str, split: str = "test") -> Path:
+        """An evaluation's result: metrics/<method>/<task>.json (test), metrics/<split>/<method>/<task>.json."""
+        if split == "test":
+            return self.root / "metrics" / method / f"{task}.json"
+        return self.root / "metrics" / split / method / f"{task}.json"
 
     @property
     def summary(self) -> Path:

@@ -117,3 +117,29 @@ def test_hub_task_without_datasets_or_network_fails_clearly(tmp_path, monkeypatc
     with pytest.raises(UdrError, match=r"KaiLv/UDR_MNLI.*pip install datasets"):
         _prepare("mnli", tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_validation_rows_leave_the_train_split_and_none_changes_nothing(tmp_path, data_dir):
+    task = "sst2"
+    _prepare(task, data_dir, tmp_path / "plain", max_train=50, max_test=10)
+    meta = _prepare(task, data_dir, tmp_path / "val", max_train=50, max_test=10, validation=12)
+    train = pl.read_parquet(tmp_path / "val" / "train.parquet")
+    val = pl.read_parquet(tmp_path / "val" / "validation.parquet")
+    test = pl.read_parquet(tmp_path / "val" / "test.parquet")
+    assert val.height == 12 and train.height == 50 and meta["counts"]["validation"]["kept"] == 12
+    ids = set(val["id"].to_list())
+    assert not ids & set(train["id"].to_list())  # never in the pool, never a scored query
+    assert val["id"].to_list() == sorted(ids)  # source order
+    assert test.equals(pl.read_parquet(tmp_path / "plain" / "test.parquet"))  # test is untouched
+    again = _prepare(task, data_dir, tmp_path / "again", max_train=50, max_test=10, validation=12)
+    assert again == meta and pl.read_parquet(tmp_path / "again" / "validation.parquet").equals(val)
+    # validation 0 (the default) writes exactly what a prepare without it writes
+    _prepare(task, data_dir, tmp_path / "zero", max_train=50, max_test=10, validation=0)
+    for name in ("train.parquet", "test.parquet", "meta.json"):
+        assert (tmp_path / "zero" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
+    assert not (tmp_path / "zero" / "validation.parquet").exists()
+
+
+def test_a_validation_set_too_large_for_the_train_split_is_a_clear_error(tmp_path, data_dir):
+    with pytest.raises(UdrError, match="leave fewer than 2 after"):
+        _prepare("sst2", data_dir, tmp_path / "x", max_train=50, max_test=10, validation=10**7)

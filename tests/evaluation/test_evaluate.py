@@ -55,3 +55,29 @@ def test_evaluate_errors(evaluated, run_cli):
     assert code == 1 and "unknown method 'knn'" in err
     code, _, err = run_cli(["evaluate", "--method", "bm25", "--set", "evaluate.order=sideways"], evaluated)
     assert code == 1 and "bad parameter evaluate.order" in err
+
+
+def test_validation_split_is_evaluated_apart_from_test(evaluated, tmp_path):
+    """`udr evaluate --split validation` scores the validation rows and writes beside, not over, the
+    test results; without a validation split it says how to make one."""
+    import shutil
+
+    import pytest
+
+    from udr.config import load_settings
+    from udr.errors import UdrError
+    from udr.evaluation.evaluate import run_evaluate
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    settings = load_settings(project / "params.yaml")
+    with pytest.raises(UdrError, match="has no validation split: set prepare.tasks.sst2.validation"):
+        run_evaluate(settings, "bm25", tasks=["sst2"], split="validation", progress=False)
+    test_rows = pl.read_parquet(project / "data" / "prepared" / "sst2" / "test.parquet")
+    test_rows.head(4).write_parquet(project / "data" / "prepared" / "sst2" / "validation.parquet")
+    before = (project / "metrics" / "bm25" / "sst2.json").read_text()
+    result = run_evaluate(settings, "bm25", tasks=["sst2"], split="validation", progress=False)["sst2"]
+    assert result["n"] == 4 and "shots" not in result
+    assert json.loads((project / "metrics" / "validation" / "bm25" / "sst2.json").read_text()) == result
+    assert pl.read_parquet(project / "data" / "predictions-validation" / "bm25" / "sst2.parquet").height == 4
+    assert (project / "metrics" / "bm25" / "sst2.json").read_text() == before

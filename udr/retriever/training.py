@@ -68,6 +68,7 @@ class Trainer:
     loss_fn: object
     device: object
     history: list[dict] = field(default_factory=list)
+    length_chunk: int = 0  # train.length_chunk: demonstrations per length-sorted forward chunk
 
     @property
     def first_step(self) -> int:
@@ -217,26 +218,38 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings, resolve_pooling
+    from udr.retriever.encoder import (
+        SETTINGS_NAME,
+        BiEncoder,
+        BiEncoderSettings,
+        resolve_pooling,
+        resolve_similarity,
+    )
     from udr.retriever.losses import UDRLoss
 
     cfg = settings.train
     device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else "cpu")
     state_file = partial / "state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
-    params = settings.encoder.model_dump(exclude={"pooling"})
+    enc = settings.encoder
+    params = enc.model_dump(exclude={"pooling", "similarity"})
 
-    def bi_settings(pooling: str) -> BiEncoderSettings:
-        return BiEncoderSettings(**params, pooling=pooling, base=str(settings.models.encoder))
+    def bi_settings(pooling: str, similarity: str) -> BiEncoderSettings:
+        return BiEncoderSettings(**params, pooling=pooling, similarity=similarity, base=str(settings.models.encoder))
 
     if state is not None:
         encoder = BiEncoder.load(partial / "encoder")
-    elif (init / SETTINGS_NAME).is_file():  # a later round continues the previous round's model
+    elif (init / SETTINGS_NAME).is_file():  # a later round continues the previous round's model (auto: its own)
         encoder = BiEncoder.load(init)
-        pooling = settings.encoder.pooling
-        encoder.settings = bi_settings(encoder.settings.pooling if pooling == "auto" else pooling)
+        old = encoder.settings
+        encoder.settings = bi_settings(
+            old.pooling if enc.pooling == "auto" else enc.pooling,
+            old.similarity if enc.similarity == "auto" else enc.similarity,
+        )
     else:
-        encoder = BiEncoder.from_base(init, bi_settings(resolve_pooling(settings.encoder.pooling, init)))
+        encoder = BiEncoder.from_base(
+            init, bi_settings(resolve_pooling(enc.pooling, init), resolve_similarity(enc.similarity, init))
+        )
     encoder.to(device).train()
     params = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -247,8 +260,8 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
         optimizer.load_state_dict(opt_state["optimizer"])
         scheduler.load_state_dict(opt_state["scheduler"])
         history = state["history"]
-    loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss)
-    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history)
+    loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss, scale=cfg.cosine_scale if encoder.settings.normalize else 1.0)
+    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history, cfg.length_chunk)
 
 
 def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: int, step: int, dp) -> dict:
@@ -302,7 +315,7 @@ def _micro_batch_loss(trainer: Trainer, micro_batch):
         texts += [sq.candidate_texts[p] for p in pos]
         mask.append([True] * len(pos) + [False] * (width - len(pos)))
         ranks.append(list(range(1, len(pos) + 1)) + [0] * (width - len(pos)))
-    d = encoder.embed(texts, "demo")
+    d = encoder.embed(texts, "demo", chunk=trainer.length_chunk)
     flat_mask = torch.tensor(mask, device=device)
     cand = torch.zeros(len(micro_batch), width, d.shape[1], dtype=d.dtype, device=device)
     cand[flat_mask] = d

@@ -104,12 +104,14 @@ def test_defaults_equal_params_yaml():
 
 
 def test_rounds_and_check_round():
-    s = settings_from_mapping(BASE)
+    s = settings_from_mapping({**BASE, "train": {"later_rounds": {"round1": "round0", "round2": "round1"}}})
     assert s.train.rounds == [0, 1, 2]
     s.train.check_round(2)
     with pytest.raises(UdrError, match=r"bad round 3: params define rounds \[0, 1, 2\]"):
         s.train.check_round(3)
-    one = settings_from_mapping({**BASE, "train": {"later_rounds": {}}})
+    one = settings_from_mapping(BASE)  # the default: round 0 only
     assert one.train.rounds == [0]
+    with pytest.raises(UdrError, match=r"bad round 1: params define rounds \[0\]"):
+        one.train.check_round(1)
     with pytest.raises(UdrError, match="bad parameter train.later_rounds"):
         settings_from_mapping({**BASE, "train": {"later_rounds": {"it1": "it0"}}})

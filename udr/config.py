@@ -81,7 +81,7 @@ class CandidateSettings(_Strict):
 
 
 class ScoreSettings(_Strict):
-    queries_per_task: int = Field(16, gt=0, description="Train queries scored per task (seeded; the same every round).")
+    queries_per_task: int = Field(32, gt=0, description="Train queries scored per task (seeded; the same every round).")
     batch_tokens: int = Field(
         1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU."
     )
@@ -125,7 +125,7 @@ class EncoderSettings(_Strict):
 
 class TrainSettings(_Strict):
     later_rounds: dict[str, str] = Field(
-        default_factory=lambda: {round_label(1): round_label(0), round_label(2): round_label(1)},
+        default_factory=dict,
         description="Rounds after round 0, each mapped to the round before it (DVC templates cannot count).",
     )
     tasks: list[str] = Field(
@@ -134,7 +134,7 @@ class TrainSettings(_Strict):
         "every task in prepare.tasks; one task: the single-task ablation).",
     )
     loss: LossMode = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
-    loss_lambda: float = Field(0.8, ge=0.0, le=1.0)
+    loss_lambda: float = Field(0.2, ge=0.0, le=1.0, description="lambda (the paper: 0.8).")
     cosine_scale: float = Field(
         20.0,
         gt=0.0,

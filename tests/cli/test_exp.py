@@ -7,11 +7,11 @@ from udr.experiments.analyses import TRANSFER_LM
 
 
 def test_cli_dry_runs_print_the_dvc_commands(run_cli):
-    code, out, err = run_cli(["exp", "ablations", "--dry", "--only", "abl-one-round"], REPO)
+    code, out, err = run_cli(["exp", "ablations", "--dry", "--only", "abl-three-rounds"], REPO)
     assert code == 0, err
-    assert (
-        out
-        == "dvc exp run -n abl-one-round -S '~train.later_rounds.round1' -S '~train.later_rounds.round2' evaluate@udr\n"
+    assert out == (
+        "dvc exp run -n abl-three-rounds -S +train.later_rounds.round1=round0 "
+        "-S +train.later_rounds.round2=round1 evaluate@udr\n"
     )
     code, out, err = run_cli(["exp", "run", "lr-test", "--dry", "-S", "train.lr=1e-4", "train"], REPO)
     assert code == 0, err

@@ -14,10 +14,11 @@ DEFAULT_TASKS = list(yaml.safe_load((REPO / "params.yaml").read_text())["prepare
 
 
 def _apply(raw: dict, overrides) -> dict:
-    """Hydra-style overrides as DVC applies them: `~a.b` deletes, `a.b=v` sets (YAML value)."""
+    """Hydra-style overrides as DVC applies them: `~a.b` deletes, `+a.b=v` adds a missing key, `a.b=v`
+    sets an existing one (YAML value); anything else fails, as DVC's `--set-param` would."""
     out = copy.deepcopy(raw)
     for o in overrides:
-        key, _, value = o.lstrip("~").partition("=")
+        key, _, value = o.lstrip("~+").partition("=")
         *parents, last = key.split(".")
         node = out
         for p in parents:
@@ -25,6 +26,7 @@ def _apply(raw: dict, overrides) -> dict:
         if o.startswith("~"):
             del node[last]
         else:
+            assert (last in node) != o.startswith("+"), f"{o}: DVC would refuse this override"
             node[last] = yaml.safe_load(value)
     return out
 
@@ -41,8 +43,8 @@ def test_every_analysis_is_a_valid_change_of_the_default_params(exp, tmp_path):
     settings = load_settings(tmp_path / "params.yaml", [])
     if exp.name != "order-ascending":
         assert changed != raw
-    if exp.name == "abl-one-round":
-        assert settings.train.rounds == [0]
+    if exp.name == "abl-three-rounds":
+        assert settings.train.rounds == [0, 1, 2]
     if exp.name.startswith("order-"):
         assert settings.evaluation_tasks() == ["sst2", "e2e"]
     if exp.name.startswith("abl-single-task-"):

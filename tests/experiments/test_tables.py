@@ -68,7 +68,7 @@ def test_results_table_deltas_and_rows_not_run():
 
 def test_results_table_merges_the_single_task_rows():
     exps = ablation_experiments(["sst2", "e2e"])
-    assert [e.name for e in exps[:3]] == ["abl-one-round", "abl-single-task-sst2", "abl-single-task-e2e"]
+    assert [e.name for e in exps[:3]] == ["abl-three-rounds", "abl-single-task-sst2", "abl-single-task-e2e"]
     results = {"abl-single-task-sst2": {"sst2": 65.0}}
     partial = results_table({"sst2": 70.0, "e2e": 30.0}, results, exps, "default").splitlines()
     assert len(partial) == 2 + 1 + len(ABLATIONS) + 1  # header, baseline, ablations, one single-task row

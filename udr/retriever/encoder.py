@@ -49,19 +49,31 @@ class BiEncoderSettings(EncoderSettings):
         return self.similarity == "cosine"
 
 
+def _sentence_transformers_module(model_dir: Path, kind: str) -> dict | None:
+    """The first entry of a model's sentence-transformers modules.json whose type is `models.<kind>`;
+    None without that file, when it is unreadable, or when it has no such module."""
+    import json
+
+    modules = Path(model_dir) / "modules.json"
+    if not modules.is_file():
+        return None
+    try:
+        return next((e for e in json.loads(modules.read_text()) if e.get("type", "").endswith(f"models.{kind}")), None)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def base_pooling(model_dir: Path) -> Pooling:
     """A base encoder's own pooling: what its sentence-transformers config (modules.json and the Pooling
     module's config.json) says, or CLS for a plain transformers model (the paper's bert-base)."""
     import json
 
-    modules = Path(model_dir) / "modules.json"
-    if not modules.is_file():
+    pooling = _sentence_transformers_module(model_dir, "Pooling")
+    if pooling is None:
         return "cls"
     try:
-        entries = json.loads(modules.read_text())
-        pooling = next(e for e in entries if e.get("type", "").endswith("models.Pooling"))
         config = json.loads((Path(model_dir) / pooling["path"] / "config.json").read_text())
-    except (StopIteration, OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return "cls"
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
@@ -79,15 +91,7 @@ def resolve_pooling(setting: str, base_dir: Path) -> Pooling:
 def base_similarity(model_dir: Path) -> Similarity:
     """A base encoder's own similarity: cosine where its sentence-transformers modules.json has a Normalize
     module (all-MiniLM-L6-v2), else the dot product (a plain transformers model, the paper's bert-base)."""
-    import json
-
-    modules = Path(model_dir) / "modules.json"
-    try:
-        entries = json.loads(modules.read_text()) if modules.is_file() else []
-        normalized = any(str(e.get("type", "")).endswith("models.Normalize") for e in entries)
-    except (OSError, ValueError, TypeError, AttributeError):
-        normalized = False
-    return "cosine" if normalized else "dot"
+    return "dot" if _sentence_transformers_module(model_dir, "Normalize") is None else "cosine"
 
 
 def resolve_similarity(setting: str, base_dir: Path) -> Similarity:
@@ -208,19 +212,30 @@ class BiEncoder:
 
         texts = list(texts)
         if chunk <= 0 or len(texts) <= chunk:
-            return self._embed_batch(texts, side)
-        ids = self.tokenizer(texts, truncation=True, max_length=self._max_length(side))["input_ids"]
-        order = sorted(range(len(texts)), key=lambda i: (len(ids[i]), i))
-        chunks = [order[lo : lo + chunk] for lo in range(0, len(order), chunk)]
-        parts = [self._embed_batch([texts[i] for i in idx], side) for idx in chunks]
+            return self._pool(self._tokenize(texts, side, padding=True), side)
+        features = self._tokenize(texts, side, padding=False)
+        order = sorted(range(len(texts)), key=lambda i: (len(features["input_ids"][i]), i))
+        parts = []
+        for lo in range(0, len(order), chunk):
+            idx = order[lo : lo + chunk]
+            batch = self.tokenizer.pad({k: [v[i] for i in idx] for k, v in features.items()}, return_tensors="pt")
+            parts.append(self._pool(batch, side))
         inverse = torch.empty(len(order), dtype=torch.long)
         inverse[torch.tensor(order)] = torch.arange(len(order))
         return torch.cat(parts)[inverse.to(parts[0].device)]
 
-    def _embed_batch(self, texts: list[str], side: str):
-        batch = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self._max_length(side), return_tensors="pt"
-        ).to(self.device)
+    def _tokenize(self, texts: list[str], side: str, padding: bool):
+        return self.tokenizer(
+            texts,
+            padding=padding,
+            truncation=True,
+            max_length=self._max_length(side),
+            return_tensors="pt" if padding else None,
+        )
+
+    def _pool(self, batch, side: str):
+        """Pooled (and, for cosine, normalised) embeddings of one padded, tokenised batch."""
+        batch = batch.to(self.device)
         hidden = self._model(side)(**batch).last_hidden_state
         if self.settings.pooling == "cls":
             emb = hidden[:, 0]

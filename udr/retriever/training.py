@@ -68,7 +68,6 @@ class Trainer:
     loss_fn: object
     device: object
     history: list[dict] = field(default_factory=list)
-    length_chunk: int = 0  # train.length_chunk: demonstrations per length-sorted forward chunk
 
     @property
     def first_step(self) -> int:
@@ -261,7 +260,7 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
         scheduler.load_state_dict(opt_state["scheduler"])
         history = state["history"]
     loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss, scale=cfg.cosine_scale if encoder.settings.normalize else 1.0)
-    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history, cfg.length_chunk)
+    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history)
 
 
 def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: int, step: int, dp) -> dict:
@@ -286,7 +285,7 @@ def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: i
             continue
         torch.manual_seed(settings.seed * 1_000_003 + round_ * 10_007 + step * 101 + m)
         with autocast:
-            loss = _micro_batch_loss(trainer, mb)
+            loss = _micro_batch_loss(trainer, mb, cfg.length_chunk)
         share = len(mb) / len(picks)
         (loss.total * share).backward()
         parts += share * np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
@@ -303,7 +302,7 @@ def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: i
     }
 
 
-def _micro_batch_loss(trainer: Trainer, micro_batch):
+def _micro_batch_loss(trainer: Trainer, micro_batch, length_chunk: int):
     """UDRLoss of one micro-batch of (ScoredQuery, candidate positions), candidates ranked 1..l in LM order."""
     import torch
 
@@ -315,7 +314,7 @@ def _micro_batch_loss(trainer: Trainer, micro_batch):
         texts += [sq.candidate_texts[p] for p in pos]
         mask.append([True] * len(pos) + [False] * (width - len(pos)))
         ranks.append(list(range(1, len(pos) + 1)) + [0] * (width - len(pos)))
-    d = encoder.embed(texts, "demo", chunk=trainer.length_chunk)
+    d = encoder.embed(texts, "demo", chunk=length_chunk)
     flat_mask = torch.tensor(mask, device=device)
     cand = torch.zeros(len(micro_batch), width, d.shape[1], dtype=d.dtype, device=device)
     cand[flat_mask] = d

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from udr.data.tasks import REGISTRY, Example
 from udr.errors import UdrError
 from udr.evaluation import metrics
 from udr.evaluation.metrics import (
+    GradedStatistics,
     accuracy,
     bleu,
     exact_match,
+    graded_score,
     rouge,
     rouge_l,
     sari,
@@ -171,6 +174,30 @@ def test_score_task_details():
     assert bl["details"]["bleu_1"] == pytest.approx(75.0)
     ro = score_task("rouge", ["the cat sat on the mat"], [_gen("the cat lay on the mat")])
     assert ro["score"] == pytest.approx(100 * 5 / 6) and ro["details"]["rouge_2"] == pytest.approx(60.0)
+
+
+@pytest.mark.parametrize("metric", metrics.METRICS)
+def test_graded_statistics_equal_graded_score_on_resamples(metric):
+    """Summing per-example statistics gives graded_score on any resample (repeats included)."""
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "and", "then", "came", "back", "home"]
+
+    def text():
+        return " ".join(rng.choice(words, size=int(rng.integers(1, 12))))
+
+    n = 25
+    if metric == "accuracy":
+        examples = [{"target": "yes" if i % 3 else "no", "label": i % 2} for i in range(n)]
+        preds = [int(rng.integers(0, 2)) if i % 2 else str(rng.choice(["yes", "no"])) for i in range(n)]
+    else:
+        examples = [
+            {"input": text(), "target": text(), "references": [text() for _ in range(1 + i % 3)]} for i in range(n)
+        ]
+        preds = [text() for _ in range(n)]
+    stats = GradedStatistics(metric, preds, examples)
+    for idx in [np.arange(n), *(rng.integers(0, n, size=n) for _ in range(20))]:
+        expected = graded_score(metric, [preds[i] for i in idx], [examples[i] for i in idx])
+        assert stats.score(idx) == expected
 
 
 # ---------------------------------------------------------------- errors

@@ -328,6 +328,56 @@ def graded_score(metric_name: str, predictions: Sequence, examples: Sequence) ->
     return sari([_field(ex, "input") for ex in examples], predictions, refs)
 
 
+class GradedStatistics:
+    """Per-example sufficient statistics of a task's graded score: the graded score of any subset of
+    the examples (a bootstrap resample, repeats allowed) is :meth:`score` of their row indices, equal
+    to :func:`graded_score` on that subset, without tokenising or matching anything again.
+
+    Corpus BLEU keeps sacrebleu's per-segment counts (matches and totals per n-gram order, hypothesis
+    and closest reference lengths), whose sum is what sacrebleu's ``corpus_score`` scores; every other
+    graded score is a mean of per-example scores.
+    """
+
+    def __init__(self, metric_name: str, predictions: Sequence, examples: Sequence):
+        import numpy as np
+
+        if metric_name not in METRICS:
+            raise UdrError(f"unknown metric '{metric_name}'; known metrics: {', '.join(METRICS)}")
+        _check_lengths(predictions, examples, "examples")
+        self._bleu = None
+        if metric_name == "accuracy":
+            preds, golds = _accuracy_pairs(predictions, examples)
+            values = [float(_label_key(p) == _label_key(g)) for p, g in zip(preds, golds)]
+        else:
+            preds, refs = _prepare(predictions, [_example_references(ex) for ex in examples])
+            if metric_name == "bleu":
+                from sacrebleu.metrics import BLEU
+
+                self._bleu = BLEU(max_ngram_order=4, smooth_method="exp", tokenize="13a", lowercase=False)
+                streams = _reference_streams(refs)
+                self.stats = np.asarray(self._bleu._extract_corpus_statistics(preds, streams), dtype=np.int64)
+                return
+            if metric_name == "exact_match":
+                values = [max(_token_f1_one(p, r) for r in rs) for p, rs in zip(preds, refs)]
+            elif metric_name == "rouge":
+                from rouge_score import rouge_scorer
+
+                scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+                values = [scorer.score_multi(rs, p)["rougeL"].fmeasure for p, rs in zip(preds, refs)]
+            else:  # sari
+                sources = _check_texts([_field(ex, "input") for ex in examples], "source")
+                values = [_sari_sentence(s, p, rs) for s, p, rs in zip(sources, preds, refs)]
+        self.stats = np.asarray(values, dtype=np.float64)[:, None]
+
+    def score(self, indices) -> float:
+        """The graded score of the examples at `indices`."""
+        rows = self.stats[indices]
+        if self._bleu is not None:
+            return float(self._bleu._compute_score_from_stats([int(x) for x in rows.sum(axis=0)]).score)
+        # Summed in index order, as the metric functions do, so the numbers are bit-identical.
+        return 100.0 * sum(rows[:, 0].tolist()) / len(rows)
+
+
 def score_task(metric_name: str, predictions: Sequence, examples: Sequence) -> dict:
     """Score `predictions` against `examples` (Example objects or prepared rows) with a task's metric.
 

@@ -150,7 +150,7 @@ def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[
 
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
-    from udr.evaluation.metrics import graded_score
+    from udr.evaluation.metrics import GradedStatistics
 
     tasks = list(results[COMPARED])
     examples = {t: read_prepared(settings.root, t, "test").to_dicts() for t in tasks}
@@ -166,10 +166,11 @@ def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[
         return [by_id[int(r["id"])] for r in examples[task]]
 
     def scorer(method: str, task: str):
-        preds, rows, metric = predictions(method, task), examples[task], results[method][task]["metric"]
-        return lambda idx: graded_score(metric, [preds[i] for i in idx], [rows[i] for i in idx])
+        metric = results[method][task]["metric"]
+        return GradedStatistics(metric, predictions(method, task), examples[task]).score
 
-    # Each method's predictions are read once, UDR's included, however many baselines it meets.
+    # Each method's predictions are read and scored once, UDR's included, however many baselines it
+    # meets; resamples only sum per-example statistics (corpus BLEU included).
     scorers = {(m, t): scorer(m, t) for m in results for t in tasks}
     out = {}
     for baseline in (m for m in results if m != COMPARED):

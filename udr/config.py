@@ -81,7 +81,7 @@ class CandidateSettings(_Strict):
 
 
 class ScoreSettings(_Strict):
-    queries_per_task: int = Field(32, gt=0, description="Train queries scored per task (seeded; the same every round).")
+    queries_per_task: int = Field(16, gt=0, description="Train queries scored per task (seeded; the same every round).")
     batch_tokens: int = Field(
         1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU."
     )

@@ -10,10 +10,19 @@ from tests.tiny_models import tiny_llama
 from udr.lm.scorer import LMScorer, ScoringItem, continuation_log_likelihood, length_batches
 
 
-def test_batched_paths_equal_reference_with_mixed_lengths():
+@pytest.mark.parametrize("attention", ["sdpa", "eager", "copied cache"])
+def test_batched_paths_equal_reference_with_mixed_lengths(attention):
+    """Label continuations through the packed 4D mask (sdpa: boolean, eager: additive) and through the
+    copied cache (models with sliding-window layers) give the reference log-likelihoods."""
     rng = np.random.default_rng(0)
     model = tiny_llama(1)
+    model.config._attn_implementation = "eager" if attention == "eager" else "sdpa"
     scorer = LMScorer(model, pad_id=256)
+    assert scorer._packable
+    if attention == "copied cache":
+        model.config.sliding_window = 4096
+        scorer = LMScorer(model, pad_id=256)
+        assert not scorer._packable
 
     def ids(n):
         return tuple(int(x) for x in rng.integers(0, 256, n))

@@ -101,6 +101,16 @@ class LMScorer:
         self.bf16 = bf16
         self.pad_id = pad_id
         self._torch = torch
+        # Label continuations share their prompt's cache through a custom 4D attention mask, which
+        # transformers passes through as-is to sdpa (boolean) and eager (additive) attention. Models
+        # with sliding-window layers need one mask per layer type: they copy the cache instead.
+        config = model.config
+        impl = getattr(config, "_attn_implementation", None)
+        sliding = getattr(config, "sliding_window", None) is not None or any(
+            t != "full_attention" for t in (getattr(config, "layer_types", None) or [])
+        )
+        self._packable = impl in ("sdpa", "eager") and not sliding
+        self._bool_mask = impl == "sdpa"
 
     def _logprobs(self, hidden, targets):
         """log p(target) from hidden states at the positions that predict them (LM head on those only)."""
@@ -154,6 +164,72 @@ class LMScorer:
         stats.pairs = len(items)
         return [[float(s)] for s in sums], stats
 
+    def _continuations_packed(self, flat, rest, conts, cache, mask, lengths, stats):
+        """Tokens 1..m-1 of every continuation, all of a prompt's in one row after its cached prompt:
+        each token sees the prompt and its own continuation's earlier tokens (a custom 4D mask) at the
+        positions it would have right after the prompt. The cache is extended once, never copied per
+        continuation. Returns each continuation's summed log-probability of those tokens."""
+        torch = self._torch
+        n_items, width = mask.shape
+        per_row: list[list[tuple[int, int]]] = [[] for _ in range(n_items)]  # (flat index, token offset)
+        for f, (r, _) in enumerate(flat):
+            per_row[r] += [(f, j) for j in range(len(rest[f]))]
+        q = max(len(p) for p in per_row)
+        ids = torch.full((n_items, q), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((n_items, q), dtype=torch.long)
+        allowed = torch.zeros((n_items, 1, q, width + q), dtype=torch.bool)
+        allowed[:, 0, :, :width] = mask.bool().cpu()[:, None, :]
+        rows, cols, targets, owners = [], [], [], []
+        for r, packed in enumerate(per_row):
+            for a, (f, j) in enumerate(packed):
+                ids[r, a] = rest[f][j]
+                positions[r, a] = lengths[r] + j
+                allowed[r, 0, a, width + a - j : width + a + 1] = True  # its continuation's tokens 0..j
+                rows.append(r)
+                cols.append(a)
+                targets.append(conts[f][j + 1])
+                owners.append(f)
+            for a in range(len(packed), q):  # padding queries see themselves only (no empty rows)
+                allowed[r, 0, a, width + a] = True
+        stats.add(BatchStats(len(rows), n_items * q - len(rows)))
+        attention = allowed if self._bool_mask else torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
+        h = self.decoder(
+            input_ids=ids.to(self.device),
+            attention_mask=attention.to(self.device),
+            position_ids=positions.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        lp = self._logprobs(
+            h[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+            torch.tensor(targets, device=self.device),
+        )
+        return torch.zeros(len(flat), dtype=torch.float64).index_add_(0, torch.tensor(owners), lp.double().cpu())
+
+    def _continuations_expanded(self, flat, rest, conts, cache, mask, lengths, stats):
+        """The same as :meth:`_continuations_packed`, for any model: the prompt's cache is copied once
+        per continuation and each continuation runs in its own row."""
+        torch = self._torch
+        owner = torch.tensor([r for r, _ in flat], device=self.device)
+        keep = [i for i, r in enumerate(rest) if r]
+        c_ids, c_mask, c_stats = self._pad([rest[i] for i in keep])
+        stats.add(c_stats)
+        sel = owner[torch.tensor(keep, device=self.device)]
+        cache.reorder_cache(sel)
+        full_mask = torch.cat([mask[sel], c_mask], dim=1)
+        start = torch.tensor([lengths[r] for r in sel.tolist()], device=self.device)
+        positions = start[:, None] + torch.arange(c_ids.shape[1], device=self.device)[None, :]
+        h = self.decoder(
+            input_ids=c_ids, attention_mask=full_mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+        rows, cols, targets = _continuation_targets(conts, keep)
+        lp = self._logprobs(
+            h[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+            torch.tensor(targets, device=self.device),
+        )
+        per_keep = torch.zeros(len(keep), dtype=torch.float64).index_add_(0, torch.tensor(rows), lp.double().cpu())
+        return torch.zeros(len(flat), dtype=torch.float64).index_copy_(0, torch.tensor(keep), per_keep)
+
     def _score_shared_prefix(self, items):
         """Several continuations per prompt: the prompt runs once; its key/value cache serves them all.
 
@@ -188,40 +264,26 @@ class LMScorer:
 
         rest = [c[:-1] for c in conts]  # inputs whose hidden states predict tokens 1..m-1
         if max(len(r) for r in rest) > 0:
-            keep = [i for i, r in enumerate(rest) if r]
-            sub = [rest[i] for i in keep]
-            c_ids, c_mask, c_stats = self._pad(sub)
-            stats.add(c_stats)
-            sel = owner[torch.tensor(keep, device=self.device)]
-            cache.reorder_cache(sel)
-            full_mask = torch.cat([mask[sel], c_mask], dim=1)
-            start = torch.tensor([lengths[r] for r in sel.tolist()], device=self.device)
-            positions = start[:, None] + torch.arange(c_ids.shape[1], device=self.device)[None, :]
-            h = self.decoder(
-                input_ids=c_ids, attention_mask=full_mask, position_ids=positions, past_key_values=cache, use_cache=True
-            ).last_hidden_state
-            rows, cols, targets = [], [], []
-            for j, i in enumerate(keep):
-                c = conts[i]
-                rows += [j] * (len(c) - 1)
-                cols += range(len(c) - 1)
-                targets += c[1:]
-            lp = (
-                self._logprobs(
-                    h[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
-                    torch.tensor(targets, device=self.device),
-                )
-                .double()
-                .cpu()
-            )
-            per_flat = torch.zeros(len(keep), dtype=torch.float64).index_add_(0, torch.tensor(rows), lp)
-            totals[torch.tensor(keep)] += per_flat
+            run = self._continuations_packed if self._packable else self._continuations_expanded
+            totals += run(flat, rest, conts, cache, mask, lengths, stats)
 
         result: list[list[float]] = [[] for _ in items]
         for (r, _), v in zip(flat, totals.tolist()):
             result[r].append(v)
         stats.pairs = len(items)
         return result, stats
+
+
+def _continuation_targets(conts, keep):
+    """(rows, columns, targets) of the tokens 1..m-1 of each kept continuation, for the row layout of
+    :meth:`LMScorer._continuations_expanded` (one row per continuation)."""
+    rows, cols, targets = [], [], []
+    for j, i in enumerate(keep):
+        c = conts[i]
+        rows += [j] * (len(c) - 1)
+        cols += range(len(c) - 1)
+        targets += c[1:]
+    return rows, cols, targets
 
 
 def common_prefix(continuations: Sequence[Sequence[int]]) -> tuple[int, ...]:

@@ -115,3 +115,9 @@ def test_rounds_and_check_round():
         one.train.check_round(1)
     with pytest.raises(UdrError, match="bad parameter train.later_rounds"):
         settings_from_mapping({**BASE, "train": {"later_rounds": {"it1": "it0"}}})
+
+
+def test_non_finite_numbers_are_rejected_everywhere():
+    for override in ["train.lr=.inf", "train.epochs_first=.inf", "train.loss_lambda=.nan", "train.cosine_scale=-.inf"]:
+        with pytest.raises(UdrError, match=f"bad parameter {override.split('=')[0]}"):
+            load_settings(REPO / "params.yaml", [override])

@@ -40,7 +40,7 @@ ORDERS: tuple[str, ...] = get_args(Order)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # Every default below equals params.yaml's value (tested): one set of defaults, the CPU profile.

@@ -27,3 +27,19 @@ def test_cli_dry_runs_print_the_dvc_commands(run_cli):
     )
     code, _, err = run_cli(["exp", "ablations", "--only", "nope"], REPO)
     assert code == 1 and "unknown experiment nope" in err
+
+
+def test_cli_exp_overrides_are_validated_before_dvc_runs(run_cli):
+    """Bad keys and values of `udr exp run` / `sweep` are one-line errors, even with --dry."""
+    cases = [
+        (["exp", "run", "x", "--dry", "-S", "train.nope=1"], "bad parameter train.nope: unknown key"),
+        (["exp", "run", "x", "--dry", "-S", "train.lr=.inf"], "bad parameter train.lr"),
+        (["exp", "run", "x", "--dry", "-S", "+train.epochs_first=.nan"], "bad parameter train.epochs_first"),
+        (["exp", "sweep", "--dry", "-S", "train.lr=1e-5,abc"], "bad parameter train.lr"),
+    ]
+    for args, message in cases:
+        code, out, err = run_cli(args, REPO)
+        assert code == 1 and message in err and out == "", (args, err)
+        assert len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(["exp", "sweep", "--dry", "-S", "train.lr=range(1,3)", "-S", "seed=1,2"], REPO)
+    assert code == 0, err

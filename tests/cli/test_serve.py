@@ -39,6 +39,21 @@ def test_table_lists_the_k_demonstrations_most_similar_first(cli, api):
     assert [int(r.split("│")[5]) for r in rows] == [d.pool_id for d in demos]
 
 
+def test_table_prints_brackets_in_queries_and_pool_text_verbatim(capsys):
+    from types import SimpleNamespace
+
+    from udr.cli.serve import _print_demonstrations
+
+    demos = [
+        SimpleNamespace(score=1.0, input="name[The Mill], eatType[pub]", output="[/bold] a film", pool_id=7),
+        SimpleNamespace(score=0.5, input="[red]x[/red]", output="[b]", pool_id=8),
+    ]
+    _print_demonstrations("area[riverside] [/bold]", "e2e", demos)
+    out = capsys.readouterr().out
+    for text in ["area[riverside] [/bold]", "name[The Mill], eatType[pub]", "[/bold] a film", "[red]x[/red]", "[b]"]:
+        assert text in out, text
+
+
 def test_json_lines_equal_the_api(cli, api):
     code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "4", "--json")
     assert code == 0, err

@@ -30,11 +30,14 @@ def exp_run_cmd(
     targets: ExpTargets = None,
     set_: ExpSetOpt = None,
     dry: DryOpt = False,
+    params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """One experiment: `dvc exp run -n NAME -S ...` in the workspace."""
-    from udr.experiments.dvc import exp_run_args, run_dvc
+    from udr.experiments.dvc import check_overrides, exp_run_args, run_dvc
 
-    run_dvc(exp_run_args(name, set_ or [], targets or []), Path("."), dry=dry)
+    args = exp_run_args(name, set_ or [], targets or [])
+    check_overrides(params, set_ or [])
+    run_dvc(args, Path("."), dry=dry)
 
 
 @exp_app.command("sweep")
@@ -46,13 +49,15 @@ def exp_sweep_cmd(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """A grid (`-S key=v1,v2`): queued with `dvc exp run --queue`, run with `dvc queue start`; waits."""
-    from udr.experiments.dvc import exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
+    from udr.experiments.dvc import check_overrides, exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
 
     if not set_:
         raise UdrError("a sweep needs at least one -S key=v1,v2")
+    args = exp_run_args(None, set_, targets or [], queue=True)
+    check_overrides(params, set_, sweep=True)
     if not dry:
         link_data_for_temp_runs(Path("."), load(params, None))
-    run_dvc(exp_run_args(None, set_, targets or [], queue=True), Path("."), dry=dry)
+    run_dvc(args, Path("."), dry=dry)
     run_dvc(["queue", "start", "-j", str(jobs)], Path("."), dry=dry)
     if not dry:
         wait_for_queue(Path("."))

@@ -106,17 +106,19 @@ def retrieve_cmd(
 
 def _print_demonstrations(query: str, task: str, demos) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
+    # Queries and pool texts are data: brackets in them ("name[The Mill]") are not Rich markup.
     table = Table(
         "#",
         "score",
         "input",
         "output",
         "pool id",
-        title=f"{task}: {len(demos)} demonstrations for {query!r}, most similar first",
+        title=escape(f"{task}: {len(demos)} demonstrations for {query!r}, most similar first"),
         title_justify="left",
     )
     for rank, d in enumerate(demos, 1):
-        table.add_row(str(rank), f"{d.score:.3f}", d.input, d.output, str(d.pool_id))
+        table.add_row(str(rank), f"{d.score:.3f}", escape(d.input), escape(d.output), str(d.pool_id))
     Console().print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -36,6 +37,39 @@ def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = F
         tail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
         raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {tail[0]}" if tail else ""))
     return done.stdout or ""
+
+
+def _sweep_choices(value: str) -> list[str]:
+    """A sweep value `v1,v2` split at top-level commas (a YAML list `[a,b]` is one value)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(value):
+        depth += 1 if ch in "[{" else -1 if ch in "]}" else 0
+        if ch == "," and depth == 0:
+            out.append(value[start:i])
+            start = i + 1
+    return [*out, value[start:]]
+
+
+def check_overrides(params: Path, overrides, *, sweep: bool = False) -> None:
+    """Validate `dvc exp run -S` overrides against `params` as udr reads them, before DVC starts:
+    an unknown key or a bad value is a one-line UdrError. `+key=v` (add a key) and `++key=v` are
+    checked as `key=v`; `~key` (delete) is left to DVC. With `sweep`, each value of `key=v1,v2` is
+    checked (with the other overrides at their first value); Hydra's sweep functions are left to DVC."""
+    from udr.config import load_settings
+
+    plain = []
+    for o in overrides:
+        if o.startswith("~"):
+            continue
+        key, _, value = o.lstrip("+").partition("=")
+        if sweep and re.match(r"\s*\w+\(", value):  # a Hydra sweep function (range(...), choice(...))
+            continue
+        plain.append((key, _sweep_choices(value) if sweep else [value]))
+    firsts = [f"{k}={choices[0]}" for k, choices in plain]
+    load_settings(params, firsts)
+    for i, (key, choices) in enumerate(plain):
+        for choice in choices[1:]:
+            load_settings(params, [*firsts[:i], f"{key}={choice}", *firsts[i + 1 :]])
 
 
 def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -> list[str]:

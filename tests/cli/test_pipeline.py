@@ -111,3 +111,15 @@ def test_end_to_end_prepare_and_candidates_two_real_tasks(run_cli, tmp_path, dat
     assert code == 0, err
     assert len(pl.read_parquet(tmp_path / "data/prepared/trec/train.parquet")) == 20
     assert len(pl.read_parquet(tmp_path / "data/prepared/break/train.parquet")) == 30
+
+
+def test_ctrl_c_exits_130_with_a_message(run_cli, tmp_path, data_dir, monkeypatch):
+    import udr.cli.pipeline
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    write_params(tmp_path, {"sst2": {}}, data_dir)
+    monkeypatch.setattr(udr.cli.pipeline, "load", interrupted)
+    code, _, err = run_cli(["prepare"], tmp_path)
+    assert code == 130 and err.strip() == "udr: interrupted"

@@ -54,6 +54,16 @@ def test_table_prints_brackets_in_queries_and_pool_text_verbatim(capsys):
         assert text in out, text
 
 
+def test_batch_line_without_task_is_an_error_naming_it(cli, tmp_path):
+    """A line with no task (and no --task) is not answered from whichever pool an earlier line loaded."""
+    src = tmp_path / "queries.jsonl"
+    lines = [{"query": QUERY, "task": "sst2"}, {"query": "how many rivers?"}]
+    src.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, out, err = cli("retrieve", "--input", str(src), "-k", "2", "--json")
+    assert code == 1 and out == ""
+    assert f"{src}:2: no task given" in err and len(err.strip().splitlines()) == 1
+
+
 def test_json_lines_equal_the_api(cli, api):
     code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "4", "--json")
     assert code == 0, err

@@ -91,6 +91,11 @@ def main() -> None:
     except KeyboardInterrupt:
         print("udr: interrupted", file=sys.stderr)
         sys.exit(130)
+    except SystemExit as exc:
+        # Typer turns Ctrl-C into a silent exit 130 (an Exit caused by the KeyboardInterrupt).
+        if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):
+            print("udr: interrupted", file=sys.stderr)
+        raise
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ class Retriever:
         self.progress = progress  # a progress bar while embedding a pool
         self._fingerprint: str | None = None
         self._pools: dict = {}  # task name -> Pool (own pools, and pipeline pools once used)
+        self._own: list[str] = []  # the names add_pool gave (a pipeline pool loaded on use is not one)
         self._searchers: dict = {}  # task name -> DenseRetriever
 
     # ------------------------------------------------------------ construction
@@ -121,6 +122,8 @@ class Retriever:
         else:
             pool = records_pool(records, spec)
         self._pools[pool.name] = pool
+        if pool.name not in self._own:
+            self._own.append(pool.name)
         self._searchers.pop(pool.name, None)
         self._searcher(pool.name)  # embed now, so errors and the cost come here
         return pool.name
@@ -197,10 +200,13 @@ class Retriever:
         return sorted(set(self._pools) | set(Paths(self.root).prepared_tasks()))
 
     def resolve_task(self, task: str | None) -> str:
-        """The pool `task` names (None: the only own pool), loading a pipeline pool on first use."""
+        """The pool `task` names, loading a pipeline pool on first use. None: the only own pool or,
+        with no own pool, the only prepared task; where several are possible it is an error (a pool
+        loaded for an earlier query does not make the choice)."""
         if task is None:
-            if len(self._pools) == 1:
-                return next(iter(self._pools))
+            possible = self._own or Paths(self.root).prepared_tasks()
+            if len(possible) == 1:
+                return self.resolve_task(possible[0])
             raise UdrError(
                 f"no task given: name the task to retrieve for (known here: {', '.join(self.tasks()) or 'none'})"
             )

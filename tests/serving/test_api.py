@@ -136,7 +136,11 @@ def test_own_pool_file_is_re_embedded_when_it_changes(served, tmp_path):
         (lambda r: r.retrieve_batch(["ok", ""], task="sst2"), "empty query 2"),
         (lambda r: r.retrieve("film", task="sst2", k=0), "k out of range: asked for 0"),
         (lambda r: r.retrieve("film", task="sst2", k=31), "k out of range: asked for 31 .* pool of 30"),
-        (lambda r: r.retrieve("film", task="trec"), "task 'trec' has no prepared pool"),
+        (
+            lambda r: r.retrieve("film", task="trec"),
+            "task 'trec' has no prepared pool .*: add `trec: {}` under prepare.tasks in params.yaml, then run "
+            "`udr prepare -t trec`",
+        ),
         (lambda r: r.retrieve("film"), "no task given"),
         (lambda r: r.add_pool([{"input": "a", "target": "b"}]), "needs an instruction"),
         (

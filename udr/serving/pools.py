@@ -50,6 +50,17 @@ class Pool:
         return {int(pid): row for row, pid in enumerate(self.ids)}
 
 
+def _params_tasks(root: Path) -> set[str]:
+    """The tasks under prepare.tasks of the project's params.yaml (none if it cannot be read)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load((root / "params.yaml").read_text()) or {}
+        return set((raw.get("prepare") or {}).get("tasks") or {})
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError):
+        return set()
+
+
 def prepared_pool(root: Path, task_name: str) -> Pool:
     """The pipeline's pool of a registered task: its prepared train split under `root`."""
     from udr.data.prepare import read_prepared
@@ -58,9 +69,12 @@ def prepared_pool(root: Path, task_name: str) -> Pool:
     task = get_task(task_name)
     path = Paths(Path(root)).prepared(task_name, "train")
     if not path.is_file():
+        step = f"run `udr prepare -t {task_name}`"
+        if task_name not in _params_tasks(Path(root)):  # `udr prepare` only prepares tasks named in params
+            step = f"add `{task_name}: {{}}` under prepare.tasks in params.yaml, then {step}"
         raise UdrError(
-            f"task '{task_name}' has no prepared pool at {path}: run `udr prepare -t {task_name}` "
-            "in the project, or give your own demonstrations with --pool"
+            f"task '{task_name}' has no prepared pool at {path}: {step} in the project, "
+            "or give your own demonstrations with --pool"
         )
     frame = read_prepared(Path(root), task_name, "train")
     return Pool(

@@ -107,6 +107,32 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
     assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2
 
 
+@pytest.mark.parametrize("damage", ["half the rows", "nan", "width"])
+def test_an_altered_cache_entry_is_embedded_again(served, tmp_path, damage):
+    """A cache file that is well formed but altered (other rows, a NaN, another width with a matching
+    sidecar) is not reused: the pool is embedded again and the entry replaced."""
+    from udr import Retriever
+    from udr.retriever.index import save_embeddings
+
+    records = [{"input": f"def f{i}(x): return x * {i}", "target": f"multiply x by {i}"} for i in range(10)]
+    kwargs = {"instruction": "Comment on the code. Code: ", "root": served, "cache_dir": tmp_path / "cache"}
+    query = "def g(y): return y * 3"
+    expected = [(d.pool_id, d.score) for d in Retriever.from_pool(records, **kwargs).retrieve(query, k=10)]
+    (entry,) = (tmp_path / "cache" / "pools").glob("*.npy")
+    emb = original = np.load(entry)
+    emb = emb.copy()
+    meta = json.loads(entry.with_name(entry.name + ".json").read_text())["meta"]
+    if damage == "half the rows":
+        emb[: len(emb) // 2] = -emb[: len(emb) // 2]
+    elif damage == "nan":
+        emb[3, 0] = np.nan
+    else:
+        emb = emb[:, :-1].copy()
+    save_embeddings(entry, emb, meta)  # a consistent sidecar: only the checksum can tell
+    assert [(d.pool_id, d.score) for d in Retriever.from_pool(records, **kwargs).retrieve(query, k=10)] == expected
+    assert np.array_equal(np.load(entry), original)
+
+
 def test_own_pool_file_is_re_embedded_when_it_changes(served, tmp_path):
     from udr import Retriever
 

@@ -4,7 +4,8 @@ An entry is keyed by the model's fingerprint and the pool's content (every text 
 changed file, instruction or template is embedded again) and stored as ``<cache>/pools/<key>.npy``
 with a JSON sidecar (:func:`udr.retriever.index.save_embeddings`, written atomically). The cache lives in
 ``$UDR_CACHE_DIR``, else ``$XDG_CACHE_HOME/udr``, else ``~/.cache/udr``. Entries are never read
-as pickles; an unreadable entry is embedded again and replaced.
+as pickles; an unreadable entry, or one whose array does not match the checksum stored beside it,
+is embedded again and replaced.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ def cache_path(cache_dir: Path, fingerprint: str, texts) -> Path:
     return Path(cache_dir) / "pools" / f"{key}.npy"
 
 
+def embeddings_sha256(emb: np.ndarray) -> str:
+    """The checksum stored with a cache entry: its shape, dtype and bytes (a well-formed but altered
+    file, a NaN or a wrong width, fails it and is embedded again)."""
+    emb = np.ascontiguousarray(emb)
+    digest = hashlib.sha256(f"{emb.shape}{emb.dtype.str}".encode())
+    digest.update(emb.tobytes())
+    return digest.hexdigest()
+
+
 def cached_pool_embeddings(
     encoder, fingerprint: str, pool, *, cache_dir: Path | None = None, batch_size: int = 64, progress: bool = False
 ) -> tuple[np.ndarray, bool]:
@@ -49,10 +59,14 @@ def cached_pool_embeddings(
     if path.is_file():
         try:
             emb, meta = load_embeddings(path)
-            if meta.get("model") == fingerprint and emb.shape[0] == len(pool):
+            if (
+                meta.get("model") == fingerprint
+                and emb.shape[0] == len(pool)
+                and meta.get("sha256") == embeddings_sha256(emb)
+            ):
                 return emb, True
         except UdrError:
-            pass  # unreadable or half-replaced: embed again below
+            pass  # unreadable, half-replaced or altered (checksum): embed again below
     emb = encoder.encode(
         texts,
         "demo",
@@ -61,7 +75,8 @@ def cached_pool_embeddings(
         description=f"embedding {pool.name} pool ({len(pool)} demonstrations)",
     )
     try:
-        save_embeddings(path, emb, {"model": fingerprint, "pool": pool.source, "rows": len(pool)})
+        meta = {"model": fingerprint, "pool": pool.source, "rows": len(pool), "sha256": embeddings_sha256(emb)}
+        save_embeddings(path, emb, meta)
     except OSError as exc:
         raise UdrError(f"cannot write the embedding cache {path}: {exc} (set $UDR_CACHE_DIR)") from None
     return emb, False

@@ -50,7 +50,8 @@ class Paths:
 
     def prepared_tasks(self) -> list[str]:
         """The tasks whose train split is prepared here."""
-        return sorted(p.parent.name for p in (self.root / "data" / "prepared").glob("*/train.parquet"))
+        found = (self.root / "data" / "prepared").glob("*/train.parquet")
+        return sorted(p.parent.name for p in found if not p.parent.name.startswith("."))  # not temporary dirs
 
     def candidates(self, round_: int, task: str) -> Path:
         """Round 0: BM25 candidates; later rounds: mined and merged (a .json summary beside)."""

@@ -100,3 +100,50 @@ def test_building_dir_leaves_the_old_target_untouched_on_an_exception(tmp_path):
     with pytest.raises(RuntimeError), building_dir(tmp_path / "new") as tmp:
         raise RuntimeError("boom")
     assert _leftovers(tmp_path) == ["model"]  # a failed first build leaves nothing
+
+
+def test_a_kill_during_the_swap_never_leaves_the_target_missing(tmp_path):
+    """A process killed at the rename that follows the first one (SIGKILL: no cleanup runs) still
+    leaves the target directory in place, old or new."""
+    import subprocess
+    import sys
+
+    dest = tmp_path / "sst2"
+    dest.mkdir()
+    (dest / "train.parquet").write_text("old")
+    script = f"""
+import os
+from pathlib import Path
+from udr.util import files
+calls = []
+real = os.replace
+def replace(a, b):
+    calls.append(1)
+    if len(calls) == 2:
+        os._exit(9)
+    real(a, b)
+files.os.replace = replace
+with files.building_dir(Path({str(dest)!r})) as tmp:
+    (tmp / "train.parquet").write_text("new")
+"""
+    subprocess.run([sys.executable, "-c", script], check=False)
+    assert (dest / "train.parquet").read_text() in ("old", "new")
+
+
+def test_stale_siblings_of_killed_writers_are_removed(tmp_path):
+    dest = tmp_path / "sst2"
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    for tag in ("tmp", "old"):
+        (tmp_path / f".sst2.{tag}-{dead}").mkdir()
+    with building_dir(dest) as tmp:
+        (tmp / "x").write_text("1")
+    assert _leftovers(tmp_path) == ["sst2"]
+
+
+def test_prepared_tasks_never_lists_temporary_directories(tmp_path):
+    from udr.paths import Paths
+
+    for name in ("sst2", ".trec.tmp-123", ".e2e.old-9"):
+        (tmp_path / "data" / "prepared" / name).mkdir(parents=True)
+        (tmp_path / "data" / "prepared" / name / "train.parquet").write_text("x")
+    assert Paths(tmp_path).prepared_tasks() == ["sst2"]

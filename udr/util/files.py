@@ -71,9 +71,56 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE). False where the system or
+    file system cannot (then nothing was changed)."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def remove_stale_siblings(dest: Path) -> None:
+    """Delete the temporary siblings (`.NAME.tmp-PID`, `.NAME.old-PID`) that killed writers of `dest`
+    left behind (a live writer's own sibling, with this process's PID, is kept)."""
+    dest = Path(dest)
+    if not dest.parent.is_dir():
+        return
+    for tag in ("tmp", "old"):
+        for stale in dest.parent.glob(f".{dest.name}.{tag}-*"):
+            pid = stale.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                remove(stale)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def replace_dir(new: Path, dest: Path) -> None:
-    """Move the finished directory `new` to `dest`, replacing what is there. The old `dest` is renamed
-    aside first and deleted only after `new` is in place (restored if that rename fails)."""
+    """Move the finished directory `new` to `dest`, replacing what is there, so that at every instant
+    `dest` holds the old directory or the new one: the two are exchanged in one atomic step where the
+    system can (Linux). Elsewhere the old `dest` is renamed aside first and deleted only after `new`
+    is in place (restored if that rename fails)."""
+    if dest.is_dir() and not dest.is_symlink() and _exchange(new, dest):
+        remove(new)  # now the old directory
+        return
     old = None
     if dest.exists() or dest.is_symlink():
         old = _sibling(dest, "old")
@@ -95,6 +142,7 @@ def building_dir(dest: Path) -> Iterator[Path]:
     the block ends without an error, and is deleted otherwise, leaving `dest` as it was."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_siblings(dest)
     tmp = _sibling(dest, "tmp")
     remove(tmp)
     tmp.mkdir()

@@ -64,6 +64,18 @@ def test_batch_line_without_task_is_an_error_naming_it(cli, tmp_path):
     assert f"{src}:2: no task given" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_bad_output_fails_before_any_work(run_cli, tmp_path):
+    """An --output that cannot be written is refused first: here no model exists, and the error is
+    still about --output."""
+    src = tmp_path / "queries.jsonl"
+    src.write_text(json.dumps({"query": QUERY, "task": "sst2"}) + "\n")
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    for output, message in [("adir", "is a directory"), ("afile/out.jsonl", "is a file, not a directory")]:
+        code, out, err = run_cli(["retrieve", "--input", str(src), "--output", str(tmp_path / output)], tmp_path)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_json_lines_equal_the_api(cli, api):
     code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "4", "--json")
     assert code == 0, err

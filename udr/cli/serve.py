@@ -66,6 +66,10 @@ def retrieve_cmd(
         raise UdrError("--output goes with --input (a batch); a single query prints to the terminal")
     if instruction is not None and pool is None:
         raise UdrError("--instruction goes with --pool (your own demonstrations)")
+    if output_file is not None:
+        from udr.util.files import check_output_path
+
+        check_output_path(output_file)  # before the model loads and the queries run
     if query is not None:
         from udr.serving.api import check_query
 

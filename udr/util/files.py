@@ -42,6 +42,23 @@ def write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def check_output_path(path: Path, what: str = "--output") -> None:
+    """A one-line UdrError, before any work, when `path` cannot be written as a file: it is a
+    directory, a parent is a file, or the nearest existing parent is not writable."""
+    from udr.errors import UdrError
+
+    path = Path(path)
+    if path.is_dir():
+        raise UdrError(f"{what} {path} is a directory: give a file path")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UdrError(f"{what} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UdrError(f"{what} {path}: cannot write there (no write permission on {parent})")
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` atomically."""
     write_atomic(path, lambda tmp: tmp.write_text(text))

@@ -121,3 +121,10 @@ def test_non_finite_numbers_are_rejected_everywhere():
     for override in ["train.lr=.inf", "train.epochs_first=.inf", "train.loss_lambda=.nan", "train.cosine_scale=-.inf"]:
         with pytest.raises(UdrError, match=f"bad parameter {override.split('=')[0]}"):
             load_settings(REPO / "params.yaml", [override])
+
+
+def test_params_file_with_invalid_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_bytes(b"seed: 42\nprepare:\n  tasks: {sst2: {}}  # caf\xe9\n")
+    with pytest.raises(UdrError, match=r"params file .*params.yaml:3 is not valid UTF-8"):
+        load_settings(path)

@@ -343,8 +343,14 @@ def load_settings(path: Path | str | None = None, overrides: list[str] | None = 
     path = Path(path) if path else DEFAULT_PARAMS
     if not path.is_file():
         raise UdrError(f"params file not found: {path}")
+    data = path.read_bytes()
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UdrError(f"params file {path}:{line} is not valid UTF-8") from None
+    try:
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

@@ -25,3 +25,13 @@ def test_seeded_split_same_seed_same_split_different_seed_different():
 def test_missing_data_directory(tmp_path):
     with pytest.raises(UdrError, match="data directory not found"):
         load_task(get_task("sst2"), tmp_path / "nowhere", seed=42, test_fraction=0.2)
+
+
+def test_jsonl_with_invalid_utf8_names_file_and_line(tmp_path):
+    """Data files, --pool and --input files all go through read_jsonl."""
+    from udr.data.sources import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(UdrError, match=r"rows.jsonl:2: malformed row: not valid UTF-8"):
+        read_jsonl(path)

@@ -45,8 +45,12 @@ def seeded_split(n: int, test_fraction: float, seed: int, task: str) -> tuple[np
 def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     """(0-based line number, record) for each non-blank line; a bad line fails with file:line."""
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UdrError(f"{path}:{lineno + 1}: malformed row: not valid UTF-8 (byte {exc.start + 1})") from None
             if not line.strip():
                 continue
             try:

@@ -143,3 +143,21 @@ def test_validation_rows_leave_the_train_split_and_none_changes_nothing(tmp_path
 def test_a_validation_set_too_large_for_the_train_split_is_a_clear_error(tmp_path, data_dir):
     with pytest.raises(UdrError, match="leave fewer than 2 after"):
         _prepare("sst2", data_dir, tmp_path / "x", max_train=50, max_test=10, validation=10**7)
+
+
+def test_a_corrupt_prepared_file_names_the_file_and_the_fix(tmp_path):
+    import os
+
+    import polars as pl
+
+    from udr.data.prepare import read_prepared
+    from udr.paths import Paths
+
+    path = Paths(tmp_path).prepared("trec", "train")
+    path.parent.mkdir(parents=True)
+    pl.DataFrame({"id": list(range(3000)), "input": ["a question"] * 3000}).write_parquet(path)
+    os.truncate(path, 5000)
+    with pytest.raises(
+        UdrError, match=r"unreadable prepared data .*train.parquet .*run `udr prepare --task trec` again"
+    ):
+        read_prepared(tmp_path, "trec", "train")

@@ -117,7 +117,11 @@ def read_prepared(root: Path, task: str, split: str):
     path = Paths(Path(root)).prepared(task, split)
     if not path.is_file():
         raise UdrError(f"missing prepared data {path}: run `udr prepare --task {task}` first")
-    return pl.read_parquet(path)
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc.__class__.__name__
+        raise UdrError(f"unreadable prepared data {path} ({reason}): run `udr prepare --task {task}` again") from None
 
 
 def run_prepare(settings, task_name: str) -> dict:

@@ -375,9 +375,14 @@ def _load(path: Path, kind: str, auto_cls: Any) -> tuple[Any, Any]:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a per-load "Loading weights" bar is noise in stage logs
-    model = auto_cls.from_pretrained(path, use_safetensors=True, dtype=torch.float32)
+    from udr.util.weights import load_weights
+
+    rebuild = "resolve it again with `udr models --force`"
+    model = load_weights(
+        lambda: auto_cls.from_pretrained(path, use_safetensors=True, dtype=torch.float32), path, rebuild
+    )
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(path), path, rebuild)
     return model, tokenizer
 
 

@@ -154,11 +154,18 @@ class BiEncoder:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        from udr.util.weights import load_weights
+
+        rebuild = "train it again (`udr train`) or pass another --model"
         models = [
-            AutoModel.from_pretrained(path / side, use_safetensors=True, dtype=torch.float32).eval()
+            load_weights(
+                lambda side=side: AutoModel.from_pretrained(path / side, use_safetensors=True, dtype=torch.float32),
+                path / side,
+                rebuild,
+            ).eval()
             for side in ("query", "demo")
         ]
-        tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer")
+        tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(path / "tokenizer"), path / "tokenizer", rebuild)
         return cls(models[0], models[1], tokenizer, settings)
 
     def save(self, path: Path) -> None:

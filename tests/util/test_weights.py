@@ -1,0 +1,36 @@
+"""udr.util.weights: damaged or missing weights are one-line errors naming the directory and the fix."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.tiny_models import save_tiny_encoder, save_tiny_lm
+from udr.errors import UdrError
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_a_damaged_bi_encoder_is_a_one_line_error(tmp_path, damage):
+    from udr.lm.models import resolve_model
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
+
+    base = resolve_model(str(save_tiny_encoder(tmp_path / "tiny")), tmp_path / "base", kind="encoder")
+    BiEncoder.from_base(base, BiEncoderSettings(max_query_length=16, max_demo_length=16)).save(tmp_path / "model")
+    weights = tmp_path / "model" / "query" / "model.safetensors"
+    if damage == "truncated":
+        os.truncate(weights, 100)
+    else:
+        weights.unlink()
+    with pytest.raises(UdrError, match=r"unreadable model files in .*model/query .*: train it again") as info:
+        BiEncoder.load(tmp_path / "model")
+    assert "\n" not in str(info.value)
+
+
+def test_a_truncated_lm_is_a_one_line_error(tmp_path):
+    from udr.lm.models import load_causal_lm, resolve_model
+
+    lm = resolve_model(str(save_tiny_lm(tmp_path / "tiny")), tmp_path / "lm", kind="lm")
+    os.truncate(lm / "model.safetensors", 100)
+    with pytest.raises(UdrError, match=r"unreadable model files in .*lm .*udr models --force"):
+        load_causal_lm(lm)

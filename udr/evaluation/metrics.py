@@ -311,21 +311,11 @@ def _accuracy_pairs(predictions: Sequence, examples: Sequence) -> tuple[list, li
 
 
 def graded_score(metric_name: str, predictions: Sequence, examples: Sequence) -> float:
-    """The graded score alone (what :func:`score_task` reports as ``graded``), cheaply: the number a
-    paired bootstrap recomputes on every resample."""
-    if metric_name not in METRICS:
-        raise UdrError(f"unknown metric '{metric_name}'; known metrics: {', '.join(METRICS)}")
-    _check_lengths(predictions, examples, "examples")
-    if metric_name == "accuracy":
-        return accuracy(*_accuracy_pairs(predictions, examples))
-    refs = [_example_references(ex) for ex in examples]
-    if metric_name == "exact_match":
-        return token_f1(predictions, refs)
-    if metric_name == "bleu":
-        return bleu(predictions, refs)
-    if metric_name == "rouge":
-        return rouge(predictions, refs)["rougeL"]
-    return sari([_field(ex, "input") for ex in examples], predictions, refs)
+    """The graded score alone (what :func:`score_task` reports as ``graded``): :class:`GradedStatistics`
+    of every example."""
+    import numpy as np
+
+    return GradedStatistics(metric_name, predictions, examples).score(np.arange(len(predictions)))
 
 
 class GradedStatistics:

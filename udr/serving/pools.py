@@ -52,12 +52,11 @@ class Pool:
 
 def _params_tasks(root: Path) -> set[str]:
     """The tasks under prepare.tasks of the project's params.yaml (none if it cannot be read)."""
-    import yaml
+    from udr.config import load_settings
 
     try:
-        raw = yaml.safe_load((root / "params.yaml").read_text()) or {}
-        return set((raw.get("prepare") or {}).get("tasks") or {})
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError):
+        return set(load_settings(root / "params.yaml").prepare.tasks)
+    except UdrError:
         return set()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from udr.errors import UdrError
 from udr.paths import Paths, round_label
@@ -49,6 +49,9 @@ class _Strict(BaseModel):
 
 class DataSettings(_Strict):
     source_dir: str = Field("../shared/data", description="Mirror of the task data (one folder per task).")
+    tasks_dir: str = Field(
+        "data/tasks", description="The project's own task declarations: every *.yaml here (and their data)."
+    )
 
 
 class TaskCaps(_Strict):
@@ -208,7 +211,13 @@ class EvaluateSettings(_Strict):
     )
     order_seed: int = Field(0, ge=0, description="Seed of the random order (with the global seed).")
     tasks: list[str] = Field(
-        default_factory=list, description="Evaluate only these tasks (default []: every task in prepare.tasks)."
+        default_factory=list,
+        description="Evaluate only these tasks (default []: every task in prepare.tasks and unseen_tasks).",
+    )
+    unseen_tasks: dict[str, TaskCaps] = Field(
+        default_factory=dict,
+        description="Tasks evaluated but never trained on (never scored, never in train.tasks), with their "
+        "caps: the paper's unseen-dataset analysis (Table 5).",
     )
     lm: str = Field(
         "",
@@ -240,6 +249,8 @@ class EvaluateSettings(_Strict):
 class Settings(_Strict):
     seed: int = Field(42, ge=0)
     data: DataSettings = DataSettings()
+    # The project's own task declarations inline (udr.data.declarations); more in data.tasks_dir.
+    tasks: dict[str, Any] = Field(default_factory=dict)
     prepare: PrepareSettings
     models: ModelSettings = ModelSettings()
     candidates: CandidateSettings = CandidateSettings()
@@ -251,6 +262,23 @@ class Settings(_Strict):
 
     # Where params.yaml lives: relative paths in it are relative to this directory.
     root: Path = Field(Path("."), exclude=True)
+    _registry: dict = PrivateAttr(default_factory=dict)
+
+    @property
+    def registry(self) -> dict:
+        """{name: Task}: the built-in tasks and the project's own (data.tasks_dir, the tasks section)."""
+        return self._registry
+
+    def task(self, name: str):
+        """The :class:`udr.data.tasks.Task` called `name` in this project, or a UdrError listing them."""
+        from udr.data.tasks import get_task
+
+        return get_task(name, self._registry)
+
+    def tasks_dir(self) -> Path:
+        """The directory of the project's own task declarations (relative to params.yaml)."""
+        path = Path(self.data.tasks_dir)
+        return path if path.is_absolute() else self.root / path
 
     @property
     def paths(self) -> Paths:
@@ -264,21 +292,39 @@ class Settings(_Strict):
         return (path if path.is_absolute() else self.root / path).resolve()
 
     def task_names(self) -> list[str]:
+        """The pipeline's tasks, prepare.tasks: scored, trained on (see train.tasks) and evaluated."""
         return list(self.prepare.tasks)
 
+    def unseen_task_names(self) -> list[str]:
+        """evaluate.unseen_tasks: prepared and evaluated, never scored or trained on."""
+        return list(self.evaluate.unseen_tasks)
+
+    def prepared_task_names(self) -> list[str]:
+        """Every task `udr prepare` writes: prepare.tasks, then the unseen tasks."""
+        return self.task_names() + self.unseen_task_names()
+
+    def task_caps(self, name: str) -> TaskCaps:
+        """The caps of a prepared task (prepare.tasks or evaluate.unseen_tasks)."""
+        caps = self.prepare.tasks.get(name) or self.evaluate.unseen_tasks.get(name)
+        if caps is None:
+            raise UdrError(f"task '{name}' is not in prepare.tasks or evaluate.unseen_tasks of the params file")
+        return caps
+
     def evaluation_tasks(self) -> list[str]:
-        """`evaluate.tasks` (checked against prepare.tasks), or every task."""
-        return self._subset("evaluate.tasks", self.evaluate.tasks)
+        """`evaluate.tasks` (checked against the prepared tasks), or every prepared task."""
+        return self._subset("evaluate.tasks", self.evaluate.tasks, self.prepared_task_names())
 
     def training_tasks(self) -> list[str]:
-        """`train.tasks` (checked against prepare.tasks), or every task."""
-        return self._subset("train.tasks", self.train.tasks)
+        """`train.tasks` (checked against prepare.tasks), or every task of prepare.tasks."""
+        return self._subset("train.tasks", self.train.tasks, self.task_names())
 
-    def _subset(self, key: str, chosen: list[str]) -> list[str]:
-        unknown = [t for t in chosen if t not in self.prepare.tasks]
+    @staticmethod
+    def _subset(key: str, chosen: list[str], allowed: list[str]) -> list[str]:
+        unknown = [t for t in chosen if t not in allowed]
         if unknown:
-            raise UdrError(f"bad parameter {key}: {', '.join(unknown)} not in prepare.tasks")
-        return list(chosen) or self.task_names()
+            where = "prepare.tasks or evaluate.unseen_tasks" if key == "evaluate.tasks" else "prepare.tasks"
+            raise UdrError(f"bad parameter {key}: {', '.join(unknown)} not in {where}")
+        return list(chosen) or list(allowed)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -331,10 +377,17 @@ def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:
         settings = Settings.model_validate({**raw, "root": root})
     except ValidationError as exc:
         raise UdrError(_format_validation_error(exc)) from None
-    from udr.data.tasks import get_task  # late import: the registry is large
+    from udr.data.declarations import project_registry  # late import: reads the declarations
 
-    for name in settings.prepare.tasks:
-        get_task(name)  # unknown task -> UdrError listing the known ones
+    settings._registry.update(project_registry(settings.tasks_dir(), settings.tasks, settings.root))
+    both = sorted(set(settings.prepare.tasks) & set(settings.evaluate.unseen_tasks))
+    if both:
+        raise UdrError(
+            f"bad parameter evaluate.unseen_tasks: {', '.join(both)} also in prepare.tasks "
+            "(an unseen task is never trained on)"
+        )
+    for name in settings.prepared_task_names():
+        settings.task(name)  # unknown task -> UdrError listing the known ones
     return settings
 
 

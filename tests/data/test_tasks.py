@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from udr.data.sources import normalize_rows, read_jsonl
-from udr.data.tasks import REGISTRY, TASK_KINDS, BuiltinSource, MirrorSource, RowError, get_task
+from udr.data.tasks import TASK_KINDS, BuiltinSource, MirrorSource, RowError, builtin_tasks, get_task
+
+REGISTRY = builtin_tasks()
 from udr.errors import UdrError
 
 MIRRORED = [t for t in REGISTRY.values() if isinstance(t.source, MirrorSource)]

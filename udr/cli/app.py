@@ -69,15 +69,19 @@ def load(params: Path, overrides: list[str] | None):
     return load_settings(params, overrides or [])
 
 
-def selected_tasks(settings, tasks: list[str] | None) -> list[str]:
-    """`--task` choices (checked against the registry and params), or every task in params."""
-    from udr.data.tasks import get_task
-
-    chosen = tasks or settings.task_names()
+def selected_tasks(settings, tasks: list[str] | None, *, unseen: bool = False) -> list[str]:
+    """`--task` choices (checked against the project's tasks and params), or every task in params.
+    `unseen`: the command also takes evaluate.unseen_tasks (prepare, evaluate); otherwise they are refused
+    (an unseen task is never scored or trained on)."""
+    allowed = settings.prepared_task_names() if unseen else settings.task_names()
+    chosen = tasks or allowed
     for name in chosen:
-        get_task(name)
-        if name not in settings.prepare.tasks:
-            raise UdrError(f"task '{name}' is not in prepare.tasks of the params file; add it there first")
+        settings.task(name)
+        if name in settings.evaluate.unseen_tasks and not unseen:
+            raise UdrError(f"task '{name}' is in evaluate.unseen_tasks: it is never scored or trained on")
+        if name not in allowed:
+            where = "prepare.tasks or evaluate.unseen_tasks" if unseen else "prepare.tasks"
+            raise UdrError(f"task '{name}' is not in {where} of the params file; add it there first")
     return chosen
 
 

@@ -15,18 +15,22 @@ from udr.errors import UdrError
 
 @app.command("tasks")
 def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
-    """Print the task registry: kind, family, metric, source, and whether its data is on this machine."""
+    """Print the project's tasks (built-in and declared): kind, family, metric, source, where it was
+    declared, whether its data is on this machine, and its role in params."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from udr.data.sources import mirror_available
-    from udr.data.tasks import BuiltinSource, MirrorSource, all_tasks
+    from udr.data.tasks import BuiltinSource, FileSource, MirrorSource, all_tasks
 
-    configured: set[str] = set()
-    data_dir = None
+    roles: dict[str, str] = {}
+    registry = None
     try:
         settings = load(params, set_)
-        configured, data_dir = set(settings.task_names()), settings.data_dir()
+        roles = {name: "trained" for name in settings.task_names()}
+        roles.update({name: "unseen" for name in settings.unseen_task_names()})
+        data_dir, registry = settings.data_dir(), settings.registry
     except UdrError as exc:
         if params.exists():
             raise
@@ -37,26 +41,21 @@ def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
         data_dir = Path(os.environ.get(DATA_DIR_ENV, "../shared/data"))
         console().print(f"[yellow]note:[/] {exc}; showing availability under {data_dir}")
     table = Table(title=f"udr tasks (data: {data_dir})")
-    for col in ("task", "kind", "family", "metric", "source", "available", "in params"):
+    for col in ("task", "kind", "family", "metric", "source", "declared in", "available", "in params"):
         table.add_column(col)
-    for task in all_tasks():
+    for task in all_tasks(registry):
         src = task.source
         if isinstance(src, MirrorSource):
-            ok = mirror_available(data_dir, src)
+            avail = "[green]yes[/]" if mirror_available(data_dir, src) else "[red]no[/]"
+        elif isinstance(src, FileSource):
+            ok = all(src.path(f).is_file() for f in (src.train, src.test) if f)
             avail = "[green]yes[/]" if ok else "[red]no[/]"
         elif isinstance(src, BuiltinSource):
             avail = "[green]yes[/] (built)"
         else:
             avail = "[yellow]hub only[/]"
-        table.add_row(
-            task.name,
-            task.kind,
-            task.family,
-            task.metric,
-            src.describe(),
-            avail,
-            "yes" if task.name in configured else "",
-        )
+        row = (task.name, task.kind, task.family, task.metric, src.describe(), task.declared_in)
+        table.add_row(*map(escape, row), avail, roles.get(task.name, ""))
     Console(width=200).print(table)
 
 
@@ -66,7 +65,7 @@ def prepare_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), s
     from udr.data.prepare import run_prepare
 
     settings = load(params, set_)
-    for name in selected_tasks(settings, task):
+    for name in selected_tasks(settings, task, unseen=True):
         start = time.perf_counter()
         meta = run_prepare(settings, name)
         c = meta["counts"]
@@ -198,7 +197,7 @@ def evaluate_cmd(
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
     settings = load(params, set_)
-    tasks = selected_tasks(settings, task) if task else None
+    tasks = selected_tasks(settings, task, unseen=True) if task else None
     for name, r in run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive()).items():
         graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
         console().print(

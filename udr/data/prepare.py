@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.data.sources import Rows, load_task
-from udr.data.tasks import Task, get_task
+from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.paths import Paths
 from udr.util.files import building_dir, json_text
@@ -94,7 +94,11 @@ def prepare_task(
         counts[split] = {"available": len(rows), "kept": len(kept), "cap": caps[split]}
     meta = {
         "task": task.name,
+        # Everything later stages use of the task's declaration, so that a changed declaration
+        # changes this file and DVC re-runs what depends on it.
         "kind": task.kind,
+        "family": task.family,
+        "metric": task.metric,
         "instruction": task.instruction,
         "template": task.template,
         "seed": seed,
@@ -125,10 +129,11 @@ def read_prepared(root: Path, task: str, split: str):
 
 
 def run_prepare(settings, task_name: str) -> dict:
-    """Prepare one task of `settings` into its prepared directory; returns the metadata written."""
-    caps = settings.prepare.tasks[task_name]
+    """Prepare one task of `settings` (prepare.tasks or evaluate.unseen_tasks) into its prepared directory;
+    returns the metadata written."""
+    caps = settings.task_caps(task_name)
     return prepare_task(
-        get_task(task_name),
+        settings.task(task_name),
         settings.data_dir(),
         settings.paths.prepared_dir(task_name),
         seed=settings.seed,

@@ -1,8 +1,9 @@
-"""Reading a task's source (mirror files, a builder of this package, or the hub) into normalised rows,
-with a seeded train/test split where the source has only one file.
+"""Reading a task's source (mirror files, a user's files, a builder of this package, or the hub) into
+normalised rows, with a seeded train/test split where the source has only one file.
 
-Every row keeps a stable integer id: its 0-based line number in the source file it came from (for
-merged multi-reference test rows, the line of the first member), so ids do not change when caps change.
+Every row keeps a stable integer id: its 0-based line number in the source file it came from (CSV / TSV:
+the header is line 0; parquet and built records: the row's position; for merged multi-reference test
+rows, the id of the first member), so ids do not change when caps change.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.data.tasks import BuiltinSource, Example, HubSource, MirrorSource, RowError, Task
+from udr.data.tasks import (
+    BuiltinSource,
+    Classification,
+    Example,
+    FileSource,
+    HubSource,
+    MirrorSource,
+    RowError,
+    Task,
+)
 from udr.errors import UdrError
 from udr.util.rng import task_rng
 
@@ -63,8 +73,48 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     return out
 
 
+FILE_FORMATS = (".jsonl", ".csv", ".tsv", ".parquet")
+
+
+def read_records(path: Path, task: str) -> list[tuple[int, dict]]:
+    """(id, record) of a user's data file by its suffix (see FILE_FORMATS); CSV / TSV cells are text."""
+    import polars as pl
+
+    suffix = path.suffix.lower()
+    if suffix not in FILE_FORMATS:
+        raise UdrError(f"task {task}: data file {path}: unsupported format '{suffix}' (use {', '.join(FILE_FORMATS)})")
+    if not path.is_file():
+        raise UdrError(f"task {task}: data file not found: {path}")
+    if suffix == ".jsonl":
+        return read_jsonl(path)
+    try:
+        if suffix == ".parquet":
+            return list(enumerate(pl.read_parquet(path).to_dicts()))
+        frame = pl.read_csv(path, separator="\t" if suffix == ".tsv" else ",", infer_schema=False)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc.__class__.__name__
+        raise UdrError(f"task {task}: unreadable data file {path} ({reason})") from None
+    return [(i + 1, row) for i, row in enumerate(frame.to_dicts())]  # line 0 is the header
+
+
+def check_columns(task: Task, records: list[tuple[int, dict]], where: str) -> None:
+    """A column the declaration names that the data's first row lacks is a one-line error naming the task,
+    the declaration field and the columns there are."""
+    columns = getattr(task.normalize, "columns", ())
+    if not records or not columns:
+        return
+    first = records[0][1]
+    for field, column in columns:
+        if column not in first:
+            raise UdrError(
+                f"task {task.name}: {field}: unknown column '{column}' in {where} "
+                f"(its columns: {', '.join(map(str, first)) or 'none'})"
+            )
+
+
 def normalize_rows(task: Task, records: list[tuple[int, dict]], where: str) -> Rows:
     """Apply the task's normaliser; a malformed row fails with `where:line` and the reason."""
+    check_columns(task, records, where)
     ids, examples = [], []
     for lineno, record in records:
         try:
@@ -160,13 +210,24 @@ def load_task(task: Task, data_dir: Path, seed: int, test_fraction: float) -> Lo
         import platform
 
         prov.update(source=source.describe(), python_version=platform.python_version(), n_built=len(rows))
+    elif isinstance(source, FileSource):
+        path = source.path(source.train)
+        rows = normalize_rows(task, read_records(path, task.name), str(path))
+        if source.test:
+            test_path = source.path(source.test)
+            train, test = rows, normalize_rows(task, read_records(test_path, task.name), str(test_path))
+            prov = {"split": "given", "files": {"train": source.train, "test": source.test}}
+        else:
+            train, test, prov = _carve(rows, task, seed, test_fraction)
+            prov["files"] = {"all": source.train}
+        prov["source"] = source.describe()
     else:
         raw = _load_hub(task, source)
         train = normalize_rows(task, raw["train"], f"{source.hub_id}/train")
         test = normalize_rows(task, raw["test"], f"{source.hub_id}/test")
-        if not task.generation:
-            train, test = _index_labels(train, test)
         prov = {"source": source.describe(), "split": "given"}
+    if isinstance(task.normalize, Classification) and not task.normalize.labels:
+        train, test = _index_labels(task, train, test)
     if task.group_test_references:
         n_before = len(test)
         test = group_references(test)
@@ -185,17 +246,18 @@ def _carve(rows: Rows, task: Task, seed: int, test_fraction: float) -> tuple[Row
     return rows.take(tr), rows.take(te), prov
 
 
-def _index_labels(train: Rows, test: Rows) -> tuple[Rows, Rows]:
-    """Hub classification rows carry a raw label: index them against the sorted train label set."""
+def _index_labels(task: Task, train: Rows, test: Rows) -> tuple[Rows, Rows]:
+    """Classification rows declared without verbalizers carry their raw label (answering as itself):
+    index them against the sorted label set of the train split."""
     labels = tuple(sorted({e.target for e in train.examples}))
+    if len(labels) < 2:
+        raise UdrError(f"task {task.name}: label: the train split has {len(labels)} label(s); need at least 2")
+    unseen = sorted({e.target for e in test.examples} - set(labels))
+    if unseen:
+        raise UdrError(f"task {task.name}: label: test label(s) {', '.join(map(repr, unseen))} never occur in train")
 
-    def fix(rows: Rows) -> Rows:
-        return Rows(
-            rows.ids,
-            [
-                Example(e.input, e.target, labels.index(e.target) if e.target in labels else -1, labels, e.references)
-                for e in rows.examples
-            ],
-        )
+    def index(rows: Rows) -> Rows:
+        examples = [Example(e.input, e.target, labels.index(e.target), labels, e.references) for e in rows.examples]
+        return Rows(rows.ids, examples)
 
-    return fix(train), fix(test)
+    return index(train), index(test)

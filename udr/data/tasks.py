@@ -1,8 +1,9 @@
-"""The task registry: one table of every task udr knows.
+"""Tasks: what a task's rows mean, how the LM sees them, how they are scored, where they come from.
 
-A task says what its rows mean (how a raw record becomes an :class:`Example`), how the LM sees it
-(instruction, prompt template, label verbalizers or choices), how it is scored (metric), and where
-its data comes from (the offline mirror, a builder in this package, or the upstream hub dataset).
+A task says how a raw record becomes an :class:`Example` (a row normaliser over named columns), how
+the LM sees it (instruction, prompt template, label verbalizers or choices), how it is scored (metric),
+and where its data comes from (the offline mirror, local files, a builder in this package, or the hub).
+Every task, built-in or a user's, is declared as data and built by :mod:`udr.data.declarations`.
 
 Prompt convention (the published code's): a demonstration or query is rendered as
 ``template.format(input=..., answer=...)`` with ``template = "{input}\\t{answer}"``; demonstrations
@@ -12,14 +13,19 @@ for multiple choice the chosen option's text, for generation the target text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+import string
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, get_args
 
 from udr.errors import UdrError
 
 TaskKind = Literal["classification", "multiple_choice", "generation"]
 TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
+METRICS: tuple[str, ...] = ("accuracy", "bleu", "exact_match", "rouge", "sari")
+"""The metrics a task can name (each implemented in :mod:`udr.evaluation.metrics`)."""
 
 DEFAULT_TEMPLATE = "{input}\t{answer}"
 
@@ -61,6 +67,27 @@ class MirrorSource:
 
 
 @dataclass(frozen=True)
+class FileSource:
+    """A user's own files (JSON lines, CSV, TSV or parquet, by suffix), as declared: relative to `base`
+    (the declaring file's directory) unless absolute. Without a test file both splits are carved by a
+    seeded split from the train file."""
+
+    train: str
+    test: str | None = None
+    base: str = "."
+
+    def path(self, name: str) -> Path:
+        """The file `name` (self.train or self.test) on this machine."""
+        path = Path(name)
+        return path if path.is_absolute() else Path(self.base) / path
+
+    def describe(self) -> str:
+        if self.test:
+            return f"files:{self.train} (test={self.test})"
+        return f"files:{self.train} (seeded split)"
+
+
+@dataclass(frozen=True)
 class BuiltinSource:
     """Records built by a function of this package (no files needed); always carved by a seeded split."""
 
@@ -82,10 +109,26 @@ class HubSource:
         return f"hub:{self.hub_id}"
 
 
-Source = MirrorSource | BuiltinSource | HubSource
+Source = MirrorSource | FileSource | BuiltinSource | HubSource
 
 
 # ---------------------------------------------------------------- row normalisers
+
+
+def format_fields(fmt: str) -> tuple[str, ...]:
+    """The column names a format string reads ("{text_a} Question: {text_b}" -> text_a, text_b)."""
+    try:
+        return tuple(dict.fromkeys(f for _, f, _, _ in string.Formatter().parse(fmt) if f is not None))
+    except ValueError as exc:
+        raise ValueError(f"bad format {fmt!r}: {exc}") from None
+
+
+_CHOICE = re.compile(r"choice\d+")
+
+
+def _row_fields(fmt: str) -> tuple[str, ...]:
+    """The columns a multiple-choice input format reads ({choiceN} are the row's options, not columns)."""
+    return tuple(f for f in format_fields(fmt) if not _CHOICE.fullmatch(f))
 
 
 def _text(row: dict, key: str) -> str:
@@ -100,23 +143,43 @@ def _text(row: dict, key: str) -> str:
     return value
 
 
+def _label_key(value) -> str:
+    """A raw label as the string its verbalizer set is keyed by (1 and "1" alike)."""
+    return str(value).strip()
+
+
 @dataclass(frozen=True)
 class Classification:
-    """Text(s) -> one of a fixed label set. `labels[i]` (raw) is verbalised as `verbalizers[i]`."""
+    """Text(s) -> one of a fixed label set. `labels[i]` (raw) is verbalised as `verbalizers[i]`.
+
+    With no label set (`labels` empty) each row keeps its raw label, verbalised as itself, and the
+    set is read from the train split after loading (:func:`udr.data.sources.load_task`)."""
 
     labels: tuple[str, ...]
     verbalizers: tuple[str, ...]
     input_format: str = "{text}"
-    text_fields: tuple[str, ...] = ("text",)
+    label_field: str = "label"
+
+    @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """(declaration field, column) of every column a row must have."""
+        return (*(("input", f) for f in format_fields(self.input_format)), ("label", self.label_field))
 
     def __call__(self, row: dict) -> Example:
-        fields = {k: _text(row, k) for k in self.text_fields}
-        raw = row.get("label")
+        fields = {k: _text(row, k) for k in format_fields(self.input_format)}
+        raw = row.get(self.label_field)
         if raw is None:
-            raise RowError("missing field 'label'")
-        if str(raw) not in self.labels:
-            raise RowError(f"unknown label {raw!r} (expected one of {', '.join(self.labels)})")
-        label = self.labels.index(str(raw))
+            raise RowError(f"missing field '{self.label_field}'")
+        if not self.labels:
+            key = _label_key(raw)
+            if not key:
+                raise RowError(f"field '{self.label_field}' is empty")
+            return Example(self.input_format.format(**fields), key, -1, (), (key,))
+        if _label_key(raw) not in self.labels:
+            raise RowError(
+                f"field '{self.label_field}': unknown label {raw!r} (expected one of {', '.join(self.labels)})"
+            )
+        label = self.labels.index(_label_key(raw))
         return Example(
             input=self.input_format.format(**fields),
             target=self.verbalizers[label],
@@ -128,20 +191,41 @@ class Classification:
 
 @dataclass(frozen=True)
 class MultipleChoice:
-    """A question with per-row options; `label` is the index of the right one."""
+    """A question with per-row options; the label field holds the index of the right one.
+
+    The options are one list-valued column (`choices_field` a string) or one column each (a tuple).
+    The input format may read them as {choice0}, {choice1}, ..."""
 
     input_format: str = "{question}"
-    fields: tuple[str, ...] = ("question",)
+    choices_field: str | tuple[str, ...] = "choices"
+    label_field: str = "label"
+
+    @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """(declaration field, column) of every column a row must have."""
+        own = (self.choices_field,) if isinstance(self.choices_field, str) else self.choices_field
+        return (
+            *(("input", f) for f in _row_fields(self.input_format)),
+            *(("choices", c) for c in own),
+            ("label", self.label_field),
+        )
+
+    def _choices(self, row: dict) -> tuple[str, ...]:
+        if isinstance(self.choices_field, str):
+            choices = row.get(self.choices_field)
+            if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+                raise RowError(f"field '{self.choices_field}' must be a list of at least 2 strings")
+            return tuple(" ".join(c.split()) for c in choices)
+        return tuple(_text(row, f) for f in self.choices_field)
 
     def __call__(self, row: dict) -> Example:
-        choices = row.get("choices")
-        if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
-            raise RowError("field 'choices' must be a list of at least 2 strings")
-        choices = tuple(" ".join(c.split()) for c in choices)
-        label = row.get("label")
+        choices = self._choices(row)
+        label = row.get(self.label_field)
+        if isinstance(label, str) and label.strip().isdigit():  # CSV columns are text
+            label = int(label)
         if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(choices):
-            raise RowError(f"field 'label' must be an integer index into choices, got {label!r}")
-        values = {k: _text(row, k) for k in self.fields}
+            raise RowError(f"field '{self.label_field}' must be an integer index into the choices, got {label!r}")
+        values = {k: _text(row, k) for k in _row_fields(self.input_format)}
         values.update({f"choice{i}": c for i, c in enumerate(choices)})
         return Example(
             input=self.input_format.format(**values),
@@ -154,17 +238,36 @@ class MultipleChoice:
 
 @dataclass(frozen=True)
 class Generation:
-    """`input` -> `target` (or several references in `targets`)."""
+    """Input -> free text. The target column holds one reference (a string) or several (a list); where
+    `references_field` is set and present in a row, its list of references wins."""
+
+    input_format: str = "{input}"
+    target_field: str = "target"
+    references_field: str | None = None
+
+    @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """(declaration field, column) of every column a row must have (the target column may be
+        replaced by the references column)."""
+        target = () if self.references_field else (("target", self.target_field),)
+        return (*(("input", f) for f in format_fields(self.input_format)), *target)
+
+    def _references(self, row: dict) -> tuple[str, ...]:
+        key = self.references_field if self.references_field and self.references_field in row else None
+        key = key or (self.target_field if isinstance(row.get(self.target_field), list) else None)
+        if key is None:
+            return (_text(row, self.target_field),)
+        refs = row[key]
+        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) and r.strip() for r in refs):
+            raise RowError(f"field '{key}' must be a non-empty list of non-empty strings")
+        return tuple(" ".join(r.split()) for r in refs)
+
+    def _input(self, row: dict) -> str:
+        return self.input_format.format(**{k: _text(row, k) for k in format_fields(self.input_format)})
 
     def __call__(self, row: dict) -> Example:
-        source = _text(row, "input")
-        if "targets" in row:
-            refs = row["targets"]
-            if not isinstance(refs, list) or not refs or not all(isinstance(r, str) and r.strip() for r in refs):
-                raise RowError("field 'targets' must be a non-empty list of non-empty strings")
-            refs = tuple(" ".join(r.split()) for r in refs)
-        else:
-            refs = (_text(row, "target"),)
+        source = self._input(row)
+        refs = self._references(row)
         return Example(input=source, target=refs[0], label=-1, choices=(), references=refs)
 
 
@@ -176,25 +279,27 @@ class CodeGeneration(Generation):
     backslash-n (as CodeXGLUE's flattened code does) and indentation survives.
     """
 
-    def __call__(self, row: dict) -> Example:
-        code = row.get("input")
-        if not isinstance(code, str) or not code.strip():
-            raise RowError("field 'input' must be a non-empty string")
-        flat = code.strip("\n").replace("\\", "\\\\").replace("\t", "    ").replace("\n", "\\n")
-        target = _text(row, "target")
-        return Example(input=flat, target=target, label=-1, choices=(), references=(target,))
+    def _input(self, row: dict) -> str:
+        values = {}
+        for key in format_fields(self.input_format):
+            code = row.get(key)
+            if not isinstance(code, str) or not code.strip():
+                raise RowError(f"field '{key}' must be a non-empty string")
+            values[key] = code.strip("\n").replace("\\", "\\\\").replace("\t", "    ").replace("\n", "\\n")
+        return self.input_format.format(**values)
 
 
-# ---------------------------------------------------------------- the registry
+# ---------------------------------------------------------------- the task
 
 
 @dataclass(frozen=True)
 class Task:
-    """A registered task.
+    """A task: how its rows become examples, how the LM sees them, how they are scored, where they come from.
 
     kind: how the LM answers (a label of a fixed set, one of the row's choices, or free text);
     family: the paper's task family ("sentiment", "semantic parsing", ...), for reports only.
     The template renders a demonstration and the query (see :meth:`render`, :meth:`render_query`).
+    Tasks are declared as data (:mod:`udr.data.declarations`), the built-in ones included.
     """
 
     name: str
@@ -207,6 +312,8 @@ class Task:
     template: str = DEFAULT_TEMPLATE
     # Test rows with identical input are merged into one multi-reference example (E2E style data).
     group_test_references: bool = False
+    # Where the task was declared (the built-in declarations, a file of the project, params.yaml).
+    declared_in: str = "built-in"
 
     @property
     def generation(self) -> bool:
@@ -223,145 +330,26 @@ class Task:
         return head.format(input=input)
 
 
-SENTIMENT = "Sentiment of the sentence: "
-TOPIC = "Topic of the text: "
-NLI = "Recognizing textual entailment between these 2 texts. "
-SEMPARSE = "Parse the sentence into logical form: "
-SUMMARY = "Summarize the text: "
-CODE = "Comment on the code. Code: "
-DATA2TEXT = "Describe the table in natural language. Table: "
-SIMPLIFY = "Simplify the text: "
-COMMONGEN = "Generate a sentence using these concepts: "
-
-_POLARITY = Classification(("negative", "positive"), ("It was terrible .", "It was great ."))
+# ---------------------------------------------------------------- the registry
 
 
-def _mirror(folder: str, train: str | None, test: str | None) -> MirrorSource:
-    return MirrorSource(folder, train, test)
+def builtin_tasks() -> dict[str, Task]:
+    """The tasks udr ships, declared in `udr/data/builtin_tasks.yaml` (read once)."""
+    from udr.data.declarations import builtin_registry
+
+    return builtin_registry()
 
 
-# fmt: off
-# name, kind, family, instruction, metric, row normaliser, source.
-_TASKS: list[Task] = [
-    # sentiment
-    Task("sst2", "classification", "sentiment", SENTIMENT, "accuracy", _POLARITY, _mirror("sst2", "train", "test")),
-    Task("sst5", "classification", "sentiment", SENTIMENT, "accuracy",
-         Classification(("very negative", "negative", "neutral", "positive", "very positive"),
-                        tuple(f"It was {w} ." for w in ("terrible", "bad", "okay", "good", "great"))),
-         _mirror("sst5", "train", "test")),
-    Task("mr", "classification", "sentiment", SENTIMENT, "accuracy", _POLARITY, _mirror("mr", "train", "test")),
-    Task("cr", "classification", "sentiment", SENTIMENT, "accuracy", _POLARITY, _mirror("cr", "train", "test")),
-    # topic (agnews: the mirror has only the test split, so train and test are a seeded split of it)
-    Task("agnews", "classification", "topic", TOPIC, "accuracy",
-         Classification(("World", "Sports", "Business", "Sci/Tech"),
-                        ("Topic: World.", "Topic: Sports.", "Topic: Business.", "Topic: Technology.")),
-         _mirror("agnews", None, "test")),
-    Task("trec", "classification", "topic", "Topic of the question: ", "accuracy",
-         Classification(("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"),
-                        tuple(f"Answer: {w} ." for w in
-                              ("Abbreviation", "Description", "Entity", "Human", "Location", "Number"))),
-         _mirror("trec", "train", "test")),
-    # NLI (snli: no train split here, validation is the demonstration pool)
-    Task("rte", "classification", "nli", NLI, "accuracy",
-         Classification(("entailment", "not_entailment"), ("Answer: True .", "Answer: False ."),
-                        "{text_a} Question: {text_b} True or False?", ("text_a", "text_b")),
-         _mirror("rte", "train", "validation")),
-    Task("snli", "classification", "nli", NLI, "accuracy",
-         Classification(("entailment", "neutral", "contradiction"),
-                        ("Answer: Entailment .", "Answer: Inconclusive .", "Answer: Contradiction ."),
-                        "{text_a} Question: {text_b} Entailment, Inconclusive or Contradiction?",
-                        ("text_a", "text_b")),
-         _mirror("snli", "validation", "test")),
-    # subjectivity, acceptability
-    Task("subj", "classification", "subjectivity", "Subjectivity of the sentence: ", "accuracy",
-         Classification(("subjective", "objective"), ("It's subjective .", "It's objective .")),
-         _mirror("subj", "train", "test")),
-    Task("cola", "classification", "acceptability", "Grammaticality of the sentence: ", "accuracy",
-         Classification(("unacceptable", "acceptable"), ("It is not grammatical .", "It is grammatical .")),
-         _mirror("cola", "train", "validation")),
-    # multiple choice (cosmos_qa: only validation exists here, seeded split)
-    Task("copa", "multiple_choice", "multiple choice", "Choose the more plausible alternative: ", "accuracy",
-         MultipleChoice("{question} What was the {asks_for}?", ("question", "asks_for")),
-         _mirror("copa", "train", "validation")),
-    Task("cosmos_qa", "multiple_choice", "multiple choice", "Answer the question about the context: ", "accuracy",
-         MultipleChoice("{context} Question: {question}", ("context", "question")),
-         _mirror("cosmos_qa", None, "validation")),
-    Task("comv", "multiple_choice", "multiple choice", "Pick the statement that is against common sense: ",
-         "accuracy",
-         MultipleChoice("Which statement of the two is against common sense? Statement 1: {choice0} "
-                        "Statement 2: {choice1}", ()),
-         _mirror("comv", "train", "test")),
-    Task("come", "multiple_choice", "multiple choice", "Explain why the statement is against common sense: ",
-         "accuracy", MultipleChoice("{question} Why is this against common sense?"),
-         _mirror("come", "train", "test")),
-    # generation. break and smcalflow: only validation exists here (seeded split); the paper's BREAK
-    # LF-EM needs the BREAK evaluator. e2e and dart: no train split, validation is the pool, and test
-    # references are grouped by input.
-    Task("break", "generation", "semantic parsing", SEMPARSE, "exact_match", Generation(),
-         _mirror("break", None, "validation")),
-    Task("smcalflow", "generation", "semantic parsing", SEMPARSE, "exact_match", Generation(),
-         _mirror("smcalflow", None, "validation")),
-    Task("commongen", "generation", "commonsense generation", COMMONGEN, "bleu", Generation(),
-         _mirror("commongen", "train", "test")),
-    Task("e2e", "generation", "data to text", DATA2TEXT, "bleu", Generation(),
-         _mirror("e2e", "validation", "test"), group_test_references=True),
-    Task("dart", "generation", "data to text", DATA2TEXT, "bleu", Generation(),
-         _mirror("dart", "validation", "test"), group_test_references=True),
-    # built from the installed Python standard library's documented functions
-    Task("python_code", "generation", "code summarization", CODE, "bleu", CodeGeneration(),
-         BuiltinSource("udr.data.python_code:build_python_code_examples")),
-]
-
-# The paper's tasks that exist only upstream (need network and `pip install datasets`). Their rows
-# are read with the kind's normaliser from the hub dataset's `input`/`target` (generation) or
-# `sentence`/`label` columns.
-_HUB_ONLY: list[tuple[str, TaskKind, str, str, str, str]] = [
-    ("mnli", "classification", "nli", NLI, "accuracy", "KaiLv/UDR_MNLI"),
-    ("dbpedia", "classification", "topic", TOPIC, "accuracy", "KaiLv/UDR_DBPedia"),
-    ("yahoo", "classification", "topic", TOPIC, "accuracy", "KaiLv/UDR_Yahoo"),
-    ("amazon", "classification", "sentiment", SENTIMENT, "accuracy", "KaiLv/UDR_Amazon"),
-    ("yelp", "classification", "sentiment", SENTIMENT, "accuracy", "KaiLv/UDR_Yelp"),
-    ("mtop", "generation", "semantic parsing", SEMPARSE, "exact_match", "KaiLv/UDR_MTOP"),
-    ("cnndailymail", "generation", "summarization", SUMMARY, "rouge", "KaiLv/UDR_CNNDailyMail"),
-    ("pubmed", "generation", "summarization", SUMMARY, "rouge", "KaiLv/UDR_PubMed"),
-    ("reddit", "generation", "summarization", SUMMARY, "rouge", "KaiLv/UDR_Reddit"),
-    ("roc_story", "generation", "story generation", "Continue the story: ", "bleu", "KaiLv/UDR_RocStory"),
-    ("roc_ending", "generation", "story generation", "Finish the story: ", "bleu", "KaiLv/UDR_RocEnding"),
-    ("go", "generation", "code summarization", CODE, "bleu", "KaiLv/UDR_Go"),
-    ("java", "generation", "code summarization", CODE, "bleu", "KaiLv/UDR_Java"),
-    ("php", "generation", "code summarization", CODE, "bleu", "KaiLv/UDR_PHP"),
-    ("python", "generation", "code summarization", CODE, "bleu", "KaiLv/UDR_Python"),
-    ("wikiauto", "generation", "simplification", SIMPLIFY, "sari", "KaiLv/UDR_WikiAuto"),
-]
-# fmt: on
-
-
-@dataclass(frozen=True)
-class HubClassification:
-    """Upstream classification rows: a `sentence` and a label; the label set is read from the data."""
-
-    def __call__(self, row: dict) -> Example:
-        text = _text(row, "sentence" if "sentence" in row else "text")
-        label = row.get("label")
-        if label is None:
-            raise RowError("missing field 'label'")
-        return Example(input=text, target=str(label), label=-1, choices=(), references=(str(label),))
-
-
-for _name, _kind, _family, _instruction, _metric, _hub in _HUB_ONLY:
-    _normalize = Generation() if _kind == "generation" else HubClassification()
-    _TASKS.append(Task(_name, _kind, _family, _instruction, _metric, _normalize, HubSource(_hub)))
-
-REGISTRY: dict[str, Task] = {t.name: t for t in _TASKS}
-
-
-def get_task(name: str) -> Task:
-    """The registered task `name`, or a one-line UdrError listing the known ones."""
+def get_task(name: str, registry: Mapping[str, Task] | None = None) -> Task:
+    """Task `name` of `registry` (default: the built-in tasks), or a one-line UdrError listing the known
+    ones. A project's registry (its own declared tasks too) is `Settings.registry`."""
+    tasks = builtin_tasks() if registry is None else registry
     try:
-        return REGISTRY[name]
+        return tasks[name]
     except KeyError:
-        raise UdrError(f"unknown task '{name}'; known tasks: {', '.join(sorted(REGISTRY))}") from None
+        raise UdrError(f"unknown task '{name}'; known tasks: {', '.join(sorted(tasks))}") from None
 
 
-def all_tasks() -> list[Task]:
-    return list(REGISTRY.values())
+def all_tasks(registry: Mapping[str, Task] | None = None) -> list[Task]:
+    """Every task of `registry` (default: the built-in tasks)."""
+    return list((builtin_tasks() if registry is None else registry).values())

@@ -122,7 +122,6 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
     if method == "bm25":
         return BM25Retriever(ids, inputs)
 
-    from udr.data.tasks import get_task
     from udr.retriever.encoder import BiEncoder, query_text
     from udr.retriever.index import embed_pool, load_index
     from udr.util.distributed import resolve_device_type
@@ -140,7 +139,7 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
         emb = encoder.encode(inputs, "demo", batch_size=batch, progress=progress, description=description)
         return DenseRetriever(encoder, ids, emb, batch_size=batch)
     encoder = BiEncoder.load(model_dir).to(device)
-    task = get_task(task_name)
+    task = settings.task(task_name)
     if method == "udr":
         emb = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
     else:

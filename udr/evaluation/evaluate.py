@@ -69,13 +69,12 @@ class TaskEvaluation:
         self, settings, lm: LanguageModel, method: str, task_name: str, *, split: Split = "test", progress: bool
     ):
         from udr.data.prepare import read_prepared
-        from udr.data.tasks import get_task
         from udr.evaluation.baselines import build_retriever
         from udr.lm.prompt import PromptBuilder
 
         cfg = settings.evaluate
         self.settings, self.lm, self.method = settings, lm, method
-        self.task = get_task(task_name)
+        self.task = settings.task(task_name)
         self.generation = self.task.generation
         root = settings.root
         pool = read_prepared(root, task_name, "train")

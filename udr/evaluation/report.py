@@ -2,7 +2,8 @@
 table metrics/results.md (tasks x methods with averages per kind of task, as the paper's Tables 1-2),
 UDR's difference from each baseline with its paired bootstrap 95% interval (per task and on the
 average, from the saved predictions), and the score-vs-demonstrations plot (metrics/plots/shots.png
-+ one CSV per task for DVC plots).
++ one CSV per task for DVC plots). The unseen tasks (evaluate.unseen_tasks: never scored, never
+trained on) get their own tables, as the paper's Table 5, and stay out of the main averages.
 """
 
 from __future__ import annotations
@@ -52,18 +53,33 @@ def _cell(r: dict) -> str:
     return f"{r['score']:.1f}"
 
 
-def results_markdown(results: dict[str, dict[str, dict]], averages: dict[str, dict[str, float]]) -> str:
+RESULTS_INTRO = (
+    "Each cell: the task's metric in percent on its test split (n test examples), with the same LM and "
+    "prompt format for every method; only the retrieved demonstrations differ. Where the metric is exact "
+    "match the cell reads `EM / token F1`, and token F1 (the graded metric) enters the averages. "
+    "Best per row in bold."
+)
+UNSEEN_INTRO = (
+    "Tasks evaluated but never trained on (evaluate.unseen_tasks): the LM never scored their candidates "
+    "and UDR never saw them in training; each is retrieved from its own pool. As the paper's Table 5, "
+    "they show whether the retriever transfers to new tasks. Cells as above; they do not enter the "
+    "averages of the tables above."
+)
+
+
+def results_markdown(
+    results: dict[str, dict[str, dict]],
+    averages: dict[str, dict[str, float]],
+    *,
+    title: str = "# In-context learning results",
+    intro: str = RESULTS_INTRO,
+    scope: str = "all tasks",
+) -> str:
     methods = list(results)
     tasks = list(next(iter(results.values())))
     first = results[methods[0]]
-    lines = [
-        "# In-context learning results",
-        "",
-        "Each cell: the task's metric in percent on its test split (n test examples), with the same LM and "
-        "prompt format for every method; only the retrieved demonstrations differ. Where the metric is exact "
-        "match the cell reads `EM / token F1`, and token F1 (the graded metric) enters the averages. "
-        "Best per row in bold.",
-        "",
+    lines = [title, "", intro, ""]
+    lines += [
         "| task | kind | metric | n | " + " | ".join(methods) + " |",
         "| --- | --- | --- | ---: | " + " | ".join("---:" for _ in methods) + " |",
     ]
@@ -89,7 +105,7 @@ def results_markdown(results: dict[str, dict[str, dict]], averages: dict[str, di
     kinds = [k for k in KIND_TITLES if any(k in averages[m] for m in methods)]
     for kind in [*kinds, "all"]:
         values = [averages[m].get(kind, float("nan")) for m in methods]
-        label = "**average, all tasks**" if kind == "all" else f"**average, {KIND_TITLES[kind]}**"
+        label = f"**average, {scope}**" if kind == "all" else f"**average, {KIND_TITLES[kind]}**"
         lines.append(row(label, "", "graded", "", values, [f"{v:.1f}" for v in values]))
     lines.append("")
     secs = {m: sum(r["total_seconds"] for r in results[m].values()) for m in methods}
@@ -187,7 +203,14 @@ def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[
     return out
 
 
-def comparison_markdown(comparison: dict, results: dict[str, dict[str, dict]], seed: int) -> str:
+def comparison_markdown(
+    comparison: dict,
+    results: dict[str, dict[str, dict]],
+    seed: int,
+    *,
+    title: str = f"## {COMPARED.upper()} against each baseline",
+    scope: str = "all tasks",
+) -> str:
     """The table of UDR minus each baseline: difference [95% interval], resolved ones in bold."""
     baselines = list(comparison)
     tasks = list(results[COMPARED])
@@ -197,7 +220,7 @@ def comparison_markdown(comparison: dict, results: dict[str, dict[str, dict]], s
         return f"**{text}**" if iv.resolved else text
 
     lines = [
-        f"## {COMPARED.upper()} against each baseline",
+        title,
         "",
         f"UDR's graded score minus the baseline's on the same test examples, with the paired bootstrap 95% "
         f"interval ({BOOTSTRAP_RESAMPLES} resamples of the test examples, seed {seed}; the average resamples "
@@ -210,21 +233,12 @@ def comparison_markdown(comparison: dict, results: dict[str, dict[str, dict]], s
     for task in tasks:
         cells = [cell(comparison[b][0][task]) for b in baselines]
         lines.append(f"| {task} | {results[COMPARED][task]['n']} | " + " | ".join(cells) + " |")
-    lines.append("| **average, all tasks** |  | " + " | ".join(cell(comparison[b][1]) for b in baselines) + " |")
+    lines.append(f"| **average, {scope}** |  | " + " | ".join(cell(comparison[b][1]) for b in baselines) + " |")
     lines.append("")
     return "\n".join(lines)
 
 
-def run_report(settings) -> dict:
-    """`udr report`: write metrics/summary.json, metrics/results.md (the results table and UDR against
-    each baseline with bootstrap intervals) and the shots plot; returns the summary."""
-    from udr.util.files import write_json_atomic, write_text_atomic
-
-    paths = settings.paths
-    results = _load_results(settings)
-    averages = kind_averages(results)
-    shots = shots_table(results)
-    comparison = udr_versus_baselines(settings, results)
+def _summary(results: dict[str, dict[str, dict]], averages: dict, comparison: dict, shots: dict) -> dict:
     summary = {
         "tasks": {
             m: {
@@ -240,9 +254,51 @@ def run_report(settings) -> dict:
             for b, (per_task, average) in comparison.items()
         },
     }
+    if not shots:
+        del summary["shots"]
+    return summary
+
+
+def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, dict]:
+    """(results of the trained-on tasks, results of the unseen tasks); either may hold no task."""
+    unseen = set(settings.unseen_task_names())
+    seen = {m: {t: r for t, r in by_task.items() if t not in unseen} for m, by_task in results.items()}
+    new = {m: {t: r for t, r in by_task.items() if t in unseen} for m, by_task in results.items()}
+    return seen, new
+
+
+def run_report(settings) -> dict:
+    """`udr report`: write metrics/summary.json, metrics/results.md (the results table and UDR against
+    each baseline with bootstrap intervals, then the same two for the unseen tasks) and the shots plot;
+    returns the summary."""
+    from udr.util.files import write_json_atomic, write_text_atomic
+
+    paths = settings.paths
+    seen, unseen = _split_unseen(settings, _load_results(settings))
+    shots = shots_table(seen)
+    summary: dict = {}
+    markdown = ""
+    if next(iter(seen.values())):
+        averages = kind_averages(seen)
+        comparison = udr_versus_baselines(settings, seen)
+        summary = _summary(seen, averages, comparison, shots)
+        markdown = results_markdown(seen, averages) + "\n" + comparison_markdown(comparison, seen, settings.seed)
+    if next(iter(unseen.values())):
+        averages = kind_averages(unseen)
+        comparison = udr_versus_baselines(settings, unseen)
+        summary["unseen"] = _summary(unseen, averages, comparison, {})
+        title, scope = "# Unseen tasks", "unseen tasks"
+        markdown += "\n" if markdown else ""
+        markdown += results_markdown(unseen, averages, title=title, intro=UNSEEN_INTRO, scope=scope) + "\n"
+        markdown += comparison_markdown(
+            comparison,
+            unseen,
+            settings.seed,
+            title=f"## {COMPARED.upper()} against each baseline, unseen tasks",
+            scope=scope,
+        )
     write_json_atomic(paths.summary, summary)
-    markdown = results_markdown(results, averages) + "\n" + comparison_markdown(comparison, results, settings.seed)
     write_text_atomic(paths.results, markdown)
     if shots:
-        write_shots_plot(shots, results, paths.plots)
+        write_shots_plot(shots, seen, paths.plots)
     return summary

@@ -116,11 +116,10 @@ def bm25_candidates(train, kind: TaskKind, field: CandidateField, k: int, progre
 def run_candidates(settings, task_name: str, *, progress: bool = True) -> tuple[Path, str]:
     """Write a task's round-0 candidates; returns (the output file, the field BM25 compared)."""
     from udr.data.prepare import read_prepared
-    from udr.data.tasks import get_task
     from udr.util.files import write_parquet_atomic
 
     cfg = settings.candidates
-    kind = get_task(task_name).kind
+    kind = settings.task(task_name).kind
     frame = bm25_candidates(read_prepared(settings.root, task_name, "train"), kind, cfg.field, cfg.k, progress)
     out = settings.paths.candidates(0, task_name)
     write_parquet_atomic(frame, out)

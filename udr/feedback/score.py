@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.data.prepare import read_prepared
-from udr.data.tasks import Task, get_task
+from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.feedback.scoring import rank_within_query, score_items, select_queries
 from udr.lm.models import RECORD_NAME
@@ -132,7 +132,7 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
         old = pl.read_parquet(previous, columns=["query_id", "candidate_id", "score", "scored_in"])
         reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
     todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["query_id", "candidate_id"])
-    return ScoreWork(get_task(task_name), round_, train, cand_file, queries, reused, todo)
+    return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo)
 
 
 def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:

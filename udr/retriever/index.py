@@ -116,9 +116,8 @@ def embed_pool(encoder, task: Task, frame, batch_size: int, progress: bool) -> n
 
 
 def run_index(settings, *, progress: bool = True) -> dict:
-    """Copy the last round's model to models/final and index every task's pool with it."""
+    """Copy the last round's model to models/final and index every prepared task's pool with it."""
     from udr.data.prepare import read_prepared
-    from udr.data.tasks import get_task
     from udr.retriever.encoder import BiEncoder
     from udr.util.distributed import resolve_device_type
     from udr.util.files import building_dir
@@ -133,10 +132,10 @@ def run_index(settings, *, progress: bool = True) -> dict:
         encoder = BiEncoder.load(tmp).to(resolve_device_type(settings.train.device, "train.device"))
         fingerprint = model_fingerprint(tmp)
         report = {"round": last, "model": fingerprint, "tasks": {}}
-        for name in settings.task_names():
+        for name in settings.prepared_task_names():  # unseen tasks too: UDR retrieves for them
             t0 = time.perf_counter()
             pool = read_prepared(settings.root, name, "train")
-            emb = embed_pool(encoder, get_task(name), pool, settings.mine.batch_size, progress)
+            emb = embed_pool(encoder, settings.task(name), pool, settings.mine.batch_size, progress)
             meta = {
                 "task": name,
                 "ids": [int(i) for i in pool["id"]],

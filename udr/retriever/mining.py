@@ -42,7 +42,6 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.data.tasks import get_task
     from udr.feedback.scoring import select_queries
     from udr.retriever.encoder import BiEncoder, query_text
     from udr.retriever.index import embed_pool
@@ -53,7 +52,7 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
         raise UdrError("mining starts at round 1 (round 0's candidates come from `udr candidates`)")
     start = time.perf_counter()
     root, paths = settings.root, settings.paths
-    task = get_task(task_name)
+    task = settings.task(task_name)
     model_dir = paths.round_model(round_ - 1)
     if not model_dir.is_dir():
         raise UdrError(f"missing model {model_dir}: run `udr train --round {round_ - 1}` first")

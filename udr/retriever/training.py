@@ -79,12 +79,11 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.data.tasks import get_task
     from udr.retriever.encoder import demo_texts, query_text
 
     out: dict[str, list[ScoredQuery]] = {}
     for name in tasks:
-        task = get_task(name)
+        task = settings.task(name)
         path = settings.paths.scores(round_, name)
         if not path.is_file():
             raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")

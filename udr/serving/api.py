@@ -109,14 +109,14 @@ class Retriever:
     ) -> str:
         """Serve your own demonstrations; returns the name to retrieve them by.
 
-        records: dicts, or the path of a JSON-lines file, in a registered task's row shape when
-        `task` names one (its pipeline pool is then replaced by yours) and in the generation shape
-        ``{"input", "target"}`` otherwise. instruction: the task instruction UDR reads with every
-        demonstration (and query); required unless `task` is given.
+        records: dicts, or the path of a JSON-lines file, in a task's row shape when `task` names one
+        (built-in, or declared by the project at `root`; its pipeline pool is then replaced by yours)
+        and in the generation shape ``{"input", "target"}`` otherwise. instruction: the task
+        instruction UDR reads with every demonstration (and query); required unless `task` is given.
         """
-        from udr.serving.pools import file_pool, own_task, records_pool
+        from udr.serving.pools import file_pool, own_task, project_registry, records_pool
 
-        spec = own_task(instruction, like=task)
+        spec = own_task(instruction, like=task, registry=project_registry(self.root) if task else None)
         if isinstance(records, (str, Path)):
             pool = file_pool(Path(records), spec)
         else:

@@ -50,26 +50,33 @@ class Pool:
         return {int(pid): row for row, pid in enumerate(self.ids)}
 
 
-def _params_tasks(root: Path) -> set[str]:
-    """The tasks under prepare.tasks of the project's params.yaml (none if it cannot be read)."""
+def project_settings(root: Path):
+    """The settings of the project at `root` (its params.yaml), or None where it has none."""
     from udr.config import load_settings
 
-    try:
-        return set(load_settings(root / "params.yaml").prepare.tasks)
-    except UdrError:
-        return set()
+    params = Path(root) / "params.yaml"
+    return load_settings(params) if params.is_file() else None
+
+
+def project_registry(root: Path) -> dict[str, Task]:
+    """The tasks a project knows: the built-in ones and those it declares (none without params.yaml)."""
+    from udr.data.tasks import builtin_tasks
+
+    settings = project_settings(root)
+    return builtin_tasks() if settings is None else settings.registry
 
 
 def prepared_pool(root: Path, task_name: str) -> Pool:
-    """The pipeline's pool of a registered task: its prepared train split under `root`."""
+    """The pipeline's pool of a task of the project at `root`: its prepared train split."""
     from udr.data.prepare import read_prepared
     from udr.data.tasks import get_task
 
-    task = get_task(task_name)
+    settings = project_settings(Path(root))
+    task = get_task(task_name, None if settings is None else settings.registry)
     path = Paths(Path(root)).prepared(task_name, "train")
     if not path.is_file():
         step = f"run `udr prepare -t {task_name}`"
-        if task_name not in _params_tasks(Path(root)):  # `udr prepare` only prepares tasks named in params
+        if settings is None or task_name not in settings.prepared_task_names():  # prepare reads params' tasks
             step = f"add `{task_name}: {{}}` under prepare.tasks in params.yaml, then {step}"
         raise UdrError(
             f"task '{task_name}' has no prepared pool at {path}: {step} in the project, "
@@ -86,15 +93,21 @@ def prepared_pool(root: Path, task_name: str) -> Pool:
     )
 
 
-def own_task(instruction: str | None, like: str | None = None, name: str | None = None) -> Task:
-    """The task an own pool is read as: registered task `like` (its row shape, template and, unless
-    `instruction` is given, its instruction), or the generation shape with `instruction`."""
+def own_task(
+    instruction: str | None,
+    like: str | None = None,
+    name: str | None = None,
+    registry: dict[str, Task] | None = None,
+) -> Task:
+    """The task an own pool is read as: task `like` of `registry` (default: the built-in tasks; its row
+    shape, template and, unless `instruction` is given, its instruction), or the generation shape with
+    `instruction`."""
     from udr.data.tasks import BuiltinSource, Generation, get_task
 
     if instruction is not None and not instruction.strip():
         raise UdrError("empty instruction: give the task instruction UDR reads with every demonstration")
     if like is not None:
-        task = get_task(like)
+        task = get_task(like, registry)
         return replace(task, name=name or task.name, instruction=instruction or task.instruction)
     if instruction is None:
         raise UdrError(

@@ -96,6 +96,37 @@ def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, m
         write_parquet_atomic(frame, paths.candidates(0, name))
 
 
+def write_csv_task(tasks_dir: Path, data_dir: Path, name: str = "reviews", rows: int = 40) -> Path:
+    """A user's own task as the README declares one: `rows` real product reviews (the mirror's cr train
+    split) written to a CSV with the user's own column names and labels, and a YAML declaration of it in
+    `tasks_dir`; returns the declaration file."""
+    import csv
+    import json
+
+    tasks_dir.mkdir(parents=True, exist_ok=True)
+    lines = (data_dir / "cr" / "train.jsonl").read_text().splitlines()[:rows]
+    with (tasks_dir / f"{name}.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["review", "sentiment", "source"])
+        for line in lines:
+            row = json.loads(line)
+            writer.writerow([row["text"], {"negative": "neg", "positive": "pos"}[row["label"]], "cr"])
+    declaration = {
+        name: {
+            "kind": "classification",
+            "family": "sentiment",
+            "instruction": "Sentiment of the review: ",
+            "data": {"train": f"{name}.csv"},
+            "input": "review",
+            "label": "sentiment",
+            "verbalizers": {"neg": "It was terrible .", "pos": "It was great ."},
+        }
+    }
+    path = tasks_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(declaration, sort_keys=False))
+    return path
+
+
 SERVED_TASKS = ["sst2", "break"]
 
 

@@ -229,7 +229,7 @@ class EvaluateSettings(_Strict):
         default_factory=lambda: [1, 2, 4, 8], description="Demonstration counts of the shots plot."
     )
     shots_tasks: list[str] = Field(
-        default_factory=lambda: ["sst2", "e2e"],
+        default_factory=lambda: ["sst2"],
         description="Tasks of the shots plot (those not in prepare.tasks are ignored).",
     )
     shots_methods: list[Method] = Field(

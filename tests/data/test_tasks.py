@@ -6,9 +6,9 @@ import pytest
 
 from udr.data.sources import normalize_rows, read_jsonl
 from udr.data.tasks import TASK_KINDS, BuiltinSource, MirrorSource, RowError, builtin_tasks, get_task
+from udr.errors import UdrError
 
 REGISTRY = builtin_tasks()
-from udr.errors import UdrError
 
 MIRRORED = [t for t in REGISTRY.values() if isinstance(t.source, MirrorSource)]
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import prepare_with_candidates, run_udr, write_params
+from tests.conftest import prepare_with_candidates, run_udr, write_csv_task, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 
 EVAL_TASKS = ["sst2", "break"]
 EVAL_METHODS = ["random", "bm25", "sbert", "epr", "udr"]
+# A task declared from a CSV (tests.conftest.write_csv_task), evaluated but never trained on.
+UNSEEN_TASK = "reviews"
 
 
 @pytest.fixture(scope="package")
 def evaluated(tmp_path_factory, data_dir):
-    """Round 0 and the EPR baseline trained on tiny models, every method evaluated, the report written."""
+    """Round 0 and the EPR baseline trained on tiny models, every method evaluated (on an unseen declared
+    task too), the report written."""
     import os
 
     from udr.lm.models import resolve_model
@@ -48,13 +51,16 @@ def evaluated(tmp_path_factory, data_dir):
             "shots_tasks": ["sst2"],
             "shots_methods": ["bm25", "udr"],
             "dtype": "fp32",
+            "unseen_tasks": {UNSEEN_TASK: {"max_train": 20, "max_test": 6}},
         },
     )
+    write_csv_task(root / "data" / "tasks", data_dir, UNSEEN_TASK)
     prepare_with_candidates(root, EVAL_TASKS, data_dir, max_train=20, max_test=6, k=4)
     resolve_model(str(save_tiny_lm(root / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
     resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
     os.environ.pop("UDR_DATA_DIR", None)
     for args in (
+        ["prepare", "--task", UNSEEN_TASK],
         ["score"],
         ["train"],
         ["train", "--epr"],

@@ -8,6 +8,7 @@ import pytest
 
 from tests.evaluation.conftest import EVAL_METHODS as METHODS
 from tests.evaluation.conftest import EVAL_TASKS as TASKS
+from tests.evaluation.conftest import UNSEEN_TASK
 
 
 def test_report_table_summary_and_plot(evaluated):
@@ -38,3 +39,27 @@ def test_report_compares_udr_with_every_baseline_from_the_predictions(evaluated)
         assert entry["all"]["difference"] == pytest.approx(mean)
     table = (evaluated / "metrics" / "results.md").read_text()
     assert "## UDR against each baseline" in table and "| task | n | udr - random | udr - bm25 |" in table
+
+
+def test_unseen_task_gets_its_own_table_row_and_stays_out_of_the_averages(evaluated):
+    summary = json.loads((evaluated / "metrics" / "summary.json").read_text())
+    assert set(summary["tasks"]["udr"]) == set(TASKS)  # the main table: trained-on tasks only
+    unseen = summary["unseen"]
+    for method in METHODS:
+        result = json.loads((evaluated / "metrics" / method / f"{UNSEEN_TASK}.json").read_text())
+        assert unseen["tasks"][method] == {
+            UNSEEN_TASK: {"metric": "accuracy", "score": result["score"], "graded": result["score"], "n": 6}
+        }
+        assert unseen["averages"][method]["all"] == pytest.approx(result["score"])
+    want = unseen["tasks"]["udr"][UNSEEN_TASK]["graded"] - unseen["tasks"]["bm25"][UNSEEN_TASK]["graded"]
+    assert unseen["udr_minus"]["bm25"]["tasks"][UNSEEN_TASK]["difference"] == pytest.approx(want)
+    table = (evaluated / "metrics" / "results.md").read_text()
+    main, _, rest = table.partition("# Unseen tasks")
+    assert f"| {UNSEEN_TASK} |" not in main
+    row = next(line for line in rest.splitlines() if line.startswith(f"| {UNSEEN_TASK} | classification"))
+    assert row.count("|") == 10  # task, kind, metric, n and the five methods
+    assert "## UDR against each baseline, unseen tasks" in rest and "**average, unseen tasks**" in rest
+    # Never scored, never trained on: no candidates, no scores; but UDR's index has its pool.
+    assert not (evaluated / "data" / "scores" / "round0" / f"{UNSEEN_TASK}.parquet").exists()
+    assert not (evaluated / "data" / "candidates" / "round0" / f"{UNSEEN_TASK}.parquet").exists()
+    assert any(UNSEEN_TASK in p.name for p in (evaluated / "models" / "final").rglob("*"))

@@ -208,7 +208,7 @@ def run_evaluate(
 ) -> dict[str, dict]:
     """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's `split` (test;
     validation: the rows `udr prepare` set aside to choose settings on) for `tasks` (default
-    `evaluate.tasks` or every task in params). Writes, per task, the result
+    `evaluate.tasks` or every task in params; on validation the unseen tasks are left out). Writes, per task, the result
     (`metrics/<method>/<task>.json`; validation: `metrics/validation/<method>/<task>.json`) and every
     prediction with its demonstration ids (`data/predictions/<method>/<task>.parquet`; validation:
     `data/predictions-validation/...`); returns {task: result}."""
@@ -220,7 +220,11 @@ def run_evaluate(
     check_method(method)  # before loading the LM
     lm = LanguageModel.load(settings)
     results = {}
-    for name in tasks or settings.evaluation_tasks():
+    if not tasks:
+        tasks = settings.evaluation_tasks()
+        if split == "validation":  # settings are chosen on the trained-on tasks: unseen ones stay unseen
+            tasks = [t for t in tasks if t not in settings.evaluate.unseen_tasks]
+    for name in tasks:
         start = time.perf_counter()
         ev = TaskEvaluation(settings, lm, method, name, split=split, progress=progress)
         with progress_bar(progress) as bar:

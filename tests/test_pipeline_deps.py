@@ -123,11 +123,13 @@ def _changed_stages(root: Path, env: dict) -> set[str]:
 
 @pytest.mark.slow
 def test_what_a_change_re_runs(tmp_path, data_dir):
-    """On a tiny real pipeline: a second look finds nothing stale; an evaluation parameter re-runs only
-    the evaluations; a training parameter only training; a task's template or instruction the task's
-    data, its LM scoring, training and every evaluation."""
+    """On a tiny real pipeline (with an unseen task): a second look finds nothing stale; an evaluation
+    parameter re-runs only the evaluations; a training parameter only training; a task's template or
+    instruction the task's data, its LM scoring, training and every evaluation; a new task declaration
+    in data/tasks the data preparation (whose unchanged outputs stop it there)."""
     root = tmp_path / "project"
     root.mkdir()
+    (root / "data" / "tasks").mkdir(parents=True)
     shutil.copytree(REPO / "udr", root / "udr", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     shutil.copy(REPO / ".dvcignore", root / ".dvcignore")
@@ -150,7 +152,14 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     )
     params["mine"].update(k=3, batch_size=8)
     params["evaluate"].update(
-        context=600, max_demos=2, max_new_tokens=4, candidates=4, batch_tokens=2048, shots=[1, 2], dtype="fp32"
+        context=600,
+        max_demos=2,
+        max_new_tokens=4,
+        candidates=4,
+        batch_tokens=2048,
+        shots=[1, 2],
+        dtype="fp32",
+        unseen_tasks={"cr": {"max_train": 16, "max_test": 4}},
     )
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -176,18 +185,28 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert _changed_stages(root, env) == set()
 
-    # A task's template, then its instruction: the prepared data no longer says how it is rendered, so
-    # the code dependency must carry the change to scoring, training and evaluation.
-    tasks_py = root / "udr" / "data" / "tasks.py"
-    original = tasks_py.read_text()
-    for old, new in (
-        ('DEFAULT_TEMPLATE = "{input}\\t{answer}"', 'DEFAULT_TEMPLATE = "{input} => {answer}"'),
-        ('SENTIMENT = "Sentiment of the sentence: "', 'SENTIMENT = "How does the writer feel? "'),
+    # A task's template, then its instruction: the code and the prepared data's meta.json carry the
+    # change to scoring, training and evaluation.
+    tasks_py, declared = root / "udr" / "data" / "tasks.py", root / "udr" / "data" / "builtin_tasks.yaml"
+    originals = {tasks_py: tasks_py.read_text(), declared: declared.read_text()}
+    for path, old, new in (
+        (tasks_py, 'DEFAULT_TEMPLATE = "{input}\\t{answer}"', 'DEFAULT_TEMPLATE = "{input} => {answer}"'),
+        (declared, '"Sentiment of the sentence: "', '"How does the writer feel? "'),
     ):
-        assert old in original, old
-        tasks_py.write_text(original.replace(old, new))
+        assert old in originals[path], old
+        path.write_text(originals[path].replace(old, new))
         stale = _changed_stages(root, env)
         assert {"prepare@sst2", "score@sst2", "train", "rescore@round1", "retrain@round1", "index"} <= stale
-        assert evaluations <= stale
-    tasks_py.write_text(original)
+        assert {"prepare_unseen@cr"} <= stale and evaluations <= stale
+        path.write_text(originals[path])
     assert _changed_stages(root, env) == set()
+
+    # A new declaration in data/tasks: every data preparation looks again (its unchanged outputs then
+    # leave the later stages alone: `dvc repro` re-runs nothing else).
+    (root / "data" / "tasks" / "mine.yaml").write_text(
+        "mine:\n  kind: generation\n  instruction: 'Say: '\n  data: {train: mine.jsonl}\n"
+    )
+    assert _changed_stages(root, env) == {"prepare@sst2", "prepare@e2e", "prepare_unseen@cr"}
+    done = subprocess.run([dvc, "repro"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Running stage 'train'" not in done.stdout and _changed_stages(root, env) == set()

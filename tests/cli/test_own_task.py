@@ -1,6 +1,6 @@
 """A user's own task, declared in a YAML file over a CSV the test writes, through every stage of the CLI
-on tiny models (prepare -> candidates -> score -> train -> index -> evaluate -> report -> retrieve) and
-the Python API: adding a task needs no code change."""
+on tiny models (prepare -> candidates -> score -> train -> mine -> score -> train -> index -> evaluate ->
+report -> retrieve) and the Python API: adding a task needs no code change."""
 
 from __future__ import annotations
 
@@ -26,8 +26,16 @@ def test_a_task_declared_over_a_csv_runs_through_every_stage(run_cli, tmp_path, 
         candidates={"k": 4},
         score={"queries_per_task": 6, "batch_tokens": 2048, "dtype": "fp32"},
         encoder={"max_query_length": 48, "max_demo_length": 64},
-        train={"batch_size": 3, "micro_batch": 3, "epochs_first": 1, "warmup_steps": 0, "candidates_per_query": 3},
-        mine={"batch_size": 8},
+        train={
+            "later_rounds": {"round1": "round0"},
+            "batch_size": 3,
+            "micro_batch": 3,
+            "epochs_first": 1,
+            "epochs_later": 1,
+            "warmup_steps": 0,
+            "candidates_per_query": 3,
+        },
+        mine={"k": 3, "batch_size": 8},
         evaluate={"context": 400, "max_demos": 3, "batch_tokens": 1024, "shots_tasks": [], "dtype": "fp32"},
     )
     resolve_model(str(save_tiny_lm(tmp_path / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
@@ -45,9 +53,11 @@ def test_a_task_declared_over_a_csv_runs_through_every_stage(run_cli, tmp_path, 
     meta = json.loads((root / "data" / "prepared" / "reviews" / "meta.json").read_text())
     assert meta["instruction"] == "Sentiment of the review: " and meta["files"] == {"all": "reviews.csv"}
     assert (meta["counts"]["train"]["kept"], meta["counts"]["test"]["kept"], meta["split"]) == (24, 6, "seeded")
-    for stage in (["candidates"], ["score"], ["train"], ["train", "--epr"], ["index"]):
+    rounds = (["candidates"], ["score"], ["train"], ["mine", "--round", "1"], ["score", "--round", "1"])
+    for stage in (*rounds, ["train", "--round", "1"], ["train", "--epr"], ["index"]):
         udr(*stage)
-    assert (root / "data" / "scores" / "round0" / "reviews.parquet").is_file()
+    assert (root / "data" / "scores" / "round1" / "reviews.parquet").is_file()
+    assert (root / "data" / "candidates" / "round1" / "reviews.parquet").is_file()
     for method in ("random", "bm25", "sbert", "epr", "udr"):
         udr("evaluate", "--method", method)
     result = json.loads((root / "metrics" / "udr" / "reviews.json").read_text())

@@ -31,7 +31,8 @@ def test_tasks_table_shows_mirrored_tasks_available(run_cli, tmp_path, data_dir,
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
     for folder in data_dir.iterdir():
         if folder.is_dir():
-            assert "yes" in rows[folder.name].split("│")[6], rows[folder.name]
+            assert "yes" in rows[folder.name].split("│")[7], rows[folder.name]
+    assert rows["sst2"].split("│")[6].strip() == "built-in" and rows["sst2"].split("│")[8].strip() == "trained"
     assert "yes (built)" in rows["python_code"]
     assert "hub only" in rows["mnli"]
 

@@ -181,5 +181,5 @@ def test_malformed_files_name_the_line(cli, tmp_path):
     pool = tmp_path / "pool.jsonl"
     pool.write_text('{"text": "great", "label": "positive"}\n{"text": "meh", "label": "so-so"}\n')
     code, _, err = cli("retrieve", QUERY, "--pool", str(pool), "--task", "sst2")
-    assert code == 1 and f"{pool}:2: malformed row for task sst2: unknown label 'so-so'" in err
+    assert code == 1 and f"{pool}:2: malformed row for task sst2: field 'label': unknown label 'so-so'" in err
     assert not (tmp_path / "cache" / "pools").exists()  # nothing half-written

@@ -134,7 +134,7 @@ def test_bad_data_is_one_line_naming_task_field_and_place(tmp_path):
     with pytest.raises(UdrError, match=r"bad.csv:12: malformed row for task reviews: field 'sentiment': unknown label"):
         load_task(_declare({**REVIEWS, "data": {"train": "bad.csv"}}, tmp_path), tmp_path, seed=1, test_fraction=0.2)
     (tmp_path / "empty.csv").write_text("review,sentiment\n")
-    with pytest.raises(UdrError, match="cannot split 0 row"):
+    with pytest.raises(UdrError, match=r"task reviews: data.train: the split is empty \(no rows in .*empty.csv\)"):
         load_task(_declare({**REVIEWS, "data": {"train": "empty.csv"}}, tmp_path), tmp_path, seed=1, test_fraction=0.2)
     with pytest.raises(UdrError, match=r"task reviews: data file .*x.xlsx: unsupported format '.xlsx'"):
         load_task(_declare({**REVIEWS, "data": {"train": "x.xlsx"}}, tmp_path), tmp_path, seed=1, test_fraction=0.2)

@@ -242,8 +242,9 @@ def parse_declarations(raw: Any, base: Path, where: str) -> dict[str, Task]:
     return tasks
 
 
-def read_declarations(path: Path) -> dict[str, Task]:
-    """Tasks declared in one YAML file (relative data paths: relative to the file's directory)."""
+def read_declarations(path: Path, where: str | None = None) -> dict[str, Task]:
+    """Tasks declared in one YAML file (relative data paths: relative to the file's directory); `where`
+    names the file in errors and listings (default: its path)."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
@@ -251,7 +252,7 @@ def read_declarations(path: Path) -> dict[str, Task]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise UdrError(f"task declarations {path}{f':{mark.line + 1}' if mark else ''} are not valid YAML") from None
-    return parse_declarations(raw, path.parent.resolve(), str(path))
+    return parse_declarations(raw, path.parent.resolve(), where or str(path))
 
 
 def merge(registries: list[dict[str, Task]]) -> dict[str, Task]:
@@ -263,6 +264,14 @@ def merge(registries: list[dict[str, Task]]) -> dict[str, Task]:
                 raise UdrError(f"task '{name}' is declared twice: in {out[name].declared_in} and in {task.declared_in}")
             out[name] = task
     return out
+
+
+def _shown(path: Path, base: Path) -> str:
+    """`path` relative to the project (`base`) where it lies inside it, else as it is."""
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
 
 
 @lru_cache(maxsize=1)
@@ -278,6 +287,6 @@ def project_registry(tasks_dir: Path | None, inline: Any = None, inline_base: Pa
     registries = [builtin_registry()]
     if tasks_dir is not None and tasks_dir.is_dir():
         files = sorted(p for p in tasks_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
-        registries += [read_declarations(p) for p in files]
+        registries += [read_declarations(p, _shown(p, inline_base)) for p in files]
     registries.append(parse_declarations(inline, inline_base.resolve(), "params.yaml tasks"))
     return merge(registries)

@@ -112,9 +112,17 @@ def check_columns(task: Task, records: list[tuple[int, dict]], where: str) -> No
             )
 
 
+def _normalize_file(task: Task, path: Path, field: str) -> Rows:
+    """A user's data file (declaration field `field`) read and normalised, its columns checked first."""
+    records = read_records(path, task.name)
+    if not records:
+        raise UdrError(f"task {task.name}: {field}: the split is empty (no rows in {path})")
+    check_columns(task, records, str(path))
+    return normalize_rows(task, records, str(path))
+
+
 def normalize_rows(task: Task, records: list[tuple[int, dict]], where: str) -> Rows:
     """Apply the task's normaliser; a malformed row fails with `where:line` and the reason."""
-    check_columns(task, records, where)
     ids, examples = [], []
     for lineno, record in records:
         try:
@@ -212,10 +220,9 @@ def load_task(task: Task, data_dir: Path, seed: int, test_fraction: float) -> Lo
         prov.update(source=source.describe(), python_version=platform.python_version(), n_built=len(rows))
     elif isinstance(source, FileSource):
         path = source.path(source.train)
-        rows = normalize_rows(task, read_records(path, task.name), str(path))
+        rows = _normalize_file(task, path, "data.train")
         if source.test:
-            test_path = source.path(source.test)
-            train, test = rows, normalize_rows(task, read_records(test_path, task.name), str(test_path))
+            train, test = rows, _normalize_file(task, source.path(source.test), "data.test")
             prov = {"split": "given", "files": {"train": source.train, "test": source.test}}
         else:
             train, test, prov = _carve(rows, task, seed, test_fraction)

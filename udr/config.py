@@ -205,6 +205,13 @@ class EvaluateSettings(_Strict):
     candidates: int = Field(
         32, gt=0, description="Demonstrations retrieved per generation input before the context budget cuts them."
     )
+    diversity: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Dense retrievers (sbert, epr, udr): 0, the most similar; above, maximal marginal "
+        "relevance re-ranking (udr retrieve --diversity).",
+    )
     order: Order = Field(
         "ascending",
         description="ascending: most similar next to the test input (paper); descending; random (seeded).",

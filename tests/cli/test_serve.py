@@ -86,6 +86,22 @@ def test_json_lines_equal_the_api(cli, api):
     assert [x["score"] for x in lines] == pytest.approx([d.score for d in demos], abs=1e-6)
 
 
+def test_diversity_reranks_like_the_api(cli, api, tmp_path):
+    code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "4", "--json", "--diversity", "0.6")
+    assert code == 0, err
+    diverse = api.retrieve(QUERY, task="sst2", k=4, diversity=0.6)
+    assert [json.loads(line)["pool_id"] for line in out.splitlines()] == [d.pool_id for d in diverse]
+    near = {d.pool_id for d in api.retrieve(QUERY, task="sst2", k=16)}  # MMR picks among the 4k most similar
+    assert {d.pool_id for d in diverse} <= near and len({d.pool_id for d in diverse}) == 4
+    src = tmp_path / "q.jsonl"
+    src.write_text(json.dumps({"query": QUERY, "task": "sst2"}) + "\n")
+    code, out, err = cli("retrieve", "--input", str(src), "-k", "4", "--diversity", "0.6")
+    assert code == 0, err
+    assert [d["pool_id"] for d in json.loads(out)["demonstrations"]] == [d.pool_id for d in diverse]
+    code, out, err = cli("retrieve", QUERY, "--task", "sst2", "--diversity", "1.5")
+    assert code == 1 and "diversity out of range: 1.5" in err and err.count("\n") == 1
+
+
 def test_prompt_is_ready_for_an_lm(cli, api):
     code, out, err = cli("retrieve", QUERY, "--task", "sst2", "-k", "2", "--prompt")
     assert code == 0, err

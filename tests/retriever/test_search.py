@@ -167,3 +167,53 @@ def test_one_index_searched_many_times_equals_one_off_searches():
     assert len(index) == M
     with pytest.raises(UdrError, match="CPU only"):
         ExactIndex(p, "cuda", use_faiss=True)
+
+
+# ---------------------------------------------------------------- maximal marginal relevance
+
+
+def test_mmr_without_diversity_keeps_the_ranking_and_with_it_skips_near_duplicates():
+    from udr.retriever.search import mmr_order
+
+    query = np.array([1.0, 0.0, 0.0])
+    # Ranked by similarity: a, a copy of a, then b (less similar to the query, unlike a).
+    candidates = np.array([[1.0, 0.1, 0.0], [1.0, 0.12, 0.0], [0.7, 0.0, 0.7]])
+    assert mmr_order(query, candidates, 3, 0.0) == [0, 1, 2]
+    assert mmr_order(query, candidates, 3, 0.5) == [0, 2, 1]
+    # diversity 1: after the first pick (relevance breaks the tie), each pick minimises its largest
+    # cosine to those picked: brute force.
+    rng = np.random.default_rng(0)
+    cands = rng.normal(size=(12, 5))
+    order = mmr_order(rng.normal(size=5), cands, 5, 1.0)
+    unit = cands / np.linalg.norm(cands, axis=1, keepdims=True)
+    for step in range(1, 5):
+        rest = [i for i in range(12) if i not in order[:step]]
+        worst = {i: max(unit[i] @ unit[j] for j in order[:step]) for i in rest}
+        assert order[step] == min(rest, key=lambda i: (worst[i], i))
+
+
+def test_dense_retriever_diversity_reranks_within_the_fetched_neighbours():
+    import torch
+
+    from udr.retriever.search import MMR_FETCH, DenseRetriever
+
+    class Encoder:  # queries are their own embeddings
+        device = torch.device("cpu")
+
+        def encode(self, texts, side, batch_size):
+            return np.asarray([[float(x) for x in t.split(",")] for t in texts], dtype=np.float32)
+
+    pool = np.random.default_rng(1).normal(size=(60, 4)).astype(np.float32)
+    retriever = DenseRetriever(Encoder(), np.arange(100, 160), pool)
+    queries = ["1,0,0,0", "0,1,1,0"]
+    plain = retriever.rank(queries, 3)
+    assert np.array_equal(retriever.rank(queries, 3, diversity=0.0).ids, plain.ids)
+    diverse = retriever.rank(queries, 3, diversity=0.7)
+    near = retriever.rank(queries, MMR_FETCH * 3)
+    for query, ids, scores, fetched in zip(queries, diverse.ids, diverse.scores, near.ids):
+        assert len(set(ids)) == 3 and set(ids) <= set(fetched)
+        assert np.allclose(scores, pool[ids - 100] @ np.asarray(query.split(","), dtype=np.float32))  # own scores
+    assert not np.array_equal(diverse.ids, plain.ids)  # it re-ranks on this data
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(UdrError, match="diversity out of range"):
+            retriever.rank(queries, 3, diversity=bad)

@@ -24,6 +24,14 @@ def retrieve_cmd(
         ),
     ] = None,
     k: Annotated[int, typer.Option("-k", "--top-k", help="How many demonstrations, most similar first.")] = 8,
+    diversity: Annotated[
+        float,
+        typer.Option(
+            "--diversity",
+            help="0 to 1: re-rank by maximal marginal relevance, trading similarity to the query for "
+            "variety among the demonstrations (0: plain top-k).",
+        ),
+    ] = 0.0,
     as_json: Annotated[
         bool, typer.Option("--json", help="JSON lines (one per demonstration) instead of a table.")
     ] = False,
@@ -74,6 +82,9 @@ def retrieve_cmd(
         from udr.serving.api import check_query
 
         check_query(query)
+    from udr.retriever.search import check_diversity
+
+    check_diversity(diversity)  # before the model loads
     from udr.serving.api import Retriever
 
     watched = interactive()
@@ -84,7 +95,8 @@ def retrieve_cmd(
         from udr.serving.query_file import read_queries, retrieve_lines
         from udr.util.files import write_text_atomic
 
-        lines = retrieve_lines(retriever, read_queries(input_file, task), k, prompt=prompt, progress=watched)
+        queries = read_queries(input_file, task)
+        lines = retrieve_lines(retriever, queries, k, prompt=prompt, progress=watched, diversity=diversity)
         text = "".join(line + "\n" for line in lines)
         if output_file is None:
             sys.stdout.write(text)
@@ -93,7 +105,7 @@ def retrieve_cmd(
             console().print(f"{len(lines)} queries -> {output_file}")
         return
     task = retriever.resolve_task(task)
-    demos = retriever.retrieve(query, task=task, k=k)
+    demos = retriever.retrieve(query, task=task, k=k, diversity=diversity)
     text = retriever.prompt(query, demos, task=task) if prompt else None
     if as_json:
         import json
@@ -105,10 +117,10 @@ def retrieve_cmd(
     elif text is not None:
         print(text)
     else:
-        _print_demonstrations(query, task, demos)
+        _print_demonstrations(query, task, demos, diversity)
 
 
-def _print_demonstrations(query: str, task: str, demos) -> None:
+def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -120,7 +132,10 @@ def _print_demonstrations(query: str, task: str, demos) -> None:
         "input",
         "output",
         "pool id",
-        title=escape(f"{task}: {len(demos)} demonstrations for {query!r}, most similar first"),
+        title=escape(
+            f"{task}: {len(demos)} demonstrations for {query!r}, "
+            + (f"diversity {diversity:g} (maximal marginal relevance order)" if diversity else "most similar first")
+        ),
         title_justify="left",
     )
     for rank, d in enumerate(demos, 1):

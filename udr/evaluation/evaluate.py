@@ -95,7 +95,13 @@ class TaskEvaluation:
         k = min(want, len(pool))
         retriever = build_retriever(method, settings, task_name, pool, progress=progress)
         start = time.perf_counter()
-        self.ranking = retriever.rank([r["input"] for r in self.rows], k)
+        queries = [r["input"] for r in self.rows]
+        from udr.retriever.search import DenseRetriever
+
+        if cfg.diversity and isinstance(retriever, DenseRetriever):  # random and BM25 have no embeddings
+            self.ranking = retriever.rank(queries, k, diversity=cfg.diversity)
+        else:
+            self.ranking = retriever.rank(queries, k)
         self._done: dict[tuple[int, ...], object] = {}  # prompt token ids -> prediction
         self.retrieval_seconds = time.perf_counter() - start
         if self.generation:

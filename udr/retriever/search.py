@@ -14,6 +14,9 @@ import numpy as np
 
 from udr.errors import UdrError
 
+# Maximal marginal relevance re-ranks this many times k of the most similar demonstrations.
+MMR_FETCH = 4
+
 # Neighbours fetched beyond the k needed, so that a tie at the k-th place can usually be resolved
 # without a second search (see `_select`).
 _EXTRA = 8
@@ -219,6 +222,39 @@ class PoolRetriever(Protocol):
         ...
 
 
+def check_diversity(diversity: float) -> float:
+    """A one-line error unless 0 <= diversity <= 1."""
+    if not isinstance(diversity, (int, float)) or isinstance(diversity, bool) or not 0.0 <= diversity <= 1.0:
+        raise UdrError(f"diversity out of range: {diversity!r} (0: most similar first, up to 1: most diverse)")
+    return float(diversity)
+
+
+def mmr_order(query: np.ndarray, candidates: np.ndarray, k: int, diversity: float) -> list[int]:
+    """Maximal marginal relevance (Carbonell & Goldstein, 1998; LangChain's `lambda_mult` = 1 - diversity):
+    greedily pick the candidate maximising (1 - diversity) * cos(q, d) - diversity * max cos(d, picked).
+
+    query (dim,) and candidates (m, dim), best first; returns k candidate positions in pick order.
+    Cosine on both sides, whatever the retriever's similarity, so the two terms are on one scale;
+    ties go to the better-ranked candidate. diversity 0 gives the candidates' own order.
+    """
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+    cands = unit(candidates.astype(np.float64))
+    relevance = cands @ unit(query.astype(np.float64))
+    redundancy = np.full(len(cands), -np.inf)
+    picked: list[int] = []
+    for _ in range(min(k, len(cands))):
+        penalty = np.where(np.isfinite(redundancy), redundancy, 0.0)
+        value = (1.0 - diversity) * relevance - diversity * penalty
+        value[picked] = -np.inf
+        best = int(np.argmax(value))  # the first maximum: the better-ranked candidate
+        picked.append(best)
+        redundancy = np.maximum(redundancy, cands @ cands[best])
+    return picked
+
+
 def check_k(k: int, pool_size: int, excluding: bool) -> None:
     room = pool_size - (1 if excluding else 0)
     if not 1 <= k <= room:
@@ -261,8 +297,20 @@ class DenseRetriever:
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
         return self.encoder.encode([self.query_text(q) for q in queries], "query", batch_size=self.batch_size)
 
-    def rank(self, queries, k, exclude=None):
+    def rank(self, queries, k, exclude=None, diversity: float = 0.0):
+        """The k best pool items per query. diversity > 0: re-rank the `MMR_FETCH` x k most similar by
+        maximal marginal relevance (:func:`mmr_order`), so near-duplicate demonstrations give way."""
+        diversity = check_diversity(diversity)
         excl = exclude_positions(self.pool_ids, exclude, len(queries))
         check_k(k, len(self.pool_ids), excl is not None)
-        scores, pos = self.index.search(self.embed_queries(queries), k, exclude=excl)
-        return Ranking(self.pool_ids[pos], scores)
+        embedded = self.embed_queries(queries)
+        if diversity == 0.0:
+            scores, pos = self.index.search(embedded, k, exclude=excl)
+            return Ranking(self.pool_ids[pos], scores)
+        fetch = min(len(self.pool_ids) - (1 if excl is not None else 0), max(k, MMR_FETCH * k))
+        scores, pos = self.index.search(embedded, fetch, exclude=excl)
+        picks = [mmr_order(q, self.pool_embeddings[p], k, diversity) for q, p in zip(embedded, pos)]
+        return Ranking(
+            np.stack([self.pool_ids[p[o]] for p, o in zip(pos, picks)]),
+            np.stack([s[o] for s, o in zip(scores, picks)]),
+        )

@@ -130,12 +130,21 @@ class Retriever:
 
     # ------------------------------------------------------------ retrieval
 
-    def retrieve(self, query: str, task: str | None = None, k: int = 8) -> list[Demonstration]:
-        """The k demonstrations most similar to `query`, most similar first."""
-        return self.retrieve_batch([query], task=task, k=k)[0]
+    def retrieve(
+        self, query: str, task: str | None = None, k: int = 8, *, diversity: float = 0.0
+    ) -> list[Demonstration]:
+        """The k demonstrations most similar to `query`, most similar first. diversity (0 to 1): re-rank
+        by maximal marginal relevance, trading similarity to the query for dissimilarity among the k
+        (LangChain's `lambda_mult` is 1 - diversity); the order is then MMR's pick order."""
+        return self.retrieve_batch([query], task=task, k=k, diversity=diversity)[0]
 
-    def retrieve_batch(self, queries: Sequence[str], task: str | None = None, k: int = 8) -> list[list[Demonstration]]:
+    def retrieve_batch(
+        self, queries: Sequence[str], task: str | None = None, k: int = 8, *, diversity: float = 0.0
+    ) -> list[list[Demonstration]]:
         """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
+        from udr.retriever.search import check_diversity
+
+        check_diversity(diversity)
         queries = list(queries)
         for i, query in enumerate(queries):
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
@@ -145,7 +154,7 @@ class Retriever:
         rows = pool.positions
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):
-            ranking = searcher.rank(queries[lo : lo + self.batch_size], k)
+            ranking = searcher.rank(queries[lo : lo + self.batch_size], k, diversity=diversity)
             for ids, scores in zip(ranking.ids, ranking.scores):
                 out.append(
                     [

@@ -47,7 +47,13 @@ def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
 
 
 def retrieve_lines(
-    retriever, lines: list[QueryLine], k: int, *, prompt: bool = False, progress: bool = False
+    retriever,
+    lines: list[QueryLine],
+    k: int,
+    *,
+    prompt: bool = False,
+    progress: bool = False,
+    diversity: float = 0.0,
 ) -> list[str]:
     """One JSON result line per query line, in input order; queries of a task are embedded together."""
     from udr.util.progress import progress_bar
@@ -63,7 +69,8 @@ def retrieve_lines(
             for lo in range(0, len(members), step):
                 chunk = members[lo : lo + step]
                 try:
-                    results = retriever.retrieve_batch([lines[i].query for i in chunk], task=task, k=k)
+                    queries = [lines[i].query for i in chunk]
+                    results = retriever.retrieve_batch(queries, task=task, k=k, diversity=diversity)
                 except UdrError as exc:
                     raise UdrError(f"{lines[chunk[0]].where}: {exc}") from None
                 for i, demos in zip(chunk, results):

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from udr.cli.app import app, console, interactive
+from udr.cli.app import ParamsOpt, SetOpt, app, console, interactive, load
 from udr.errors import UdrError
 
 
@@ -141,3 +141,38 @@ def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) 
     for rank, d in enumerate(demos, 1):
         table.add_row(str(rank), f"{d.score:.3f}", escape(d.input), escape(d.output), str(d.pool_id))
     Console().print(table)
+
+
+@app.command("export")
+def export_cmd(
+    out_dir: Annotated[Path, typer.Argument(help="Where to write the export (replaced atomically).")],
+    format_: Annotated[
+        str, typer.Option("--format", help="The export format: sentence-transformers (v5+, a Router).")
+    ] = "sentence-transformers",
+    model: Annotated[
+        Path | None,
+        typer.Option("--model", help="A udr bi-encoder directory (default: models/final)", show_default=False),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="How the model card's snippets load it (default: OUT_DIR); e.g. a hub id."),
+    ] = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Export the trained retriever for other tools, with a model card written from the run's files."""
+    from udr.serving.export import EXPORT_FORMATS, export_sentence_transformers
+    from udr.serving.model_card import model_card
+
+    if format_ not in EXPORT_FORMATS:
+        raise UdrError(f"unknown export format '{format_}' (known: {', '.join(EXPORT_FORMATS)})")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UdrError(f"{out_dir} is a file: give the directory to export into")
+    settings = load(params, set_)
+    model_dir = model or settings.paths.final_model
+    card = model_card(settings, model_dir, name or str(out_dir))
+    tasks = {n: settings.task(n) for n in settings.prepared_task_names()}
+    meta = export_sentence_transformers(model_dir, out_dir, tasks, card)
+    console().print(
+        f"exported {model_dir} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, model card)"
+    )

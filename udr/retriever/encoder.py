@@ -13,6 +13,7 @@ On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrai
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from udr.errors import UdrError
 from udr.util.files import building_dir, json_text
 
 SETTINGS_NAME = "udr_encoder.json"
+EXPORT_NAME = "udr_export.json"  # a `udr export` (sentence-transformers) of a bi-encoder, see udr.serving.export
 
 
 class BiEncoderSettings(EncoderSettings):
@@ -132,40 +134,62 @@ class BiEncoder:
         demo_model, _ = load_encoder(base_dir)
         return cls(query_model, demo_model, tokenizer, settings)
 
-    @classmethod
-    def load(cls, path: Path) -> BiEncoder:
-        """Load a saved bi-encoder directory (safetensors only)."""
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
+    @staticmethod
+    def load_settings(path: Path) -> BiEncoderSettings:
+        """The settings of the bi-encoder at `path`: a udr model directory, or a udr export
+        (`udr export`, whose `udr_export.json` keeps them)."""
         path = Path(path)
-        meta = path / SETTINGS_NAME
+        meta, key = path / SETTINGS_NAME, None
+        if not meta.is_file() and (path / EXPORT_NAME).is_file():
+            meta, key = path / EXPORT_NAME, "encoder"
         if not meta.is_file():
             raise UdrError(
                 f"missing model: {path} is not a udr bi-encoder (no {SETTINGS_NAME}); "
                 "train one with `udr train` or pass --model"
             )
         try:
-            settings = BiEncoderSettings.model_validate_json(meta.read_text())
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise UdrError(f"{meta}: unreadable bi-encoder settings ({where}: {first['msg']})") from None
+            raw = json.loads(meta.read_text())
+            return BiEncoderSettings.model_validate(raw[key] if key else raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                reason = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            else:
+                reason = exc.__class__.__name__
+            raise UdrError(f"{meta}: unreadable bi-encoder settings ({reason})") from None
+
+    @staticmethod
+    def part_dirs(path: Path) -> tuple[Path, Path, Path]:
+        """(E_q, E_d, tokenizer) directories of a udr model directory or of a udr export."""
+        path = Path(path)
+        if (path / SETTINGS_NAME).is_file() or not (path / EXPORT_NAME).is_file():
+            return path / "query", path / "demo", path / "tokenizer"
+        routes = json.loads((path / EXPORT_NAME).read_text()).get("routes", {})
+        query, demo = path / routes.get("query", "query"), path / routes.get("demo", "demo")
+        return query, demo, query
+
+    @classmethod
+    def load(cls, path: Path) -> BiEncoder:
+        """Load a saved bi-encoder directory, or a udr export of one (safetensors only)."""
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        path = Path(path)
+        settings = cls.load_settings(path)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         from udr.util.weights import load_weights
 
         rebuild = "train it again (`udr train`) or pass another --model"
+        query_dir, demo_dir, tokenizer_dir = cls.part_dirs(path)
         models = [
             load_weights(
-                lambda side=side: AutoModel.from_pretrained(path / side, use_safetensors=True, dtype=torch.float32),
-                path / side,
-                rebuild,
+                lambda d=d: AutoModel.from_pretrained(d, use_safetensors=True, dtype=torch.float32), d, rebuild
             ).eval()
-            for side in ("query", "demo")
+            for d in (query_dir, demo_dir)
         ]
-        tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(path / "tokenizer"), path / "tokenizer", rebuild)
+        tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(tokenizer_dir), tokenizer_dir, rebuild)
         return cls(models[0], models[1], tokenizer, settings)
 
     def save(self, path: Path) -> None:

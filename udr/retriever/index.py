@@ -82,10 +82,11 @@ def model_fingerprint(model_dir: Path) -> str:
     """A short hash of a bi-encoder's settings and weights."""
     import hashlib
 
-    from udr.retriever.encoder import SETTINGS_NAME
+    from udr.retriever.encoder import EXPORT_NAME, SETTINGS_NAME
 
     model_dir = Path(model_dir)
-    parts = [file_sha256(model_dir / SETTINGS_NAME)]
+    settings = model_dir / SETTINGS_NAME
+    parts = [file_sha256(settings if settings.is_file() else model_dir / EXPORT_NAME)]
     parts += [file_sha256(p) for p in sorted(model_dir.glob("*/model.safetensors"))]
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 

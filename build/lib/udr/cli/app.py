@@ -1,0 +1,122 @@
+"""The `udr` Typer app, its shared options, and the entry point that turns a UdrError into one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from udr.errors import UdrError
+
+app = typer.Typer(
+    name="udr",
+    help="Unified Demonstration Retriever: prepare data, score with an LM, train, mine, retrieve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="Parameters file.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-S", help="Override a parameter: key.path=value (repeatable)."),
+]
+TaskOpt = Annotated[
+    list[str] | None,
+    typer.Option("--task", "-t", help="Only this task (repeatable); default: every task in params."),
+]
+
+
+def _parse_round(value: str) -> int:
+    from udr.paths import parse_round
+
+    try:
+        return parse_round(value)
+    except UdrError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+RoundOpt = Annotated[
+    int,
+    typer.Option(
+        "--round",
+        "-r",
+        parser=_parse_round,
+        metavar="N",
+        help="Round of Algorithm 1 (0: BM25 candidates); 1 or round1.",
+    ),
+]
+
+
+def console():
+    """The console for messages (stderr; stdout carries results)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def interactive() -> bool:
+    """Progress bars only when a person watches (stderr is a terminal)."""
+    return sys.stderr.isatty()
+
+
+def load(params: Path, overrides: list[str] | None):
+    """The validated settings of a params file with `--set` overrides."""
+    from udr.config import load_settings
+
+    return load_settings(params, overrides or [])
+
+
+def selected_tasks(settings, tasks: list[str] | None, *, unseen: bool = False) -> list[str]:
+    """`--task` choices (checked against the project's tasks and params), or every task in params.
+    `unseen`: the command also takes evaluate.unseen_tasks (prepare, evaluate); otherwise they are refused
+    (an unseen task is never scored or trained on)."""
+    allowed = settings.prepared_task_names() if unseen else settings.task_names()
+    chosen = tasks or allowed
+    for name in chosen:
+        settings.task(name)
+        if name in settings.evaluate.unseen_tasks and not unseen:
+            raise UdrError(f"task '{name}' is in evaluate.unseen_tasks: it is never scored or trained on")
+        if name not in allowed:
+            where = "prepare.tasks or evaluate.unseen_tasks" if unseen else "prepare.tasks"
+            raise UdrError(f"task '{name}' is not in {where} of the params file; add it there first")
+    return chosen
+
+
+# Top-level modules of the `pipeline` extra (pyproject.toml), which a serving install lacks.
+PIPELINE_MODULES = frozenset(
+    {"dvc", "dvclive", "matplotlib", "bm25s", "rank_bm25", "sacrebleu", "rouge_score", "gguf", "accelerate", "pyarrow"}
+)
+
+
+def main() -> None:
+    """Console entry point: UdrError becomes one line on stderr and exit status 1."""
+    try:
+        app()
+    except UdrError as exc:
+        print(f"udr: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("udr: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except ModuleNotFoundError as exc:
+        # `pip install udr` serves retrieval; the pipeline's libraries come with the `pipeline` extra.
+        if (exc.name or "").split(".")[0] not in PIPELINE_MODULES:
+            raise
+        print(
+            f"udr: error: this command needs the pipeline extra (missing module {exc.name}): "
+            "pip install 'udr[pipeline]'",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+    except SystemExit as exc:
+        # Typer turns Ctrl-C into a silent exit 130 (an Exit caused by the KeyboardInterrupt).
+        if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):
+            print("udr: interrupted", file=sys.stderr)
+        raise
+
+
+if __name__ == "__main__":
+    main()

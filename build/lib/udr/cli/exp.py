@@ -1,0 +1,148 @@
+"""`udr exp`: DVC experiments, sweeps, the comparison table and the paper's analyses (thin: the work is
+in :mod:`udr.experiments`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from udr.cli.app import ParamsOpt, app, console, load
+from udr.errors import UdrError
+
+exp_app = typer.Typer(
+    help="DVC experiments: single runs, sweeps, the comparison table, the paper's analyses.", no_args_is_help=True
+)
+app.add_typer(exp_app, name="exp")
+ExpSetOpt = Annotated[
+    list[str] | None, typer.Option("--set", "-S", help="key.path=value (sweep: v1,v2,...), repeatable.")
+]
+ExpTargets = Annotated[
+    list[str] | None, typer.Argument(help="Stages to run (default: the whole pipeline).", show_default=False)
+]
+DryOpt = Annotated[bool, typer.Option("--dry", help="Print the dvc commands instead of running them.")]
+
+
+@exp_app.command("run")
+def exp_run_cmd(
+    name: Annotated[str, typer.Argument(help="Experiment name.")],
+    targets: ExpTargets = None,
+    set_: ExpSetOpt = None,
+    dry: DryOpt = False,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """One experiment: `dvc exp run -n NAME -S ...` in the workspace."""
+    from udr.experiments.dvc import check_overrides, exp_run_args, run_dvc
+
+    args = exp_run_args(name, set_ or [], targets or [])
+    check_overrides(params, set_ or [])
+    run_dvc(args, Path("."), dry=dry)
+
+
+@exp_app.command("sweep")
+def exp_sweep_cmd(
+    targets: ExpTargets = None,
+    set_: ExpSetOpt = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Experiments at a time.")] = 1,
+    dry: DryOpt = False,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """A grid (`-S key=v1,v2`): queued with `dvc exp run --queue`, run with `dvc queue start`; waits."""
+    from udr.experiments.dvc import check_overrides, exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
+
+    if not set_:
+        raise UdrError("a sweep needs at least one -S key=v1,v2")
+    args = exp_run_args(None, set_, targets or [], queue=True)
+    check_overrides(params, set_, sweep=True)
+    if not dry:
+        link_data_for_temp_runs(Path("."), load(params, None))
+    run_dvc(args, Path("."), dry=dry)
+    run_dvc(["queue", "start", "-j", str(jobs)], Path("."), dry=dry)
+    if not dry:
+        wait_for_queue(Path("."))
+        run_dvc(["queue", "status"], Path("."))
+
+
+@exp_app.command("show")
+def exp_show_cmd(
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-P", help="A params.yaml key to show (default: those that differ)."),
+    ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option("--metric", "-M", help="A metrics/summary.json key (default: UDR's averages)."),
+    ] = None,
+    markdown: Annotated[bool, typer.Option("--md", help="A Markdown table.")] = False,
+) -> None:
+    """The experiments side by side: chosen params and metrics (from `dvc exp show --json`)."""
+    import json
+
+    from udr.experiments.dvc import run_dvc
+    from udr.experiments.tables import comparison, experiment_rows, markdown_table
+
+    rows = experiment_rows(json.loads(run_dvc(["exp", "show", "--json"], Path("."), capture=True) or "[]"))
+    header, cells = comparison(rows, param, metric)
+    if markdown:
+        print(markdown_table(header, cells), end="")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    changed = header[1] == "changed params"
+    for i, name in enumerate(header):
+        if i == 0:
+            table.add_column(name, overflow="fold", max_width=24)
+        elif i == 1 and changed:
+            table.add_column(name, overflow="fold", ratio=1)
+        else:  # metrics (and chosen params) stay on one line
+            table.add_column(name, no_wrap=True)
+    for row in cells:
+        table.add_row(*([row[0], row[1].replace(" ", "\n"), *row[2:]] if changed else row))
+    Console(width=80).print(table)
+    console().print(
+        "metrics/summary.json comes from `udr report`; experiments that stop at evaluate@udr "
+        "(ablations, order, transfer) keep their tables in metrics/ablations.md, order.md and transfer.md"
+    )
+
+
+OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="Run just these (repeatable).")]
+MissingOpt = Annotated[bool, typer.Option("--missing", help="Run only those with no saved DVC experiment yet.")]
+
+
+@exp_app.command("ablations")
+def exp_ablations_cmd(only: OnlyOpt = None, missing: MissingOpt = False, dry: DryOpt = False) -> None:
+    """The paper's ablations (Table 3) as named experiments -> metrics/ablations.md."""
+    from udr.experiments.analyses import ablation_experiments, run_analysis
+
+    experiments = ablation_experiments(load(Path("params.yaml"), None).task_names())
+    out = run_analysis(Path("."), "ablations", experiments, only=only, missing=missing, dry=dry)
+    if not dry:
+        console().print(f"-> {out}")
+
+
+@exp_app.command("order")
+def exp_order_cmd(missing: MissingOpt = False, dry: DryOpt = False) -> None:
+    """Demonstration order (Table 6): UDR on two tasks, ascending / descending / random -> metrics/order.md."""
+    from udr.experiments.analyses import ORDER_TASKS, order_experiments, run_analysis
+
+    out = run_analysis(Path("."), "order", order_experiments(), missing=missing, dry=dry, tasks=ORDER_TASKS)
+    if not dry:
+        console().print(f"-> {out}")
+
+
+@exp_app.command("transfer")
+def exp_transfer_cmd(
+    lm: Annotated[str, typer.Option("--lm", help="The other inference LM (a model spec).")] = "",
+    missing: MissingOpt = False,
+    dry: DryOpt = False,
+) -> None:
+    """Transfer across LMs (Table 4): BM25, EPR and UDR with another inference LM -> metrics/transfer.md."""
+    from udr.experiments.analyses import TRANSFER_LM, run_transfer
+
+    scoring_lm = load(Path("params.yaml"), None).models.lm
+    out = run_transfer(Path("."), scoring_lm, lm or TRANSFER_LM, missing=missing, dry=dry)
+    if out is not None:
+        console().print(f"-> {out}")

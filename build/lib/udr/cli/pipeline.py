@@ -1,0 +1,262 @@
+"""The pipeline's commands, one per DVC stage (and `udr tasks`, `udr rounds` to look around). Each only
+parses its options and calls its stage's function; what a stage computes lives in its subpackage."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from udr.cli.app import ParamsOpt, RoundOpt, SetOpt, TaskOpt, app, console, interactive, load, selected_tasks
+from udr.errors import UdrError
+
+
+@app.command("tasks")
+def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Print the project's tasks (built-in and declared): kind, family, metric, source, where it was
+    declared, whether its data is on this machine, and its role in params."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from udr.data.sources import mirror_available
+    from udr.data.tasks import BuiltinSource, FileSource, MirrorSource, all_tasks
+
+    roles: dict[str, str] = {}
+    registry = None
+    try:
+        settings = load(params, set_)
+        roles = {name: "trained" for name in settings.task_names()}
+        roles.update({name: "unseen" for name in settings.unseen_task_names()})
+        data_dir, registry = settings.data_dir(), settings.registry
+    except UdrError as exc:
+        if params.exists():
+            raise
+        import os
+
+        from udr.config import DATA_DIR_ENV
+
+        data_dir = Path(os.environ.get(DATA_DIR_ENV, "../shared/data"))
+        console().print(f"[yellow]note:[/] {exc}; showing availability under {data_dir}")
+    table = Table(title=f"udr tasks (data: {data_dir})")
+    for col in ("task", "kind", "family", "metric", "source", "declared in", "available", "in params"):
+        table.add_column(col)
+    for task in all_tasks(registry):
+        src = task.source
+        if isinstance(src, MirrorSource):
+            avail = "[green]yes[/]" if mirror_available(data_dir, src) else "[red]no[/]"
+        elif isinstance(src, FileSource):
+            ok = all(src.path(f).is_file() for f in (src.train, src.test) if f)
+            avail = "[green]yes[/]" if ok else "[red]no[/]"
+        elif isinstance(src, BuiltinSource):
+            avail = "[green]yes[/] (built)"
+        else:
+            avail = "[yellow]hub only[/]"
+        row = (task.name, task.kind, task.family, task.metric, src.describe(), task.declared_in)
+        table.add_row(*map(escape, row), avail, roles.get(task.name, ""))
+    Console(width=200).print(table)
+
+
+@app.command("prepare")
+def prepare_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Write data/prepared/<task>/{train,test}.parquet (+ meta.json) for the tasks in params."""
+    from udr.data.prepare import run_prepare
+
+    settings = load(params, set_)
+    for name in selected_tasks(settings, task, unseen=True):
+        start = time.perf_counter()
+        meta = run_prepare(settings, name)
+        c = meta["counts"]
+        console().print(
+            f"prepared {name}: train {c['train']['kept']}/{c['train']['available']}, "
+            f"test {c['test']['kept']}/{c['test']['available']} "
+            f"({meta['split']} split, {time.perf_counter() - start:.1f}s)"
+        )
+
+
+@app.command("models")
+def models_cmd(
+    role: Annotated[list[str] | None, typer.Option("--role", help="lm and/or encoder (default both).")] = None,
+    force: Annotated[bool, typer.Option(help="Resolve again even if cached.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Resolve the model specs in params to safetensors directories under models/base/<role>/."""
+    from udr.lm.models import resolve_base_models
+
+    settings = load(params, set_)
+    for name, spec, path, seconds in resolve_base_models(settings, role, force=force):
+        console().print(f"model {name}: {spec} -> {path} ({seconds:.1f}s)")
+
+
+@app.command("candidates")
+def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Round 0: BM25 top-K candidates for every train query -> data/candidates/round0/<task>.parquet."""
+    from udr.feedback.bm25 import run_candidates
+
+    settings = load(params, set_)
+    for name in selected_tasks(settings, task):
+        start = time.perf_counter()
+        out, field = run_candidates(settings, name, progress=interactive())
+        console().print(
+            f"candidates {name}: top-{settings.candidates.k} by BM25 over {field}s -> "
+            f"{out.relative_to(settings.root)} ({time.perf_counter() - start:.1f}s)"
+        )
+
+
+@app.command("score")
+def score_cmd(
+    round_: RoundOpt = 0,
+    task: TaskOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Score candidates with the LM -> data/scores/round<N>/<task>.parquet (resumable; runs under torchrun)."""
+    from udr.feedback.score import run_score
+
+    settings = load(params, set_)
+    settings.train.check_round(round_)
+    for name in selected_tasks(settings, task):
+        s = run_score(settings, name, round_, progress=interactive())
+        if s is not None:
+            console().print(
+                f"scored {name} round {round_}: {s.queries} queries, {s.pairs} pairs "
+                f"({s.reused} reused, {s.scored} scored), {s.pairs_per_s} pairs/s, "
+                f"{s.tokens_per_s} tok/s, padding {s.padding_fraction:.1%}, {s.seconds}s "
+                f"[{s.device}/{s.dtype}, {s.world_size} process(es)]"
+            )
+
+
+@app.command("train")
+def train_cmd(
+    round_: RoundOpt = 0,
+    epr: Annotated[
+        bool, typer.Option("--epr", help="Train the EPR baseline on round 0's scores -> models/epr/.")
+    ] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Train the bi-encoder on round N's scores -> models/rounds/round<N>/ (resumable; runs under torchrun)."""
+    from udr.retriever.training import run_train_stage
+
+    settings = load(params, set_)
+    summary, out = run_train_stage(settings, round_, epr=epr, progress=interactive())
+    if summary is not None:
+        name = "EPR baseline" if epr else f"round {round_}"
+        console().print(
+            f"trained {name}: {summary.steps} steps, loss {summary.loss_start:.4f} -> "
+            f"{summary.loss_end:.4f}, {summary.seconds}s -> {out.relative_to(settings.root)}"
+        )
+
+
+@app.command("mine")
+def mine_cmd(
+    round_: RoundOpt = 1, task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None
+) -> None:
+    """Mine round N's candidates with round N-1's retriever -> data/candidates/round<N>/<task>.parquet."""
+    from udr.retriever.mining import run_mine
+
+    settings = load(params, set_)
+    settings.train.check_round(round_)
+    for name in selected_tasks(settings, task):
+        s = run_mine(settings, name, round_, progress=interactive())
+        console().print(
+            f"mined {name} round {round_}: {s.queries} queries x top-{s.k}, {s.new} new "
+            f"({s.new_fraction:.1%}), {s.previous_found_again:.1%} of the previous list found again, "
+            f"{s.candidates} candidates in all ({s.seconds}s)"
+        )
+
+
+@app.command("index")
+def index_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Copy the last round's retriever to models/final/ and embed every task's pool with it."""
+    from udr.retriever.index import run_index
+
+    settings = load(params, set_)
+    report = run_index(settings, progress=interactive())
+    pools = ", ".join(f"{t} {r['pool']}" for t, r in report["tasks"].items())
+    console().print(f"indexed with round {report['round']}'s model ({report['model']}): {pools}")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    method: Annotated[str, typer.Option("--method", "-m", help="random, bm25, sbert, epr or udr.")],
+    task: TaskOpt = None,
+    split: Annotated[
+        str, typer.Option("--split", help="test, or validation (the rows set aside to choose settings on).")
+    ] = "test",
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/
+    (validation: metrics/validation/, data/predictions-validation/)."""
+    from udr.evaluation.evaluate import run_evaluate
+
+    if split not in ("test", "validation"):
+        raise UdrError(f"bad split {split!r}: expected test or validation")
+    settings = load(params, set_)
+    tasks = selected_tasks(settings, task, unseen=True) if task else None
+    for name, r in run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive()).items():
+        graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
+        console().print(
+            f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} {split} examples, "
+            f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s"
+        )
+
+
+@app.command("report")
+def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Collect metrics/<method>/*.json -> metrics/summary.json, metrics/results.md and the shots plot."""
+    from udr.evaluation.report import run_report
+
+    settings = load(params, set_)
+    run_report(settings)
+    print(settings.paths.results.read_text(), end="")
+
+
+@app.command("rounds")
+def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Per round: training loss start/end, mined candidates that were new, mean LM score of the best
+    candidate, stage seconds (read from the stages' outputs)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from udr.retriever.rounds import rounds_table
+
+    settings = load(params, set_)
+    table = Table(
+        "round",
+        "task",
+        "pairs",
+        "scored",
+        "best LM score (all)",
+        "retrieved: best / mean",
+        "mined new",
+        "loss start",
+        "loss end",
+        "score s",
+        "mine s",
+        "train s",
+    )
+
+    def fmt(v, spec=""):
+        return "-" if v is None else format(v, spec)
+
+    for r in rounds_table(settings):
+        table.add_row(
+            str(r["round"]),
+            r["task"],
+            fmt(r["pairs"]),
+            fmt(r["scored"]),
+            fmt(r["top1_score_mean"], ".4f"),
+            "-" if not r["retrieved"] else f"{r['retrieved'][0]:.4f} / {r['retrieved'][1]:.4f}",
+            fmt(r["mined_new_fraction"], ".1%"),
+            fmt(r.get("train_loss_start"), ".3f"),
+            fmt(r.get("train_loss_end"), ".3f"),
+            fmt(r["score_seconds"], ".0f"),
+            fmt(r["mine_seconds"], ".0f"),
+            fmt(r.get("train_seconds"), ".0f"),
+        )
+    Console().print(table)  # the report itself goes to stdout

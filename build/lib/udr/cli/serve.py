@@ -1,0 +1,181 @@
+"""`udr retrieve`: demonstrations for a query, a file of queries, or your own pool, from the shell."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from udr.cli.app import ParamsOpt, SetOpt, app, console, interactive, load
+from udr.errors import UdrError
+
+
+@app.command("retrieve")
+def retrieve_cmd(
+    query: Annotated[
+        str | None, typer.Argument(help="The text to find demonstrations for.", show_default=False)
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task", "-t", help="The task whose pool to search (with --pool: your rows follow this task's shape)."
+        ),
+    ] = None,
+    k: Annotated[int, typer.Option("-k", "--top-k", help="How many demonstrations, most similar first.")] = 8,
+    diversity: Annotated[
+        float,
+        typer.Option(
+            "--diversity",
+            help="0 to 1: re-rank by maximal marginal relevance, trading similarity to the query for "
+            "variety among the demonstrations (0: plain top-k).",
+        ),
+    ] = 0.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON lines (one per demonstration) instead of a table.")
+    ] = False,
+    input_file: Annotated[
+        Path | None, typer.Option("--input", help='Batch: a JSON-lines file of {"query": ..., "task": optional}.')
+    ] = None,
+    output_file: Annotated[
+        Path | None,
+        typer.Option("--output", help="Batch results, one JSON line per query in input order (default: stdout)."),
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="A udr bi-encoder directory (default: models/final, the pipeline's final model)",
+            show_default=False,
+        ),
+    ] = None,
+    prompt: Annotated[
+        bool,
+        typer.Option(
+            "--prompt",
+            help="Print the in-context prompt (the demonstrations, "
+            "most similar last, then the query) ready to send to an LM.",
+        ),
+    ] = False,
+    pool: Annotated[
+        Path | None,
+        typer.Option("--pool", help="Your own demonstrations (JSON lines) instead of the task's prepared pool."),
+    ] = None,
+    instruction: Annotated[
+        str | None, typer.Option("--instruction", help="The task instruction of your own pool (default: --task's).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+) -> None:
+    """Retrieve demonstrations for a query (or a file of queries) with a trained retriever."""
+    if (query is None) == (input_file is None):
+        raise UdrError("give one QUERY or --input FILE (not both)")
+    if output_file is not None and input_file is None:
+        raise UdrError("--output goes with --input (a batch); a single query prints to the terminal")
+    if instruction is not None and pool is None:
+        raise UdrError("--instruction goes with --pool (your own demonstrations)")
+    if output_file is not None:
+        from udr.util.files import check_output_path
+
+        check_output_path(output_file)  # before the model loads and the queries run
+    if query is not None:
+        from udr.serving.api import check_query
+
+        check_query(query)
+    from udr.retriever.search import check_diversity
+
+    check_diversity(diversity)  # before the model loads
+    from udr.serving.api import Retriever
+
+    watched = interactive()
+    retriever = Retriever.load(model, device=device, progress=watched)
+    if pool is not None:
+        task = retriever.add_pool(pool, instruction=instruction, task=task)
+    if input_file is not None:
+        from udr.serving.query_file import read_queries, retrieve_lines
+        from udr.util.files import write_text_atomic
+
+        queries = read_queries(input_file, task)
+        lines = retrieve_lines(retriever, queries, k, prompt=prompt, progress=watched, diversity=diversity)
+        text = "".join(line + "\n" for line in lines)
+        if output_file is None:
+            sys.stdout.write(text)
+        else:
+            write_text_atomic(output_file, text)
+            console().print(f"{len(lines)} queries -> {output_file}")
+        return
+    task = retriever.resolve_task(task)
+    demos = retriever.retrieve(query, task=task, k=k, diversity=diversity)
+    text = retriever.prompt(query, demos, task=task) if prompt else None
+    if as_json:
+        import json
+
+        for rank, d in enumerate(demos, 1):
+            print(json.dumps({"rank": rank, **d.to_dict()}, ensure_ascii=False))
+        if text is not None:
+            print(json.dumps({"prompt": text}, ensure_ascii=False))
+    elif text is not None:
+        print(text)
+    else:
+        _print_demonstrations(query, task, demos, diversity)
+
+
+def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    # Queries and pool texts are data: brackets in them ("name[The Mill]") are not Rich markup.
+    table = Table(
+        "#",
+        "score",
+        "input",
+        "output",
+        "pool id",
+        title=escape(
+            f"{task}: {len(demos)} demonstrations for {query!r}, "
+            + (f"diversity {diversity:g} (maximal marginal relevance order)" if diversity else "most similar first")
+        ),
+        title_justify="left",
+    )
+    for rank, d in enumerate(demos, 1):
+        table.add_row(str(rank), f"{d.score:.3f}", escape(d.input), escape(d.output), str(d.pool_id))
+    Console().print(table)
+
+
+@app.command("export")
+def export_cmd(
+    out_dir: Annotated[Path, typer.Argument(help="Where to write the export (replaced atomically).")],
+    format_: Annotated[
+        str, typer.Option("--format", help="The export format: sentence-transformers (v5+, a Router).")
+    ] = "sentence-transformers",
+    model: Annotated[
+        Path | None,
+        typer.Option("--model", help="A udr bi-encoder directory (default: models/final)", show_default=False),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="How the model card's snippets load it (default: OUT_DIR); e.g. a hub id."),
+    ] = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Export the trained retriever for other tools, with a model card written from the run's files."""
+    from udr.serving.export import EXPORT_FORMATS, export_sentence_transformers
+    from udr.serving.model_card import model_card
+
+    if format_ not in EXPORT_FORMATS:
+        raise UdrError(f"unknown export format '{format_}' (known: {', '.join(EXPORT_FORMATS)})")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UdrError(f"{out_dir} is a file: give the directory to export into")
+    settings = load(params, set_)
+    model_dir = model or settings.paths.final_model
+    card = model_card(settings, model_dir, name or str(out_dir))
+    tasks = {n: settings.task(n) for n in settings.prepared_task_names()}
+    meta = export_sentence_transformers(model_dir, out_dir, tasks, card)
+    import os
+
+    shown = os.path.relpath(model_dir) if Path(model_dir).is_absolute() else model_dir
+    console().print(
+        f"exported {shown} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, model card)"
+    )

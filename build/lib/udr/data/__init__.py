@@ -1,0 +1,1 @@
+"""Stage 1, data: the task registry, the sources it reads, and `udr prepare`."""

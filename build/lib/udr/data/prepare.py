@@ -1,0 +1,144 @@
+"""The `udr prepare` stage: seeded caps on a task's splits, and the prepared-data files.
+
+Layout (:class:`udr.paths.Paths`): `data/prepared/<task>/{train,test}.parquet` and `meta.json`, with
+the columns id (stable, see :mod:`udr.data.sources`), input, target, label (index into choices, -1
+for generation), choices and references.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from udr.data.sources import Rows, load_task
+from udr.data.tasks import Task
+from udr.errors import UdrError
+from udr.paths import Paths
+from udr.util.files import building_dir, json_text
+from udr.util.rng import task_rng
+
+
+def seeded_cap(n: int, cap: int, seed: int, task: str, split: str) -> np.ndarray:
+    """Positions of a seeded sample of at most `cap` of n rows, in their original order.
+
+    The sample is a prefix of one seeded permutation, so a larger cap keeps every row of a smaller one.
+    """
+    if n <= cap:
+        return np.arange(n)
+    return np.sort(task_rng(seed, task, f"cap/{split}").permutation(n)[:cap])
+
+
+def rows_to_frame(rows: Rows):
+    import polars as pl
+
+    ex = rows.examples
+    return pl.DataFrame(
+        {
+            "id": rows.ids,
+            "input": [e.input for e in ex],
+            "target": [e.target for e in ex],
+            "label": [e.label for e in ex],
+            "choices": [list(e.choices) for e in ex],
+            "references": [list(e.references) for e in ex],
+        },
+        schema={
+            "id": pl.Int64,
+            "input": pl.String,
+            "target": pl.String,
+            "label": pl.Int32,
+            "choices": pl.List(pl.String),
+            "references": pl.List(pl.String),
+        },
+    )
+
+
+def carve_validation(rows: Rows, n: int, seed: int, task: str) -> tuple[Rows, Rows]:
+    """(rest, validation): a seeded sample of n rows set aside for choosing settings, in source order.
+    Validation rows leave the train split entirely: never scored, never in the demonstration pool, so a
+    validation query cannot retrieve itself."""
+    if len(rows) - n < 2:
+        raise UdrError(f"task {task}: {len(rows)} train rows leave fewer than 2 after {n} for validation")
+    chosen = np.sort(task_rng(seed, task, "validation").permutation(len(rows))[:n])
+    rest = np.setdiff1d(np.arange(len(rows)), chosen)
+    return rows.take(rest), rows.take(chosen)
+
+
+def prepare_task(
+    task: Task,
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    seed: int,
+    test_fraction: float,
+    max_train: int,
+    max_test: int,
+    validation: int = 0,
+) -> dict:
+    """Write `out_dir/{train,test}.parquet` (+ `validation.parquet` when `validation` > 0, carved from
+    train before its cap) and `meta.json` atomically; return the metadata."""
+    loaded = load_task(task, data_dir, seed, test_fraction)
+    caps = {"train": max_train, "test": max_test}
+    splits = [("train", loaded.train), ("test", loaded.test)]
+    frames, counts = {}, {}
+    if validation:
+        train, held_out = carve_validation(loaded.train, validation, seed, task.name)
+        splits[0] = ("train", train)
+        frames["validation"] = rows_to_frame(held_out)
+        counts["validation"] = {"available": len(loaded.train), "kept": len(held_out), "cap": validation}
+    for split, rows in splits:
+        if len(rows) == 0:
+            raise UdrError(f"task {task.name}: the {split} split is empty")
+        kept = rows.take(seeded_cap(len(rows), caps[split], seed, task.name, split))
+        frames[split] = rows_to_frame(kept)
+        counts[split] = {"available": len(rows), "kept": len(kept), "cap": caps[split]}
+    meta = {
+        "task": task.name,
+        # Everything later stages use of the task's declaration, so that a changed declaration
+        # changes this file and DVC re-runs what depends on it.
+        "kind": task.kind,
+        "family": task.family,
+        "metric": task.metric,
+        "instruction": task.instruction,
+        "template": task.template,
+        "seed": seed,
+        "counts": counts,
+        "cap_method": "first `cap` of numpy default_rng([seed, sha256(task/'cap/<split>')]).permutation, "
+        "kept in source order",
+        **loaded.provenance,
+    }
+    with building_dir(out_dir) as tmp:
+        for split, frame in frames.items():
+            frame.write_parquet(tmp / f"{split}.parquet")
+        (tmp / "meta.json").write_text(json_text(meta))
+    return meta
+
+
+def read_prepared(root: Path, task: str, split: str):
+    """The prepared split as a polars DataFrame, or a UdrError saying to run `udr prepare`."""
+    import polars as pl
+
+    path = Paths(Path(root)).prepared(task, split)
+    if not path.is_file():
+        raise UdrError(f"missing prepared data {path}: run `udr prepare --task {task}` first")
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc.__class__.__name__
+        raise UdrError(f"unreadable prepared data {path} ({reason}): run `udr prepare --task {task}` again") from None
+
+
+def run_prepare(settings, task_name: str) -> dict:
+    """Prepare one task of `settings` (prepare.tasks or evaluate.unseen_tasks) into its prepared directory;
+    returns the metadata written."""
+    caps = settings.task_caps(task_name)
+    return prepare_task(
+        settings.task(task_name),
+        settings.data_dir(),
+        settings.paths.prepared_dir(task_name),
+        seed=settings.seed,
+        test_fraction=settings.prepare.test_fraction,
+        max_train=caps.max_train,
+        max_test=caps.max_test,
+        validation=caps.validation,
+    )

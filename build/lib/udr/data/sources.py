@@ -1,0 +1,270 @@
+"""Reading a task's source (mirror files, a user's files, a builder of this package, or the hub) into
+normalised rows, with a seeded train/test split where the source has only one file.
+
+Every row keeps a stable integer id: its 0-based line number in the source file it came from (CSV / TSV:
+the header is line 0; parquet and built records: the row's position; for merged multi-reference test
+rows, the id of the first member), so ids do not change when caps change.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from udr.data.tasks import (
+    BuiltinSource,
+    Classification,
+    Example,
+    FileSource,
+    HubSource,
+    MirrorSource,
+    RowError,
+    Task,
+)
+from udr.errors import UdrError
+from udr.util.rng import task_rng
+
+
+@dataclass
+class Rows:
+    """Normalised examples of one split with their stable ids (parallel lists)."""
+
+    ids: list[int]
+    examples: list[Example]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, positions) -> Rows:
+        return Rows([self.ids[i] for i in positions], [self.examples[i] for i in positions])
+
+
+def seeded_split(n: int, test_fraction: float, seed: int, task: str) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of (train, test) for a seeded random split of n rows; both sorted ascending."""
+    if n < 2:
+        raise UdrError(f"task {task}: cannot split {n} row(s) into train and test")
+    n_test = min(n - 1, max(1, round(n * test_fraction)))
+    perm = task_rng(seed, task, "split").permutation(n)
+    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(0-based line number, record) for each non-blank line; a bad line fails with file:line."""
+    out = []
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UdrError(f"{path}:{lineno + 1}: malformed row: not valid UTF-8 (byte {exc.start + 1})") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UdrError(f"{path}:{lineno + 1}: malformed row: invalid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise UdrError(f"{path}:{lineno + 1}: malformed row: expected a JSON object")
+            out.append((lineno, record))
+    return out
+
+
+FILE_FORMATS = (".jsonl", ".csv", ".tsv", ".parquet")
+
+
+def read_records(path: Path, task: str) -> list[tuple[int, dict]]:
+    """(id, record) of a user's data file by its suffix (see FILE_FORMATS); CSV / TSV cells are text."""
+    import polars as pl
+
+    suffix = path.suffix.lower()
+    if suffix not in FILE_FORMATS:
+        raise UdrError(f"task {task}: data file {path}: unsupported format '{suffix}' (use {', '.join(FILE_FORMATS)})")
+    if not path.is_file():
+        raise UdrError(f"task {task}: data file not found: {path}")
+    if suffix == ".jsonl":
+        return read_jsonl(path)
+    try:
+        if suffix == ".parquet":
+            return list(enumerate(pl.read_parquet(path).to_dicts()))
+        frame = pl.read_csv(path, separator="\t" if suffix == ".tsv" else ",", infer_schema=False)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc.__class__.__name__
+        raise UdrError(f"task {task}: unreadable data file {path} ({reason})") from None
+    return [(i + 1, row) for i, row in enumerate(frame.to_dicts())]  # line 0 is the header
+
+
+def check_columns(task: Task, records: list[tuple[int, dict]], where: str) -> None:
+    """A column the declaration names that the data's first row lacks is a one-line error naming the task,
+    the declaration field and the columns there are."""
+    columns = getattr(task.normalize, "columns", ())
+    if not records or not columns:
+        return
+    first = records[0][1]
+    for field, column in columns:
+        if column not in first:
+            raise UdrError(
+                f"task {task.name}: {field}: unknown column '{column}' in {where} "
+                f"(its columns: {', '.join(map(str, first)) or 'none'})"
+            )
+
+
+def _normalize_file(task: Task, path: Path, field: str) -> Rows:
+    """A user's data file (declaration field `field`) read and normalised, its columns checked first."""
+    records = read_records(path, task.name)
+    if not records:
+        raise UdrError(f"task {task.name}: {field}: the split is empty (no rows in {path})")
+    check_columns(task, records, str(path))
+    return normalize_rows(task, records, str(path))
+
+
+def normalize_rows(task: Task, records: list[tuple[int, dict]], where: str) -> Rows:
+    """Apply the task's normaliser; a malformed row fails with `where:line` and the reason."""
+    ids, examples = [], []
+    for lineno, record in records:
+        try:
+            examples.append(task.normalize(record))
+        except RowError as exc:
+            raise UdrError(f"{where}:{lineno + 1}: malformed row for task {task.name}: {exc}") from None
+        ids.append(lineno)
+    return Rows(ids, examples)
+
+
+def group_references(rows: Rows) -> Rows:
+    """Merge rows with identical input into one multi-reference example (first id kept)."""
+    first: dict[str, int] = {}
+    refs: dict[str, list[str]] = {}
+    for rid, ex in zip(rows.ids, rows.examples):
+        if ex.input not in first:
+            first[ex.input] = rid
+            refs[ex.input] = []
+        refs[ex.input].extend(r for r in ex.references if r not in refs[ex.input])
+    ids, examples = [], []
+    for text, rid in first.items():
+        r = tuple(refs[text])
+        ids.append(rid)
+        examples.append(Example(input=text, target=r[0], label=-1, choices=(), references=r))
+    return Rows(ids, examples)
+
+
+def _mirror_file(data_dir: Path, source: MirrorSource, split_file: str) -> Path:
+    if not data_dir.is_dir():
+        raise UdrError(f"data directory not found: {data_dir} (set data.source_dir in params.yaml or $UDR_DATA_DIR)")
+    path = data_dir / source.folder / f"{split_file}.jsonl"
+    if not path.is_file():
+        raise UdrError(f"missing data file {path} for task source {source.describe()}")
+    return path
+
+
+def mirror_available(data_dir: Path, source: MirrorSource) -> bool:
+    return all((data_dir / source.folder / f"{f}.jsonl").is_file() for f in (source.train, source.test) if f)
+
+
+def _load_hub(task: Task, source: HubSource) -> dict[str, list[tuple[int, dict]]]:
+    """Rows of the upstream hub dataset (online users only)."""
+    try:
+        import datasets  # optional: not a dependency of the default install
+    except ImportError:
+        raise UdrError(f"task {task.name} reads {source.hub_id} from the hub: `pip install datasets` first") from None
+    try:
+        ds = datasets.load_dataset(source.hub_id)
+    except Exception as exc:  # network, auth, missing dataset: all one message
+        raise UdrError(
+            f"task {task.name}: cannot load {source.hub_id} from the Hugging Face hub "
+            f"({exc.__class__.__name__}); are you offline? use a task with local data instead"
+        ) from None
+    return {split: list(enumerate(ds[name])) for split, name in (("train", source.train), ("test", source.test))}
+
+
+@dataclass
+class LoadedTask:
+    train: Rows
+    test: Rows
+    provenance: dict
+
+
+def load_task(task: Task, data_dir: Path, seed: int, test_fraction: float) -> LoadedTask:
+    """Both splits of a task, normalised, before caps; `provenance` says how splits were made."""
+    source = task.source
+    if isinstance(source, MirrorSource):
+        if source.train and source.test:
+            splits = {}
+            for split, name in (("train", source.train), ("test", source.test)):
+                path = _mirror_file(data_dir, source, name)
+                splits[split] = normalize_rows(task, read_jsonl(path), str(path))
+            prov = {
+                "source": source.describe(),
+                "split": "given",
+                "files": {
+                    "train": f"{source.folder}/{source.train}.jsonl",
+                    "test": f"{source.folder}/{source.test}.jsonl",
+                },
+            }
+            train, test = splits["train"], splits["test"]
+        else:
+            name = source.train or source.test
+            path = _mirror_file(data_dir, source, name)
+            rows = normalize_rows(task, read_jsonl(path), str(path))
+            train, test, prov = _carve(rows, task, seed, test_fraction)
+            prov.update(source=source.describe(), files={"all": f"{source.folder}/{name}.jsonl"})
+    elif isinstance(source, BuiltinSource):
+        module, func = source.builder.split(":")
+        records = getattr(importlib.import_module(module), func)()
+        rows = normalize_rows(task, list(enumerate(records)), f"<{source.builder}>")
+        train, test, prov = _carve(rows, task, seed, test_fraction)
+        import platform
+
+        prov.update(source=source.describe(), python_version=platform.python_version(), n_built=len(rows))
+    elif isinstance(source, FileSource):
+        path = source.path(source.train)
+        rows = _normalize_file(task, path, "data.train")
+        if source.test:
+            train, test = rows, _normalize_file(task, source.path(source.test), "data.test")
+            prov = {"split": "given", "files": {"train": source.train, "test": source.test}}
+        else:
+            train, test, prov = _carve(rows, task, seed, test_fraction)
+            prov["files"] = {"all": source.train}
+        prov["source"] = source.describe()
+    else:
+        raw = _load_hub(task, source)
+        train = normalize_rows(task, raw["train"], f"{source.hub_id}/train")
+        test = normalize_rows(task, raw["test"], f"{source.hub_id}/test")
+        prov = {"source": source.describe(), "split": "given"}
+    if isinstance(task.normalize, Classification) and not task.normalize.labels:
+        train, test = _index_labels(task, train, test)
+    if task.group_test_references:
+        n_before = len(test)
+        test = group_references(test)
+        prov["test_grouped_by_input"] = {"rows": n_before, "examples": len(test)}
+    return LoadedTask(train, test, prov)
+
+
+def _carve(rows: Rows, task: Task, seed: int, test_fraction: float) -> tuple[Rows, Rows, dict]:
+    tr, te = seeded_split(len(rows), test_fraction, seed, task.name)
+    prov = {
+        "split": "seeded",
+        "method": "numpy default_rng([seed, sha256(task/'split')]) permutation",
+        "seed": seed,
+        "test_fraction": test_fraction,
+    }
+    return rows.take(tr), rows.take(te), prov
+
+
+def _index_labels(task: Task, train: Rows, test: Rows) -> tuple[Rows, Rows]:
+    """Classification rows declared without verbalizers carry their raw label (answering as itself):
+    index them against the sorted label set of the train split."""
+    labels = tuple(sorted({e.target for e in train.examples}))
+    if len(labels) < 2:
+        raise UdrError(f"task {task.name}: label: the train split has {len(labels)} label(s); need at least 2")
+    unseen = sorted({e.target for e in test.examples} - set(labels))
+    if unseen:
+        raise UdrError(f"task {task.name}: label: test label(s) {', '.join(map(repr, unseen))} never occur in train")
+
+    def index(rows: Rows) -> Rows:
+        examples = [Example(e.input, e.target, labels.index(e.target), labels, e.references) for e in rows.examples]
+        return Rows(rows.ids, examples)
+
+    return index(train), index(test)

@@ -1,0 +1,1 @@
+"""`udr exp`: DVC experiments, sweeps and the paper's analyses."""

@@ -1,0 +1,161 @@
+"""Calling DVC for `udr exp`: experiment runs, the queue, and reading saved experiments back from git."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from udr.errors import UdrError
+
+
+def dvc_executable() -> str:
+    """The `dvc` next to this Python (the project's venv), else the one on PATH."""
+    here = Path(sys.executable).with_name("dvc")
+    found = str(here) if here.is_file() else shutil.which("dvc")
+    if not found:
+        raise UdrError("dvc not found: install the project (`make install`) or put dvc on PATH")
+    return found
+
+
+def dvc_args(*args: str) -> list[str]:
+    return [dvc_executable(), *args]
+
+
+def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = False) -> str:
+    """Run `dvc ARGS` in `root` (output streamed unless `capture`); a failure is one UdrError line."""
+    cmd = dvc_args(*args)
+    if dry:
+        print(" ".join(shlex.quote(a) for a in ["dvc", *args]))
+        return ""
+    done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture)
+    if done.returncode != 0:
+        tail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
+        raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {tail[0]}" if tail else ""))
+    return done.stdout or ""
+
+
+def _sweep_choices(value: str) -> list[str]:
+    """A sweep value `v1,v2` split at top-level commas (a YAML list `[a,b]` is one value)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(value):
+        depth += 1 if ch in "[{" else -1 if ch in "]}" else 0
+        if ch == "," and depth == 0:
+            out.append(value[start:i])
+            start = i + 1
+    return [*out, value[start:]]
+
+
+def check_overrides(params: Path, overrides, *, sweep: bool = False) -> None:
+    """Validate `dvc exp run -S` overrides against `params` as udr reads them, before DVC starts:
+    an unknown key or a bad value is a one-line UdrError. `+key=v` (add a key) and `++key=v` are
+    checked as `key=v`; `~key` (delete) is left to DVC. With `sweep`, each value of `key=v1,v2` is
+    checked (with the other overrides at their first value); Hydra's sweep functions are left to DVC."""
+    from udr.config import load_settings
+
+    plain = []
+    for o in overrides:
+        if o.startswith("~"):
+            continue
+        key, _, value = o.lstrip("+").partition("=")
+        if sweep and re.match(r"\s*\w+\(", value):  # a Hydra sweep function (range(...), choice(...))
+            continue
+        plain.append((key, _sweep_choices(value) if sweep else [value]))
+    firsts = [f"{k}={choices[0]}" for k, choices in plain]
+    load_settings(params, firsts)
+    for i, (key, choices) in enumerate(plain):
+        for choice in choices[1:]:
+            load_settings(params, [*firsts[:i], f"{key}={choice}", *firsts[i + 1 :]])
+
+
+def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -> list[str]:
+    args = ["exp", "run"]
+    if name:
+        args += ["-n", name]
+    for o in overrides:
+        if "=" not in o and not o.startswith("~"):
+            raise UdrError(f"bad parameter override {o!r}: expected key.path=value (or ~key.path to delete it)")
+        args += ["-S", o]
+    if queue:
+        args.append("--queue")
+    return args + list(targets)
+
+
+def link_data_for_temp_runs(root: Path, settings) -> None:
+    """Queued experiments run in `.dvc/tmp/exps/<tmp>/`; a data directory given relative to the
+    project (``../shared/data``) is linked where that relative path then points."""
+    source = Path(settings.data.source_dir)
+    if source.is_absolute() or not source.parts or source.parts[0] != "..":
+        return
+    exps = root / ".dvc" / "tmp" / "exps"
+    target = (root / source).resolve()
+    link = (exps / source).parent
+    exps.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target.parent, target_is_directory=True)
+
+
+def wait_for_queue(root: Path, poll_seconds: float = 10.0) -> None:
+    """Block until `dvc queue status` lists nothing queued or running."""
+    import time
+
+    while True:
+        status = run_dvc(["queue", "status"], root, capture=True)
+        if not any(word in status for word in ("Queued", "Running")):
+            return
+        time.sleep(poll_seconds)
+
+
+def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
+    """{task: graded score} from metrics/<method>/*.json at git revision `rev` (tasks None: all)."""
+    listing = subprocess.run(
+        ["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root, capture_output=True, text=True
+    )
+    if listing.returncode != 0:
+        raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
+    out = {}
+    for name in listing.stdout.split():
+        text = subprocess.run(
+            ["git", "show", f"{rev}:metrics/{method}/{name}"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+        out[Path(name).stem] = json.loads(text)["graded"]["score"]
+    return {t: s for t, s in out.items() if tasks is None or t in tasks}
+
+
+def saved_experiments(root: Path) -> dict[str, str]:
+    """{experiment name: commit} of the DVC experiments in this repository (refs/exps), the newest
+    commit where a name was run more than once."""
+    listing = subprocess.run(
+        ["git", "for-each-ref", "--sort=-committerdate", "--format=%(objectname) %(refname)", "refs/exps"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    saved: dict[str, str] = {}
+    for line in listing.stdout.splitlines():
+        sha, _, ref = line.partition(" ")
+        saved.setdefault(ref.rsplit("/", 1)[-1], sha)
+    return saved
+
+
+def run_named(root: Path, experiments, *, dry: bool = False, on_done=None) -> None:
+    """Run each experiment in the workspace (`dvc exp run -n NAME`), from HEAD's params."""
+    for exp in experiments:
+        run_dvc(exp_run_args(exp.name, exp.overrides, exp.targets), root, dry=dry)
+        if dry:
+            continue
+        unchanged = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "params.yaml"], cwd=root).returncode == 0
+        if unchanged:
+            raise UdrError(
+                f"experiment {exp.name} changed no parameter ({' '.join(exp.overrides)}); "
+                "remove it with `dvc exp remove` and check the overrides"
+            )
+        # Back to the default parameters before the next experiment (DVC restores outputs from its cache).
+        subprocess.run(["git", "checkout", "HEAD", "--", "params.yaml"], cwd=root, check=True)
+        if on_done:
+            on_done()

@@ -1,0 +1,271 @@
+"""The `udr score` stage: which pairs to score, reuse of earlier rounds, resumable shards, torchrun
+scale-out, and the output file.
+
+Output `data/scores/round<N>/<task>.parquet`: query_id, candidate_id, score, rank (1 = most helpful;
+ties broken by lower candidate id), scored_in (the round that computed the score). A summary with
+counts and throughput goes to the `.json` beside it.
+
+Resume: the pairs still to score are cut, in (query_id, candidate_id) order, into shards of
+`score.shard_pairs`; each finished shard is written at once to the partial directory beside the
+output (:mod:`udr.util.resume`), whose manifest fingerprints everything the scores depend on. A run
+started again skips finished shards, so its output equals an uninterrupted run's. Under torchrun,
+process r scores shards r, r+P, ...; rank 0 merges once every process is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from udr.data.prepare import read_prepared
+from udr.data.tasks import Task
+from udr.errors import UdrError
+from udr.feedback.scoring import rank_within_query, score_items, select_queries
+from udr.lm.models import RECORD_NAME
+from udr.lm.scorer import BatchStats
+from udr.paths import round_label, summary_file
+from udr.util.distributed import Distributed, resolve_lm_precision
+from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic
+from udr.util.progress import progress_bar
+from udr.util.resume import open_partial, partial_dir
+
+SCORE_COLUMNS = ("query_id", "candidate_id", "score", "rank", "scored_in")
+
+
+@dataclass
+class ScoreSummary:
+    task: str
+    round: int
+    queries: int
+    pairs: int
+    reused: int
+    scored: int
+    tokens: int
+    padding_fraction: float
+    seconds: float
+    pairs_per_s: float
+    tokens_per_s: float
+    world_size: int
+    device: str
+    dtype: str
+    top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
+
+
+@dataclass
+class ScoreWork:
+    """What one run of the stage has to do for a task and round."""
+
+    task: Task
+    round: int
+    train: object  # the prepared train split (polars)
+    candidates_file: Path
+    queries: np.ndarray  # the scored query ids
+    reused: object  # pairs scored in an earlier round: query_id, candidate_id, score, scored_in
+    todo: object  # pairs to score now: query_id, candidate_id, in that order
+
+
+def run_score(
+    settings, task_name: str, round_: int, *, progress: bool = True, stop_after_shards: int | None = None
+) -> ScoreSummary | None:
+    """`udr score`: the LM's score of every candidate pair of `task_name`'s scored queries in round
+    `round_` (pairs scored in the round before are reused), written to `data/scores/round<N>/<task>.parquet`
+    with its `.json` summary. Resumes from finished shards; under torchrun every process scores its share.
+    Returns the summary (None on ranks other than 0, or when `stop_after_shards` ended the run early,
+    which tests use to simulate a kill)."""
+    start = time.perf_counter()
+    work = load_work(settings, task_name, round_)
+    device_type, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
+    dist = Distributed(device_type)
+    out = settings.paths.scores(round_, task_name)
+    partial = partial_dir(out)
+    if dist.rank == 0:
+        open_partial(partial, _fingerprint(settings, work, dtype))
+    dist.barrier()
+    n_shards = -(-len(work.todo) // settings.score.shard_pairs)
+    mine = [s for s in range(n_shards) if s % dist.world == dist.rank and not _shard_file(partial, s).is_file()]
+    finished = score_shards(settings, work, mine, partial, dist, device_type, dtype, progress, stop_after_shards)
+    if not finished:
+        return None
+    dist.barrier()
+    if dist.rank != 0:
+        dist.close()
+        return None
+    summary = finish(work, n_shards, partial, out, start, dist.world, device_type, dtype)
+    dist.close()
+    return summary
+
+
+def load_work(settings, task_name: str, round_: int) -> ScoreWork:
+    """Step 1: the round's candidate pairs of the scored queries, split into reused and to-do."""
+    import polars as pl
+
+    paths = settings.paths
+    train = read_prepared(settings.root, task_name, "train")
+    cand_file = paths.candidates(round_, task_name)
+    if not cand_file.is_file():
+        step = "udr candidates" if round_ == 0 else f"udr mine --round {round_}"
+        raise UdrError(f"missing candidates {cand_file}: run `{step}` first")
+    cands = pl.read_parquet(cand_file, columns=["query_id", "candidate_id"])
+    known = set(train["id"].to_list())
+    unknown = sorted((set(cands["query_id"].to_list()) | set(cands["candidate_id"].to_list())) - known)
+    if unknown:
+        raise UdrError(
+            f"{cand_file} names {len(unknown)} id(s) not in the prepared train split of "
+            f"{task_name} (first: {unknown[:5]}); re-run `udr candidates` after `udr prepare`"
+        )
+    queries = select_queries(
+        np.asarray(train["id"].to_list()), settings.score.queries_per_task, settings.seed, task_name
+    )
+    pairs = cands.filter(pl.col("query_id").is_in(queries.tolist())).unique().sort(["query_id", "candidate_id"])
+    reused = pl.DataFrame(
+        schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "scored_in": pl.Int16}
+    )
+    if round_ > 0:
+        previous = paths.scores(round_ - 1, task_name)
+        if not previous.is_file():
+            raise UdrError(f"missing scores of round {round_ - 1}: {previous}; run it first")
+        old = pl.read_parquet(previous, columns=["query_id", "candidate_id", "score", "scored_in"])
+        reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
+    todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["query_id", "candidate_id"])
+    return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo)
+
+
+def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
+    """Everything finished shards depend on (a partial run with another fingerprint is discarded)."""
+    lm_record = settings.paths.base_model("lm") / RECORD_NAME
+    return {
+        "task": work.task.name,
+        "round": work.round,
+        "todo": len(work.todo),
+        "shard_pairs": settings.score.shard_pairs,
+        "candidates": file_sha256(work.candidates_file),
+        "train": file_sha256(settings.paths.prepared(work.task.name, "train")),
+        "lm": json.loads(lm_record.read_text()) if lm_record.is_file() else None,
+        "score": settings.score.model_dump(exclude={"batch_tokens", "device"}),
+        "dtype": dtype,
+        "seed": settings.seed,
+    }
+
+
+def _shard_file(partial: Path, shard: int) -> Path:
+    return partial / f"shard-{shard:05d}.parquet"
+
+
+def score_shards(
+    settings, work: ScoreWork, shards, partial: Path, dist, device_type, dtype, progress, stop_after_shards
+) -> bool:
+    """Step 2: score this process's unfinished `shards`, writing each as it finishes. False when
+    `stop_after_shards` stopped the run early."""
+    if not shards:
+        return True
+    import polars as pl
+    import torch
+
+    from udr.lm.models import load_causal_lm
+    from udr.lm.prompt import PromptBuilder
+    from udr.lm.scorer import LMScorer
+
+    cfg = settings.score
+    if device_type == "cpu" and dist.world > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.world))
+    device = torch.device(f"cuda:{dist.local_rank}" if device_type == "cuda" else "cpu")
+    model, tokenizer = load_causal_lm(settings.paths.base_model("lm"))
+    model.to(device)
+    scorer = LMScorer(model, bf16=dtype == "bf16", pad_id=tokenizer.pad_token_id or 0)
+    rows = {r["id"]: r for r in work.train.iter_rows(named=True)}
+    instruction = work.task.instruction if cfg.instruction == "prefix" else None
+    builder = PromptBuilder(tokenizer, work.task, instruction, cfg.max_length)
+    q_col, c_col = work.todo["query_id"].to_list(), work.todo["candidate_id"].to_list()
+    bounds = {s: (s * cfg.shard_pairs, min((s + 1) * cfg.shard_pairs, len(work.todo))) for s in shards}
+    totals = BatchStats()
+    columns = "{task.fields[pps]:.1f} pairs/s  {task.fields[tps]:.0f} tok/s"
+    with progress_bar(progress and dist.rank == 0, columns) as bar:
+        description = f"scoring {work.task.name} {round_label(work.round)}"
+        job = bar.add_task(description, total=sum(hi - lo for lo, hi in bounds.values()), pps=0.0, tps=0.0)
+        t0 = time.perf_counter()
+
+        def tick(stats):
+            totals.add(stats)
+            dt = max(time.perf_counter() - t0, 1e-9)
+            bar.update(job, advance=stats.pairs, pps=totals.pairs / dt, tps=totals.tokens / dt)
+
+        for done, s in enumerate(shards):
+            lo, hi = bounds[s]
+            items = [builder.scoring_item(rows[q], rows[c]) for q, c in zip(q_col[lo:hi], c_col[lo:hi])]
+            scores, _ = score_items(scorer, items, work.task.generation, cfg.batch_tokens, on_batch=tick)
+            shard = pl.DataFrame(
+                {
+                    "query_id": q_col[lo:hi],
+                    "candidate_id": c_col[lo:hi],
+                    "score": scores,
+                    "tokens": [it.n_tokens for it in items],
+                },
+                schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "tokens": pl.Int64},
+            )
+            write_parquet_atomic(shard, _shard_file(partial, s))
+            _append_stats(partial, dist.rank, s, asdict(totals))
+            if stop_after_shards is not None and done + 1 >= stop_after_shards:
+                return False
+    return True
+
+
+def finish(work: ScoreWork, n_shards: int, partial: Path, out: Path, start: float, world, device_type, dtype):
+    """Step 3 (rank 0): merge the shards with the reused pairs, rank, write the output and its summary."""
+    import polars as pl
+
+    from udr.util.files import remove
+
+    shard_files = [_shard_file(partial, s) for s in range(n_shards)]
+    missing = [f.name for f in shard_files if not f.is_file()]
+    if missing:
+        raise UdrError(f"scoring {work.task.name}: shards missing after the run: {missing[:3]}")
+    schema = {"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "tokens": pl.Int64}
+    new = pl.concat([pl.read_parquet(f) for f in shard_files]) if shard_files else pl.DataFrame(schema=schema)
+    n_tokens = int(new["tokens"].sum() or 0)
+    new = new.drop("tokens").with_columns(pl.lit(work.round, dtype=pl.Int16).alias("scored_in"))
+    merged = rank_within_query(pl.concat([work.reused, new])).select(SCORE_COLUMNS)
+    write_parquet_atomic(merged, out)
+    pad = _padding_from_stats(partial)
+    remove(partial)
+    seconds = time.perf_counter() - start
+    summary = ScoreSummary(
+        work.task.name,
+        work.round,
+        len(work.queries),
+        len(merged),
+        len(work.reused),
+        len(new),
+        n_tokens,
+        pad,
+        round(seconds, 2),
+        round(len(new) / seconds, 2),
+        round(n_tokens / seconds, 1),
+        world,
+        device_type,
+        dtype,
+        round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6),
+    )
+    write_json_atomic(summary_file(out), asdict(summary))
+    return summary
+
+
+def _append_stats(partial: Path, rank: int, shard: int, stats: dict) -> None:
+    with (partial / f"stats-rank{rank}.jsonl").open("a") as fh:
+        fh.write(json.dumps({"shard": shard, **stats}) + "\n")
+
+
+def _padding_from_stats(partial: Path) -> float:
+    """Padding fraction over this run's batches (the last cumulative record of each process)."""
+    tokens = padded = 0
+    for f in partial.glob("stats-rank*.jsonl"):
+        lines = f.read_text().splitlines()
+        if lines:
+            last = json.loads(lines[-1])
+            tokens += last["tokens"]
+            padded += last["padded"]
+    return round(padded / (tokens + padded), 4) if tokens + padded else 0.0

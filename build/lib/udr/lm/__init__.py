@@ -1,0 +1,1 @@
+"""The language model: resolving a model spec to safetensors, prompt layout, scoring and prediction."""

@@ -1,0 +1,306 @@
+"""Summed log-likelihoods of continuations after prompts, batched, exact and fast: the LM side of
+feedback scoring (:mod:`udr.feedback.scoring`) and of label prediction (:mod:`udr.lm.predict`).
+
+Speed (all exact, see tests): prompts are pre-tokenised per row and concatenated; batches are built
+from length-sorted sequences under a token budget (small padding); the LM head is applied only at
+positions whose next token is scored; for label / choice sets, the shared prompt is run once and its
+key/value cache is reused for every continuation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ScoringItem:
+    """One (query, candidate) pair, tokenised: a prompt and the continuations to score after it."""
+
+    query_id: int
+    candidate_id: int
+    prompt: tuple[int, ...]
+    continuations: tuple[tuple[int, ...], ...]  # one for generation; the label / choice set otherwise
+    gold: int  # index of the gold continuation
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.prompt) + sum(len(c) for c in self.continuations)
+
+
+@dataclass
+class BatchStats:
+    """Token accounting: real tokens run through the model, and padding added by batching."""
+
+    tokens: int = 0
+    padded: int = 0
+    pairs: int = 0
+
+    def add(self, other: BatchStats) -> None:
+        self.tokens += other.tokens
+        self.padded += other.padded
+        self.pairs += other.pairs
+
+    @property
+    def padding_fraction(self) -> float:
+        total = self.tokens + self.padded
+        return self.padded / total if total else 0.0
+
+
+# ---------------------------------------------------------------- batching
+
+
+def length_batches(items: Sequence[ScoringItem], batch_tokens: int) -> Iterator[list[int]]:
+    """Indices of `items` grouped into batches of similar length whose padded size fits the budget.
+
+    Items are sorted by (length, position), so the batching depends only on the items themselves.
+    An item longer than the budget gets a batch of its own.
+    """
+    order = sorted(range(len(items)), key=lambda i: (items[i].n_tokens, i))
+    batch: list[int] = []
+    longest = 0
+    for i in order:
+        n = items[i].n_tokens
+        if batch and max(longest, n) * (len(batch) + 1) > batch_tokens:
+            yield batch
+            batch, longest = [], 0
+        batch.append(i)
+        longest = max(longest, n)
+    if batch:
+        yield batch
+
+
+# ---------------------------------------------------------------- the model side
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, device, left: bool = False):
+    """(ids, attention mask) long tensors on `device`, padded on the right (or the left, for generation)."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, s in enumerate(seqs):
+        cols = slice(width - len(s), width) if left else slice(0, len(s))
+        ids[row, cols] = torch.tensor(list(s), dtype=torch.long)
+        mask[row, cols] = 1
+    return ids.to(device), mask.to(device)
+
+
+class LMScorer:
+    """Summed log-likelihoods of continuations after prompts, with a causal LM (transformers)."""
+
+    def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
+        import torch
+
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.decoder = model.get_decoder()
+        self.head = model.get_output_embeddings()
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.bf16 = bf16
+        self.pad_id = pad_id
+        self._torch = torch
+        # Label continuations share their prompt's cache through a custom 4D attention mask, which
+        # transformers passes through as-is to sdpa (boolean) and eager (additive) attention. Models
+        # with sliding-window layers need one mask per layer type: they copy the cache instead.
+        config = model.config
+        impl = getattr(config, "_attn_implementation", None)
+        sliding = getattr(config, "sliding_window", None) is not None or any(
+            t != "full_attention" for t in (getattr(config, "layer_types", None) or [])
+        )
+        self._packable = impl in ("sdpa", "eager") and not sliding
+        self._bool_mask = impl == "sdpa"
+
+    def _logprobs(self, hidden, targets):
+        """log p(target) from hidden states at the positions that predict them (LM head on those only)."""
+        torch = self._torch
+        # The head runs in fp32 even under bf16 autocast: it is applied only at scored positions, so
+        # this is cheap, and bf16 logits cost up to ~0.04 in log-likelihood (measured on CPU).
+        with torch.autocast(self.device.type, enabled=False):
+            logits = torch.nn.functional.linear(
+                hidden.float(), self.head.weight.float(), None if self.head.bias is None else self.head.bias.float()
+            )
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+
+    def _autocast(self):
+        return self._torch.autocast(self.device.type, dtype=self._torch.bfloat16, enabled=self.bf16)
+
+    def score_batch(self, items: Sequence[ScoringItem]) -> tuple[list[list[float]], BatchStats]:
+        """Summed log p(continuation | prompt) for every continuation of every item."""
+        with self._torch.inference_mode(), self._autocast():
+            if all(len(it.continuations) == 1 for it in items):
+                return self._score_single(items)
+            return self._score_shared_prefix(items)
+
+    def _pad(self, seqs: Sequence[Sequence[int]]):
+        ids, mask = pad_sequences(seqs, self.pad_id, self.device)
+        real = sum(len(s) for s in seqs)
+        return ids, mask, BatchStats(real, ids.numel() - real)
+
+    def _score_single(self, items):
+        """One continuation per prompt: one forward over prompt + continuation."""
+        torch = self._torch
+        seqs = [it.prompt + it.continuations[0] for it in items]
+        ids, mask, stats = self._pad(seqs)
+        hidden = self.decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        rows, cols, targets = [], [], []
+        for r, it in enumerate(items):
+            p, c = len(it.prompt), it.continuations[0]
+            rows += [r] * len(c)
+            cols += range(p - 1, p - 1 + len(c))
+            targets += c
+        rows_t = torch.tensor(rows, device=self.device)
+        lp = (
+            self._logprobs(
+                hidden[rows_t, torch.tensor(cols, device=self.device)], torch.tensor(targets, device=self.device)
+            )
+            .double()
+            .cpu()
+        )
+        sums = torch.zeros(len(items), dtype=torch.float64).index_add_(0, rows_t.cpu(), lp)
+        stats.pairs = len(items)
+        return [[float(s)] for s in sums], stats
+
+    def _continuations_packed(self, flat, rest, conts, cache, mask, lengths, stats):
+        """Tokens 1..m-1 of every continuation, all of a prompt's in one row after its cached prompt:
+        each token sees the prompt and its own continuation's earlier tokens (a custom 4D mask) at the
+        positions it would have right after the prompt. The cache is extended once, never copied per
+        continuation. Returns each continuation's summed log-probability of those tokens."""
+        torch = self._torch
+        n_items, width = mask.shape
+        per_row: list[list[tuple[int, int]]] = [[] for _ in range(n_items)]  # (flat index, token offset)
+        for f, (r, _) in enumerate(flat):
+            per_row[r] += [(f, j) for j in range(len(rest[f]))]
+        q = max(len(p) for p in per_row)
+        ids = torch.full((n_items, q), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((n_items, q), dtype=torch.long)
+        allowed = torch.zeros((n_items, 1, q, width + q), dtype=torch.bool)
+        allowed[:, 0, :, :width] = mask.bool().cpu()[:, None, :]
+        rows, cols, targets, owners = [], [], [], []
+        for r, packed in enumerate(per_row):
+            for a, (f, j) in enumerate(packed):
+                ids[r, a] = rest[f][j]
+                positions[r, a] = lengths[r] + j
+                allowed[r, 0, a, width + a - j : width + a + 1] = True  # its continuation's tokens 0..j
+                rows.append(r)
+                cols.append(a)
+                targets.append(conts[f][j + 1])
+                owners.append(f)
+            for a in range(len(packed), q):  # padding queries see themselves only (no empty rows)
+                allowed[r, 0, a, width + a] = True
+        stats.add(BatchStats(len(rows), n_items * q - len(rows)))
+        attention = allowed if self._bool_mask else torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
+        h = self.decoder(
+            input_ids=ids.to(self.device),
+            attention_mask=attention.to(self.device),
+            position_ids=positions.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        lp = self._logprobs(
+            h[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+            torch.tensor(targets, device=self.device),
+        )
+        return torch.zeros(len(flat), dtype=torch.float64).index_add_(0, torch.tensor(owners), lp.double().cpu())
+
+    def _continuations_expanded(self, flat, rest, conts, cache, mask, lengths, stats):
+        """The same as :meth:`_continuations_packed`, for any model: the prompt's cache is copied once
+        per continuation and each continuation runs in its own row."""
+        torch = self._torch
+        owner = torch.tensor([r for r, _ in flat], device=self.device)
+        keep = [i for i, r in enumerate(rest) if r]
+        c_ids, c_mask, c_stats = self._pad([rest[i] for i in keep])
+        stats.add(c_stats)
+        sel = owner[torch.tensor(keep, device=self.device)]
+        cache.reorder_cache(sel)
+        full_mask = torch.cat([mask[sel], c_mask], dim=1)
+        start = torch.tensor([lengths[r] for r in sel.tolist()], device=self.device)
+        positions = start[:, None] + torch.arange(c_ids.shape[1], device=self.device)[None, :]
+        h = self.decoder(
+            input_ids=c_ids, attention_mask=full_mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+        rows, cols, targets = _continuation_targets(conts, keep)
+        lp = self._logprobs(
+            h[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+            torch.tensor(targets, device=self.device),
+        )
+        per_keep = torch.zeros(len(keep), dtype=torch.float64).index_add_(0, torch.tensor(rows), lp.double().cpu())
+        return torch.zeros(len(flat), dtype=torch.float64).index_copy_(0, torch.tensor(keep), per_keep)
+
+    def _score_shared_prefix(self, items):
+        """Several continuations per prompt: the prompt runs once; its key/value cache serves them all.
+
+        Tokens that every continuation of an item starts with (e.g. "Answer:") are moved into the
+        shared prompt; their log-probability is the same for each continuation and is added to each.
+        """
+        torch = self._torch
+        shared = [common_prefix(it.continuations) for it in items]
+        prompts = [it.prompt + sh for it, sh in zip(items, shared)]
+        ids, mask, stats = self._pad(prompts)
+        out = self.decoder(input_ids=ids, attention_mask=mask, use_cache=True)
+        hidden, cache = out.last_hidden_state, out.past_key_values
+        lengths = [len(p) for p in prompts]
+        last = hidden[torch.arange(len(items), device=self.device), torch.tensor(lengths, device=self.device) - 1]
+
+        shared_lp = torch.zeros(len(items), dtype=torch.float64)
+        rows = [r for r, sh in enumerate(shared) for _ in sh]
+        if rows:
+            cols = [len(it.prompt) - 1 + j for it, sh in zip(items, shared) for j in range(len(sh))]
+            lp = self._logprobs(
+                hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
+                torch.tensor([t for sh in shared for t in sh], device=self.device),
+            )
+            shared_lp.index_add_(0, torch.tensor(rows), lp.double().cpu())
+
+        flat = [(r, c) for r, it in enumerate(items) for c in range(len(it.continuations))]
+        owner = torch.tensor([r for r, _ in flat], device=self.device)
+        conts = [items[r].continuations[c][len(shared[r]) :] for r, c in flat]
+        # First remaining continuation token: predicted by the (extended) prompt's last hidden state.
+        first_lp = self._logprobs(last[owner], torch.tensor([c[0] for c in conts], device=self.device))
+        totals = first_lp.double().cpu() + shared_lp[owner.cpu()]
+
+        rest = [c[:-1] for c in conts]  # inputs whose hidden states predict tokens 1..m-1
+        if max(len(r) for r in rest) > 0:
+            run = self._continuations_packed if self._packable else self._continuations_expanded
+            totals += run(flat, rest, conts, cache, mask, lengths, stats)
+
+        result: list[list[float]] = [[] for _ in items]
+        for (r, _), v in zip(flat, totals.tolist()):
+            result[r].append(v)
+        stats.pairs = len(items)
+        return result, stats
+
+
+def _continuation_targets(conts, keep):
+    """(rows, columns, targets) of the tokens 1..m-1 of each kept continuation, for the row layout of
+    :meth:`LMScorer._continuations_expanded` (one row per continuation)."""
+    rows, cols, targets = [], [], []
+    for j, i in enumerate(keep):
+        c = conts[i]
+        rows += [j] * (len(c) - 1)
+        cols += range(len(c) - 1)
+        targets += c[1:]
+    return rows, cols, targets
+
+
+def common_prefix(continuations: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The longest token prefix shared by all continuations, leaving each at least one token."""
+    shortest = min(len(c) for c in continuations)
+    n = 0
+    while n < shortest - 1 and all(c[n] == continuations[0][n] for c in continuations):
+        n += 1
+    return tuple(continuations[0][:n])
+
+
+def continuation_log_likelihood(model, prompt: Sequence[int], continuation: Sequence[int]) -> float:
+    """Summed log p(continuation | prompt) by the plain route (one sequence, full logits in float64,
+    no cache): the oracle the batched scorer is tested against, and the check of model conversion."""
+    import torch
+
+    with torch.inference_mode():
+        ids = torch.tensor([list(prompt) + list(continuation)], device=next(model.parameters()).device)
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double().log_softmax(-1)
+        return float(logits.gather(1, ids[0, len(prompt) :, None]).sum())

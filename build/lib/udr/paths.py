@@ -1,0 +1,120 @@
+"""Every path of the pipeline, defined once. `dvc.yaml` declares the same layout as stage outputs.
+
+data/prepared/<task>/{train,test}.parquet, meta.json        udr prepare
+data/candidates/round<N>/<task>.parquet (+ .json)            udr candidates (N = 0), udr mine (N > 0)
+data/scores/round<N>/<task>.parquet (+ .json)                udr score
+models/base/{lm,encoder,eval_lm}/                            udr models (eval_lm: udr evaluate)
+models/rounds/round<N>/, metrics/train/round<N>/             udr train --round N
+models/epr/, metrics/train/epr/                              udr train --epr
+models/final/ (+ index/<task>.npy)                           udr index
+metrics/<method>/<task>.json, data/predictions/<method>/     udr evaluate
+metrics/{results.md,summary.json,plots/}                     udr report
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from udr.errors import UdrError
+
+ROUND_PREFIX = "round"
+
+
+def round_label(n: int) -> str:
+    """The name of round `n` in paths, params (`train.later_rounds`) and DVC stages: round0, round1, ..."""
+    return f"{ROUND_PREFIX}{n}"
+
+
+def parse_round(text: str) -> int:
+    """`1` or `round1` -> 1; anything else is a UdrError."""
+    match = re.fullmatch(rf"(?:{ROUND_PREFIX})?(\d+)", str(text).strip())
+    if not match:
+        raise UdrError(f"bad round {text!r}: expected a number such as 1 or {round_label(1)}")
+    return int(match.group(1))
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The pipeline's files under a project root (the directory of params.yaml)."""
+
+    root: Path
+
+    # ---------------------------------------------------------------- data
+    def prepared_dir(self, task: str) -> Path:
+        return self.root / "data" / "prepared" / task
+
+    def prepared(self, task: str, split: str) -> Path:
+        return self.prepared_dir(task) / f"{split}.parquet"
+
+    def prepared_tasks(self) -> list[str]:
+        """The tasks whose train split is prepared here."""
+        found = (self.root / "data" / "prepared").glob("*/train.parquet")
+        return sorted(p.parent.name for p in found if not p.parent.name.startswith("."))  # not temporary dirs
+
+    def candidates(self, round_: int, task: str) -> Path:
+        """Round 0: BM25 candidates; later rounds: mined and merged (a .json summary beside)."""
+        return self.root / "data" / "candidates" / round_label(round_) / f"{task}.parquet"
+
+    def scores(self, round_: int, task: str) -> Path:
+        """The LM's scores of a round's candidates (a .json summary beside)."""
+        return self.root / "data" / "scores" / round_label(round_) / f"{task}.parquet"
+
+    def predictions(self, method: str, task: str, split: str = "test") -> Path:
+        """Every prediction of an evaluation (validation ones apart: they are not DVC outputs)."""
+        folder = "predictions" if split == "test" else f"predictions-{split}"
+        return self.root / "data" / folder / method / f"{task}.parquet"
+
+    # ---------------------------------------------------------------- models
+    def base_model(self, role: str) -> Path:
+        """A resolved base model: lm, encoder, or eval_lm (`evaluate.lm` when it is another LM)."""
+        return self.root / "models" / "base" / role
+
+    def round_model(self, round_: int) -> Path:
+        return self.root / "models" / "rounds" / round_label(round_)
+
+    @property
+    def epr_model(self) -> Path:
+        return self.root / "models" / "epr"
+
+    @property
+    def final_model(self) -> Path:
+        return self.root / "models" / "final"
+
+    @staticmethod
+    def index(model_dir: Path, task: str) -> Path:
+        """A model's embeddings of a task's pool (`udr index`)."""
+        return Path(model_dir) / "index" / f"{task}.npy"
+
+    # ---------------------------------------------------------------- metrics
+    def train_log(self, name: str) -> Path:
+        """Training logs of a round (round<N>) or of the EPR baseline (epr)."""
+        return self.root / "metrics" / "train" / name
+
+    def method_metrics(self, method: str, task: str, split: str = "test") -> Path:
+        """An evaluation's result: metrics/<method>/<task>.json (test), metrics/<split>/<method>/<task>.json."""
+        if split == "test":
+            return self.root / "metrics" / method / f"{task}.json"
+        return self.root / "metrics" / split / method / f"{task}.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "metrics" / "summary.json"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "metrics" / "results.md"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "metrics" / "plots"
+
+    def analysis(self, name: str) -> Path:
+        """The table of a `udr exp` analysis: ablations, order or transfer."""
+        return self.root / "metrics" / f"{name}.md"
+
+
+def summary_file(output: Path) -> Path:
+    """The JSON summary a stage writes beside a parquet output."""
+    return output.with_suffix(".json")

@@ -1,0 +1,321 @@
+"""The UDR bi-encoder: a query encoder E_q and a demonstration encoder E_d, pooled (CLS, as in the
+paper, or mean), dot product.
+
+sim(x, z) = E_q([I] x) . E_d(I z), where I is the task instruction and z the whole demonstration
+(input and answer, rendered with the task's template): :func:`query_text` and :func:`demo_texts`,
+the one definition of what each encoder reads. The instruction goes on the demonstration
+side and on the query side when `query_instruction` is true (the paper); the published code
+leaves test queries bare. `instruction: false` drops it from both sides (an ablation).
+
+On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrained`, safetensors),
+``tokenizer/``, and ``udr_encoder.json`` with the settings below. `BiEncoder.load(path)` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError, model_validator
+
+from udr.config import EncoderSettings, Pooling, Similarity
+from udr.data.tasks import Task
+from udr.errors import UdrError
+from udr.util.files import building_dir, json_text
+
+SETTINGS_NAME = "udr_encoder.json"
+EXPORT_NAME = "udr_export.json"  # a `udr export` (sentence-transformers) of a bi-encoder, see udr.serving.export
+
+
+class BiEncoderSettings(EncoderSettings):
+    """How a saved bi-encoder reads texts: the `encoder` parameters it was trained with, plus its pooling."""
+
+    pooling: Pooling = "cls"  # resolved: cls (the paper) or mean (e.g. all-MiniLM's own), see base_pooling
+    similarity: Similarity = "dot"  # resolved: cosine L2-normalises every embedding (see base_similarity)
+    base: str = ""  # the base model directory or spec it was initialised from (provenance only)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalize_flag(cls, data: Any) -> Any:
+        # Models saved before `similarity` existed say `normalize: true|false`.
+        if isinstance(data, dict) and "normalize" in data:
+            data = dict(data)
+            data.setdefault("similarity", "cosine" if data.pop("normalize") else "dot")
+        return data
+
+    @property
+    def normalize(self) -> bool:
+        """Whether embeddings are L2-normalised (cosine similarity)."""
+        return self.similarity == "cosine"
+
+
+def _sentence_transformers_module(model_dir: Path, kind: str) -> dict | None:
+    """The first entry of a model's sentence-transformers modules.json whose type is `models.<kind>`;
+    None without that file, when it is unreadable, or when it has no such module."""
+    import json
+
+    modules = Path(model_dir) / "modules.json"
+    if not modules.is_file():
+        return None
+    try:
+        return next((e for e in json.loads(modules.read_text()) if e.get("type", "").endswith(f"models.{kind}")), None)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def base_pooling(model_dir: Path) -> Pooling:
+    """A base encoder's own pooling: what its sentence-transformers config (modules.json and the Pooling
+    module's config.json) says, or CLS for a plain transformers model (the paper's bert-base)."""
+    import json
+
+    pooling = _sentence_transformers_module(model_dir, "Pooling")
+    if pooling is None:
+        return "cls"
+    try:
+        config = json.loads((Path(model_dir) / pooling["path"] / "config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return "cls"
+    if config.get("pooling_mode_mean_tokens"):
+        return "mean"
+    if config.get("pooling_mode_cls_token"):
+        return "cls"
+    modes = ", ".join(k for k, v in config.items() if k.startswith("pooling_mode") and v) or "none"
+    raise UdrError(f"{model_dir}: pooling {modes} is not supported (cls or mean); set encoder.pooling")
+
+
+def resolve_pooling(setting: str, base_dir: Path) -> Pooling:
+    """The pooling a new bi-encoder gets: `encoder.pooling`, where auto is the base model's own."""
+    return base_pooling(base_dir) if setting == "auto" else setting
+
+
+def base_similarity(model_dir: Path) -> Similarity:
+    """A base encoder's own similarity: cosine where its sentence-transformers modules.json has a Normalize
+    module (all-MiniLM-L6-v2), else the dot product (a plain transformers model, the paper's bert-base)."""
+    return "dot" if _sentence_transformers_module(model_dir, "Normalize") is None else "cosine"
+
+
+def resolve_similarity(setting: str, base_dir: Path) -> Similarity:
+    """The similarity a new bi-encoder gets: `encoder.similarity`, where auto is the base model's own."""
+    return base_similarity(base_dir) if setting == "auto" else setting
+
+
+def query_text(instruction: str, input: str, settings: EncoderSettings) -> str:
+    """What E_q reads for a query x: [I] x (the instruction when `instruction` and `query_instruction`)."""
+    return f"{instruction}{input}" if settings.instruction and settings.query_instruction else input
+
+
+def demo_texts(task: Task, inputs: Sequence[str], answers: Sequence[str], settings: EncoderSettings) -> list[str]:
+    """What E_d reads for each demonstration z = (input, answer) of a task's pool: [I] z, the
+    demonstration rendered with the task's template (the instruction when `instruction`)."""
+    instruction = task.instruction if settings.instruction else ""
+    return [instruction + task.render(i, a) for i, a in zip(inputs, answers)]
+
+
+class BiEncoder:
+    """Two transformers encoders sharing one tokenizer. `embed` keeps gradients (training);
+    `encode` is batched, length-sorted inference returning numpy float32."""
+
+    def __init__(self, query_model: Any, demo_model: Any, tokenizer: Any, settings: BiEncoderSettings):
+        self.query_model = query_model
+        self.demo_model = demo_model
+        self.tokenizer = tokenizer
+        self.settings = settings
+
+    # ------------------------------------------------------------ construction and I/O
+
+    @classmethod
+    def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> BiEncoder:
+        """Both encoders initialised from the same resolved base encoder (two independent copies)."""
+        from udr.lm.models import load_encoder
+
+        query_model, tokenizer = load_encoder(base_dir)
+        demo_model, _ = load_encoder(base_dir)
+        return cls(query_model, demo_model, tokenizer, settings)
+
+    @staticmethod
+    def load_settings(path: Path) -> BiEncoderSettings:
+        """The settings of the bi-encoder at `path`: a udr model directory, or a udr export
+        (`udr export`, whose `udr_export.json` keeps them)."""
+        path = Path(path)
+        meta, key = path / SETTINGS_NAME, None
+        if not meta.is_file() and (path / EXPORT_NAME).is_file():
+            meta, key = path / EXPORT_NAME, "encoder"
+        if not meta.is_file():
+            raise UdrError(
+                f"missing model: {path} is not a udr bi-encoder (no {SETTINGS_NAME}); "
+                "train one with `udr train` or pass --model"
+            )
+        try:
+            raw = json.loads(meta.read_text())
+            return BiEncoderSettings.model_validate(raw[key] if key else raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                reason = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            else:
+                reason = exc.__class__.__name__
+            raise UdrError(f"{meta}: unreadable bi-encoder settings ({reason})") from None
+
+    @staticmethod
+    def part_dirs(path: Path) -> tuple[Path, Path, Path]:
+        """(E_q, E_d, tokenizer) directories of a udr model directory or of a udr export."""
+        path = Path(path)
+        if (path / SETTINGS_NAME).is_file() or not (path / EXPORT_NAME).is_file():
+            return path / "query", path / "demo", path / "tokenizer"
+        routes = json.loads((path / EXPORT_NAME).read_text()).get("routes", {})
+        query, demo = path / routes.get("query", "query"), path / routes.get("demo", "demo")
+        return query, demo, query
+
+    @classmethod
+    def load(cls, path: Path) -> BiEncoder:
+        """Load a saved bi-encoder directory, or a udr export of one (safetensors only)."""
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        path = Path(path)
+        settings = cls.load_settings(path)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        from udr.util.weights import load_weights
+
+        rebuild = "train it again (`udr train`) or pass another --model"
+        query_dir, demo_dir, tokenizer_dir = cls.part_dirs(path)
+        models = [
+            load_weights(
+                lambda d=d: AutoModel.from_pretrained(d, use_safetensors=True, dtype=torch.float32), d, rebuild
+            ).eval()
+            for d in (query_dir, demo_dir)
+        ]
+        tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(tokenizer_dir), tokenizer_dir, rebuild)
+        return cls(models[0], models[1], tokenizer, settings)
+
+    def save(self, path: Path) -> None:
+        """Write the bi-encoder to `path` (replaced atomically: built beside it, then swapped in)."""
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        with building_dir(Path(path)) as tmp:
+            self.query_model.save_pretrained(tmp / "query", safe_serialization=True)
+            self.demo_model.save_pretrained(tmp / "demo", safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp / "tokenizer")
+            (tmp / SETTINGS_NAME).write_text(json_text(self.settings.model_dump()))
+
+    # ------------------------------------------------------------ embedding
+
+    def to(self, device) -> BiEncoder:
+        self.query_model.to(device)
+        self.demo_model.to(device)
+        return self
+
+    def train(self, mode: bool = True) -> BiEncoder:
+        self.query_model.train(mode)
+        self.demo_model.train(mode)
+        return self
+
+    def parameters(self):
+        yield from self.query_model.parameters()
+        yield from self.demo_model.parameters()
+
+    @property
+    def device(self):
+        return next(self.query_model.parameters()).device
+
+    def _model(self, side: str):
+        if side not in ("query", "demo"):
+            raise ValueError(f"side must be 'query' or 'demo', got {side!r}")
+        return self.query_model if side == "query" else self.demo_model
+
+    def _max_length(self, side: str) -> int:
+        return self.settings.max_query_length if side == "query" else self.settings.max_demo_length
+
+    def embed(self, texts: Sequence[str], side: str, chunk: int = 0):
+        """Pooled embeddings (n, d) of `texts` by the `side` ("query" or "demo") encoder, with gradients.
+
+        chunk > 0: the texts go through the model in chunks of that many, cut from the texts sorted by
+        token length, so each chunk pads only to its own longest (the rows come back in the order of
+        `texts`). Without dropout the result equals one padded batch up to float rounding; in training,
+        dropout masks are drawn per chunk, so the random draws differ from one batch's.
+        """
+        import torch
+
+        texts = list(texts)
+        if chunk <= 0 or len(texts) <= chunk:
+            return self._pool(self._tokenize(texts, side, padding=True), side)
+        features = self._tokenize(texts, side, padding=False)
+        order = sorted(range(len(texts)), key=lambda i: (len(features["input_ids"][i]), i))
+        parts = []
+        for lo in range(0, len(order), chunk):
+            idx = order[lo : lo + chunk]
+            batch = self.tokenizer.pad({k: [v[i] for i in idx] for k, v in features.items()}, return_tensors="pt")
+            parts.append(self._pool(batch, side))
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        return torch.cat(parts)[inverse.to(parts[0].device)]
+
+    def _tokenize(self, texts: list[str], side: str, padding: bool):
+        return self.tokenizer(
+            texts,
+            padding=padding,
+            truncation=True,
+            max_length=self._max_length(side),
+            return_tensors="pt" if padding else None,
+        )
+
+    def _pool(self, batch, side: str):
+        """Pooled (and, for cosine, normalised) embeddings of one padded, tokenised batch."""
+        batch = batch.to(self.device)
+        hidden = self._model(side)(**batch).last_hidden_state
+        if self.settings.pooling == "cls":
+            emb = hidden[:, 0]
+        elif self.settings.pooling == "mean":
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        else:
+            raise UdrError(f"unknown pooling {self.settings.pooling!r} (expected cls or mean)")
+        if self.settings.normalize:
+            emb = emb / emb.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+        return emb
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        side: str,
+        batch_size: int = 64,
+        progress: bool = False,
+        description: str = "embedding",
+    ):
+        """Pooled embeddings (see `embed`) as a float32 numpy array (n, d), in the order of `texts`, without
+        gradients. Batches are cut
+        from length-sorted texts, so padding stays small; the result does not depend on it beyond
+        float rounding."""
+        import numpy as np
+        import torch
+
+        from udr.util.progress import progress_bar
+
+        texts = list(texts)
+        lengths = [len(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
+        out = None
+        was_training = self._model(side).training
+        self._model(side).eval()
+        with torch.inference_mode(), progress_bar(progress) as bar:
+            job = bar.add_task(description, total=len(texts))
+            for lo in range(0, len(order), batch_size):
+                idx = order[lo : lo + batch_size]
+                emb = self.embed([texts[i] for i in idx], side).float().cpu().numpy()
+                if out is None:
+                    out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
+                out[idx] = emb
+                bar.update(job, advance=len(idx))
+        self._model(side).train(was_training)
+        if out is None:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        return out
+
+    @property
+    def dimension(self) -> int:
+        return int(self.query_model.config.hidden_size)

@@ -1,0 +1,149 @@
+"""Pool embeddings: E_d's embedding of a task's demonstration pool (its whole train split), their
+files, and the final index.
+
+`udr index` copies the last round's bi-encoder to `models/final/` and writes, for every task,
+`models/final/index/<task>.npy` (float32, one row per pool item) with a JSON sidecar holding the
+pool's ids, the pool file's hash and the model it was made with, so a stale index is detected.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from udr.data.tasks import Task
+from udr.errors import UdrError
+from udr.paths import Paths
+from udr.util.files import file_sha256, json_text, write_atomic, write_json_atomic, write_text_atomic
+
+# ---------------------------------------------------------------- embedding files
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def save_embeddings(path, emb: np.ndarray, meta: dict) -> None:
+    """Write `emb` to `path` (.npy, no pickle) and `meta` to `<path>.json`, each atomically.
+
+    The sidecar stores {"shape", "dtype", "meta"}; `load_embeddings` checks shape and dtype
+    against the array so that a half-replaced pair is caught.
+    """
+    path = Path(path)
+    emb = np.asarray(emb)
+    if emb.ndim != 2:
+        raise UdrError(f"embeddings must be a 2-D (rows, dim) array, got shape {emb.shape}")
+    try:
+        sidecar = json_text({"shape": list(emb.shape), "dtype": emb.dtype.str, "meta": meta}, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise UdrError(f"embedding metadata for {path} is not JSON-serialisable: {exc}") from None
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as fh:  # a file object: np.save would append ".npy" to a name
+            np.save(fh, emb, allow_pickle=False)
+
+    write_atomic(path, write)
+    write_text_atomic(_meta_path(path), sidecar)
+
+
+def load_embeddings(path) -> tuple[np.ndarray, dict]:
+    """Read back what `save_embeddings` wrote: (embeddings, meta)."""
+    path = Path(path)
+    meta_path = _meta_path(path)
+    if not path.is_file():
+        raise UdrError(f"missing index: {path} (run `udr index` first)")
+    if not meta_path.is_file():
+        raise UdrError(f"missing index metadata: {meta_path} (run `udr index` first)")
+    try:
+        emb = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise UdrError(f"unreadable index {path}: {exc}") from None
+    try:
+        sidecar = json.loads(meta_path.read_text())
+        shape, dtype, meta = tuple(sidecar["shape"]), sidecar["dtype"], sidecar["meta"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {exc}") from None
+    if emb.shape != shape or emb.dtype.str != dtype:
+        raise UdrError(
+            f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
+            f"metadata {shape} {dtype}); rerun `udr index`"
+        )
+    return emb, meta
+
+
+# ---------------------------------------------------------------- a model's pool index
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """A short hash of a bi-encoder's settings and weights."""
+    import hashlib
+
+    from udr.retriever.encoder import EXPORT_NAME, SETTINGS_NAME
+
+    model_dir = Path(model_dir)
+    settings = model_dir / SETTINGS_NAME
+    parts = [file_sha256(settings if settings.is_file() else model_dir / EXPORT_NAME)]
+    parts += [file_sha256(p) for p in sorted(model_dir.glob("*/model.safetensors"))]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+
+
+def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint: str | None = None) -> np.ndarray:
+    """The pool embeddings written by `udr index` for `task`, checked against the model (its
+    `fingerprint`, computed when not given), the pool file's hash and the pool's ids."""
+    path = Paths.index(model_dir, task)
+    if not path.is_file():
+        raise UdrError(f"missing index {path}: run `udr index` first")
+    emb, meta = load_embeddings(path)
+    if meta.get("model") != (fingerprint or model_fingerprint(model_dir)) or meta.get("pool_sha256") != pool_sha:
+        raise UdrError(f"mismatched index {path}: made with another model or pool; run `udr index` again")
+    if list(meta.get("ids", [])) != [int(i) for i in pool_ids]:
+        raise UdrError(
+            f"mismatched index {path}: it lists other pool ids than the prepared train split; run `udr index` again"
+        )
+    return emb
+
+
+def embed_pool(encoder, task: Task, frame, batch_size: int, progress: bool) -> np.ndarray:
+    """E_d embeddings (n, d) of a prepared pool frame's rows, in row order."""
+    from udr.retriever.encoder import demo_texts
+
+    texts = demo_texts(task, frame["input"], frame["target"], encoder.settings)
+    description = f"embedding {task.name} pool"
+    return encoder.encode(texts, "demo", batch_size=batch_size, progress=progress, description=description)
+
+
+def run_index(settings, *, progress: bool = True) -> dict:
+    """Copy the last round's model to models/final and index every prepared task's pool with it."""
+    from udr.data.prepare import read_prepared
+    from udr.retriever.encoder import BiEncoder
+    from udr.util.distributed import resolve_device_type
+    from udr.util.files import building_dir
+
+    paths = settings.paths
+    last = settings.train.rounds[-1]
+    src = paths.round_model(last)
+    if not src.is_dir():
+        raise UdrError(f"missing model {src}: run `udr train --round {last}` first")
+    with building_dir(paths.final_model) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        encoder = BiEncoder.load(tmp).to(resolve_device_type(settings.train.device, "train.device"))
+        fingerprint = model_fingerprint(tmp)
+        report = {"round": last, "model": fingerprint, "tasks": {}}
+        for name in settings.prepared_task_names():  # unseen tasks too: UDR retrieves for them
+            t0 = time.perf_counter()
+            pool = read_prepared(settings.root, name, "train")
+            emb = embed_pool(encoder, settings.task(name), pool, settings.mine.batch_size, progress)
+            meta = {
+                "task": name,
+                "ids": [int(i) for i in pool["id"]],
+                "model": fingerprint,
+                "pool_sha256": file_sha256(paths.prepared(name, "train")),
+            }
+            save_embeddings(Paths.index(tmp, name), emb, meta)
+            report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
+        write_json_atomic(tmp / "index" / "report.json", report)
+    return report

@@ -1,0 +1,85 @@
+"""A per-round account of Algorithm 1 from the files the stages wrote: training loss at the start and
+end, how many mined candidates were new, the mean LM score of each query's best candidate, and the
+seconds each stage took. `udr rounds` prints it; nothing is recomputed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from udr.paths import Paths, round_label, summary_file
+
+
+def _read(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, float] | None:
+    """(mean over queries of the best LM score, mean LM score) among the candidates that this round's
+    retriever returned (BM25 in round 0, the previous round's bi-encoder after), not the merged list,
+    whose best can only rise as lists grow."""
+    import polars as pl
+
+    cands, scores = paths.candidates(round_, task), paths.scores(round_, task)
+    if not (cands.is_file() and scores.is_file()):
+        return None
+    retrieved = pl.read_parquet(cands).filter(pl.col("rank").is_not_null()).select("query_id", "candidate_id")
+    joined = retrieved.join(
+        pl.read_parquet(scores).select("query_id", "candidate_id", "score"),
+        on=["query_id", "candidate_id"],
+        how="inner",
+    )
+    if joined.is_empty():
+        return None
+    best = joined.group_by("query_id").agg(pl.col("score").max())["score"].mean()
+    return round(float(best), 6), round(float(joined["score"].mean()), 6)
+
+
+def rounds_table(settings) -> list[dict]:
+    """One row per (round, task) plus a row per round with task='all' (sums / means)."""
+    paths = settings.paths
+    rows = []
+    for it in settings.train.rounds:
+        train = _read(paths.train_log(round_label(it)) / "summary.json")
+        per_task = []
+        for task in settings.task_names():
+            score = _read(summary_file(paths.scores(it, task)))
+            mine = _read(summary_file(paths.candidates(it, task))) if it > 0 else None
+            per_task.append(
+                {
+                    "round": it,
+                    "task": task,
+                    "pairs": score and score["pairs"],
+                    "scored": score and score["scored"],
+                    "top1_score_mean": score and score.get("top1_score_mean"),
+                    "retrieved": retrieved_quality(paths, it, task),
+                    "mined_new_fraction": mine and mine["new_fraction"],
+                    "score_seconds": score and score["seconds"],
+                    "mine_seconds": mine and mine["seconds"],
+                }
+            )
+        rows += per_task
+
+        def total(key, per_task=per_task):
+            vals = [r[key] for r in per_task if r[key] is not None]
+            return round(sum(vals), 2) if vals else None
+
+        mined = [r["mined_new_fraction"] for r in per_task if r["mined_new_fraction"] is not None]
+        rows.append(
+            {
+                "round": it,
+                "task": "all",
+                "pairs": total("pairs"),
+                "scored": total("scored"),
+                "top1_score_mean": None,
+                "retrieved": None,
+                "mined_new_fraction": round(sum(mined) / len(mined), 4) if mined else None,
+                "score_seconds": total("score_seconds"),
+                "mine_seconds": total("mine_seconds"),
+                "train_loss_start": train and train["loss_start"],
+                "train_loss_end": train and train["loss_end"],
+                "train_steps": train and train["steps"],
+                "train_seconds": train and train["seconds"],
+            }
+        )
+    return rows

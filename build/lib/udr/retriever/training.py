@@ -1,0 +1,366 @@
+"""Multi-task list-wise ranking training of the bi-encoder (one round of the paper's Algorithm 1).
+
+Every optimiser step takes `train.batch_size` scored queries from ONE task, the task drawn with
+p(T) ~ q_T^alpha (q_T = T's share of the scored queries); each query brings l candidates sampled
+from its LM-ranked list and ranked 1..l by the LM's scores (:mod:`udr.retriever.sampling`). The loss
+is :class:`udr.retriever.losses.UDRLoss`. The batch is processed in micro-batches of
+`train.micro_batch` queries with gradient accumulation (in-batch negatives are the micro-batch's
+candidates).
+
+Determinism and resume: everything random in step s (task, queries, candidates, dropout) is drawn
+from generators seeded by (seed, round, s), so a run resumed from a checkpoint continues exactly as
+an uninterrupted one. Under torchrun, process r computes micro-batches r, r+P, ... and gradients are
+summed across processes before the step (data parallel), which equals the one-process step up to
+float summation order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from udr.errors import UdrError
+from udr.paths import round_label
+from udr.retriever.sampling import TaskSampler, sample_candidates, step_rng
+from udr.util.distributed import Distributed, resolve_device_type
+from udr.util.files import file_sha256, remove, write_atomic, write_text_atomic
+from udr.util.resume import open_partial, partial_dir
+
+
+@dataclass(frozen=True)
+class ScoredQuery:
+    """A training query with its candidates in LM order (best first), as the encoders read them."""
+
+    task: str
+    query_id: int
+    text: str
+    candidate_ids: tuple[int, ...]
+    candidate_texts: tuple[str, ...]
+
+
+@dataclass
+class TrainSummary:
+    round: int
+    steps: int
+    queries: dict
+    task_probabilities: dict
+    loss_start: float
+    loss_end: float
+    seconds: float
+    world_size: int
+    device: str
+
+
+@dataclass
+class Trainer:
+    """A round's model, optimiser and schedule, with the steps done so far (built by :func:`build`)."""
+
+    encoder: object
+    params: list
+    optimizer: object
+    scheduler: object
+    loss_fn: object
+    device: object
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def first_step(self) -> int:
+        return len(self.history)
+
+
+def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_settings) -> dict[str, list[ScoredQuery]]:
+    """Step 1: each task's scored queries of `round_` with their candidates as encoder texts, LM order."""
+    import polars as pl
+
+    from udr.data.prepare import read_prepared
+    from udr.retriever.encoder import demo_texts, query_text
+
+    out: dict[str, list[ScoredQuery]] = {}
+    for name in tasks:
+        task = settings.task(name)
+        path = settings.paths.scores(round_, name)
+        if not path.is_file():
+            raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
+        scores = pl.read_parquet(path).sort(["query_id", "rank"])
+        rows = {r["id"]: r for r in read_prepared(settings.root, name, "train").iter_rows(named=True)}
+        queries = []
+        for (qid,), group in scores.group_by(["query_id"], maintain_order=True):
+            cids = tuple(int(c) for c in group["candidate_id"])
+            if len(cids) < 2:
+                continue
+            q = rows[int(qid)]
+            texts = demo_texts(
+                task, [rows[c]["input"] for c in cids], [rows[c]["target"] for c in cids], encoder_settings
+            )
+            queries.append(
+                ScoredQuery(
+                    name, int(qid), query_text(task.instruction, q["input"], encoder_settings), cids, tuple(texts)
+                )
+            )
+        out[name] = queries
+    return out
+
+
+def epr_settings(settings):
+    """The EPR baseline's recipe on UDR's budget: round-0 (BM25) scores only, one positive of the
+    top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone, and as
+    many epochs as all of UDR's rounds together; same encoder init, batch, lr and inputs."""
+    cfg = settings.train
+    epochs = cfg.epochs_first + cfg.epochs_later * len(cfg.later_rounds)
+    train = cfg.model_copy(update={"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs})
+    return settings.model_copy(update={"train": train})
+
+
+def run_train_stage(settings, round_: int, *, epr: bool = False, progress: bool = True):
+    """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder) into the
+    round's model directory and training log; returns (summary or None off rank 0, output directory)."""
+    paths = settings.paths
+    settings.train.check_round(round_)
+    if epr and round_ != 0:
+        raise UdrError("the EPR baseline trains on round 0's scores only: drop --round")
+    init = paths.base_model("encoder") if round_ == 0 else paths.round_model(round_ - 1)
+    if epr:
+        settings, out, log_dir = epr_settings(settings), paths.epr_model, paths.train_log("epr")
+    else:
+        out, log_dir = paths.round_model(round_), paths.train_log(round_label(round_))
+    summary = run_train(settings, round_, init=init, out=out, log_dir=log_dir, progress=progress)
+    return summary, out
+
+
+def run_train(
+    settings,
+    round_: int,
+    *,
+    init: Path,
+    out: Path,
+    log_dir: Path,
+    progress: bool = True,
+    stop_after_steps: int | None = None,
+) -> TrainSummary | None:
+    """Train one round from `init` (a base encoder directory, or a saved bi-encoder) into `out`.
+
+    Per-step losses go to `log_dir` (dvclive) with `summary.json` and `loss.png`; a checkpoint
+    beside `out` (``.<name>.partial``) is written every `train.checkpoint_steps` steps and picked
+    up by the next run with the same inputs. Returns None on processes other than rank 0 and when
+    `stop_after_steps` stopped the run early (tests use it to simulate a kill).
+    """
+    from udr.retriever.train_log import TrainLog
+    from udr.util.progress import progress_bar
+
+    cfg = settings.train
+    tasks = settings.training_tasks()
+    start = time.perf_counter()
+    data = load_scored_queries(settings, tasks, round_, settings.encoder)
+    sampler = TaskSampler({t: len(q) for t, q in data.items()}, cfg.alpha)
+    total_queries = sum(len(q) for q in data.values())
+    epochs = cfg.epochs_first if round_ == 0 else cfg.epochs_later
+    steps = max(1, math.ceil(epochs * total_queries / cfg.batch_size))
+
+    device_type = resolve_device_type(cfg.device, "train.device")
+    dp = Distributed(device_type)
+    partial = partial_dir(out)
+    fingerprint = {
+        "round": round_,
+        "steps": steps,
+        "seed": settings.seed,
+        "tasks": tasks,
+        "train": cfg.model_dump(exclude={"checkpoint_steps", "device"}),
+        "encoder": settings.encoder.model_dump(),
+        "scores": {t: file_sha256(settings.paths.scores(round_, t)) for t in tasks},
+        "init": _describe_init(Path(init)),
+        "world": dp.world,
+    }
+    if dp.rank == 0:
+        open_partial(partial, fingerprint)
+    dp.barrier()
+    trainer = build(settings, Path(init), partial, device_type, dp.local_rank, steps)
+    live = TrainLog(log_dir, trainer.history) if dp.rank == 0 else None
+
+    with progress_bar(progress and dp.rank == 0, "loss {task.fields[loss]:.4f}") as bar:
+        last = trainer.history[-1]["loss"] if trainer.history else float("nan")
+        job = bar.add_task(f"training round {round_}", total=steps, completed=trainer.first_step, loss=last)
+        first = trainer.first_step
+        for step in range(first, steps):
+            record = train_step(settings, trainer, data, sampler, round_, step, dp)
+            trainer.history.append(record)
+            if live:
+                live.log(record)
+            bar.update(job, advance=1, loss=record["loss"])
+            done = step + 1
+            if dp.rank == 0 and (done % cfg.checkpoint_steps == 0 and done < steps):
+                _write_checkpoint(partial, trainer, done)
+            if stop_after_steps is not None and done - first >= stop_after_steps and done < steps:
+                dp.barrier()
+                return None
+
+    dp.barrier()
+    if dp.rank != 0:
+        dp.close()
+        return None
+    summary = finish(trainer, out, round_, steps, data, sampler, start, dp.world, device_type)
+    live.finish(summary, f"training round {round_}")
+    remove(partial)
+    dp.close()
+    return summary
+
+
+def build(settings, init: Path, partial: Path, device_type: str, local_rank: int, steps: int) -> Trainer:
+    """Step 2: the bi-encoder (from the checkpoint in `partial` if there is one, else from `init`), the
+    optimiser, the warmup / linear-decay schedule and the loss."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from udr.retriever.encoder import (
+        SETTINGS_NAME,
+        BiEncoder,
+        BiEncoderSettings,
+        resolve_pooling,
+        resolve_similarity,
+    )
+    from udr.retriever.losses import UDRLoss
+
+    cfg = settings.train
+    device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else "cpu")
+    state_file = partial / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else None
+    enc = settings.encoder
+    params = enc.model_dump(exclude={"pooling", "similarity"})
+
+    def bi_settings(pooling: str, similarity: str) -> BiEncoderSettings:
+        return BiEncoderSettings(**params, pooling=pooling, similarity=similarity, base=str(settings.models.encoder))
+
+    if state is not None:
+        encoder = BiEncoder.load(partial / "encoder")
+    elif (init / SETTINGS_NAME).is_file():  # a later round continues the previous round's model (auto: its own)
+        encoder = BiEncoder.load(init)
+        old = encoder.settings
+        encoder.settings = bi_settings(
+            old.pooling if enc.pooling == "auto" else enc.pooling,
+            old.similarity if enc.similarity == "auto" else enc.similarity,
+        )
+    else:
+        encoder = BiEncoder.from_base(
+            init, bi_settings(resolve_pooling(enc.pooling, init), resolve_similarity(enc.similarity, init))
+        )
+    encoder.to(device).train()
+    params = [p for p in encoder.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, min(cfg.warmup_steps, steps), steps)
+    history: list[dict] = []
+    if state is not None:
+        opt_state = torch.load(partial / "optimizer.pt", map_location=device, weights_only=True)
+        optimizer.load_state_dict(opt_state["optimizer"])
+        scheduler.load_state_dict(opt_state["scheduler"])
+        history = state["history"]
+    loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss, scale=cfg.cosine_scale if encoder.settings.normalize else 1.0)
+    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history)
+
+
+def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: int, step: int, dp) -> dict:
+    """Step 3, once per optimiser step: draw a task, its queries and their candidates, accumulate the
+    loss's gradients over micro-batches, step; returns the step's log record."""
+    import torch
+
+    cfg = settings.train
+    l = 2 if cfg.sampling == "epr" else cfg.candidates_per_query
+    device = trainer.device
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    rng = step_rng(settings.seed, round_, step)
+    task = sampler.draw(rng)
+    pool = data[task]
+    chosen = rng.choice(len(pool), size=min(cfg.batch_size, len(pool)), replace=False)
+    picks = [(pool[i], sample_candidates(len(pool[i].candidate_ids), l, cfg.sampling, rng)) for i in chosen]
+    micro = [picks[i : i + cfg.micro_batch] for i in range(0, len(picks), cfg.micro_batch)]
+    trainer.optimizer.zero_grad(set_to_none=True)
+    parts = np.zeros(3)
+    for m, mb in enumerate(micro):
+        if m % dp.world != dp.rank:
+            continue
+        torch.manual_seed(settings.seed * 1_000_003 + round_ * 10_007 + step * 101 + m)
+        with autocast:
+            loss = _micro_batch_loss(trainer, mb, cfg.length_chunk)
+        share = len(mb) / len(picks)
+        (loss.total * share).backward()
+        parts += share * np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
+    dp.sum_gradients(trainer.params)
+    trainer.optimizer.step()
+    trainer.scheduler.step()
+    return {
+        "step": step,
+        "task": task,
+        "loss": dp.sum_scalar(parts[0]),
+        "rank": dp.sum_scalar(parts[1]),
+        "in_batch": dp.sum_scalar(parts[2]),
+        "lr": trainer.scheduler.get_last_lr()[0],
+    }
+
+
+def _micro_batch_loss(trainer: Trainer, micro_batch, length_chunk: int):
+    """UDRLoss of one micro-batch of (ScoredQuery, candidate positions), candidates ranked 1..l in LM order."""
+    import torch
+
+    encoder, device = trainer.encoder, trainer.device
+    q = encoder.embed([sq.text for sq, _ in micro_batch], "query")
+    width = max(len(pos) for _, pos in micro_batch)
+    texts, mask, ranks = [], [], []
+    for sq, pos in micro_batch:
+        texts += [sq.candidate_texts[p] for p in pos]
+        mask.append([True] * len(pos) + [False] * (width - len(pos)))
+        ranks.append(list(range(1, len(pos) + 1)) + [0] * (width - len(pos)))
+    d = encoder.embed(texts, "demo", chunk=length_chunk)
+    flat_mask = torch.tensor(mask, device=device)
+    cand = torch.zeros(len(micro_batch), width, d.shape[1], dtype=d.dtype, device=device)
+    cand[flat_mask] = d
+    return trainer.loss_fn(q.float(), cand.float(), torch.tensor(ranks, device=device), flat_mask)
+
+
+def finish(trainer: Trainer, out: Path, round_, steps, data, sampler, start, world, device_type) -> TrainSummary:
+    """Step 4 (rank 0): save the model and summarise the round."""
+    trainer.encoder.to("cpu").train(False)
+    trainer.encoder.save(out)
+    losses = [h["loss"] for h in trainer.history]
+    window = max(1, min(10, len(losses) // 5))
+    return TrainSummary(
+        round_,
+        steps,
+        {t: len(q) for t, q in data.items()},
+        {t: round(float(p), 4) for t, p in zip(sampler.tasks, sampler.probabilities)},
+        _mean(losses[:window]),
+        _mean(losses[-window:]),
+        round(time.perf_counter() - start, 2),
+        world,
+        device_type,
+    )
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return round(float(np.mean(xs)), 6) if len(xs) else float("nan")
+
+
+def _describe_init(init: Path) -> dict:
+    from udr.lm.models import RECORD_NAME
+    from udr.retriever.encoder import SETTINGS_NAME
+
+    for name in (SETTINGS_NAME, RECORD_NAME):
+        if (init / name).is_file():
+            weights = sorted(file_sha256(p) for p in init.rglob("*.safetensors"))
+            return {"path": str(init), name: file_sha256(init / name), "weights": weights}
+    raise UdrError(f"missing model: {init} is neither a resolved base encoder nor a trained bi-encoder")
+
+
+def _write_checkpoint(partial: Path, trainer: Trainer, step: int) -> None:
+    """Weights, optimiser and scheduler state, and the loss history; state.json is written last, so a
+    checkpoint without it (killed while saving) is not resumed from."""
+    import torch
+
+    (partial / "state.json").unlink(missing_ok=True)
+    trainer.encoder.save(partial / "encoder")
+    state = {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict()}
+    write_atomic(partial / "optimizer.pt", lambda tmp: torch.save(state, tmp))
+    write_text_atomic(partial / "state.json", json.dumps({"step": step, "history": trainer.history}))

@@ -1,0 +1,303 @@
+"""The Python API: a trained bi-encoder serving demonstrations from task pools.
+
+    from udr import Retriever
+
+    retriever = Retriever.load("models/final")           # the pipeline's final UDR model
+    for demo in retriever.retrieve("a gripping, funny film", task="sst2", k=8):
+        print(f"{demo.score:.2f}  {demo.input} -> {demo.output}")
+
+    own = Retriever.from_pool([{"input": "...", "target": "..."}, ...], instruction="Summarize the text: ")
+    own.retrieve("some text", k=4)
+
+Pipeline tasks retrieve from their prepared train split under `root` (``data/prepared``), with
+the model's `udr index` embeddings when it has them and the on-disk cache (:mod:`udr.serving.pool_cache`)
+otherwise; own pools always go through the cache. `udr retrieve` is a thin shell over this class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from udr.errors import UdrError
+from udr.paths import Paths
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """One retrieved demonstration: its pool id, the row's input and output (the answer as the LM
+    sees it: a label's verbalization, the chosen option or the target text), and its similarity
+    E_q(query) . E_d(demonstration)."""
+
+    pool_id: int
+    input: str
+    output: str
+    score: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Retriever:
+    """Dense retrieval of demonstrations with a UDR (or EPR) bi-encoder; see the module docstring."""
+
+    def __init__(
+        self,
+        encoder,
+        model_dir: Path,
+        *,
+        root: Path | str = ".",
+        cache_dir: Path | None = None,
+        batch_size: int = 64,
+        progress: bool = False,
+    ):
+        self.encoder = encoder
+        self.model_dir = Path(model_dir)
+        self.root = Path(root)
+        self.cache_dir = cache_dir
+        self.batch_size = batch_size
+        self.progress = progress  # a progress bar while embedding a pool
+        self._fingerprint: str | None = None
+        self._pools: dict = {}  # task name -> Pool (own pools, and pipeline pools once used)
+        self._own: list[str] = []  # the names add_pool gave (a pipeline pool loaded on use is not one)
+        self._searchers: dict = {}  # task name -> DenseRetriever
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str | None = None,
+        *,
+        root: Path | str = ".",
+        device: str = "auto",
+        cache_dir: Path | None = None,
+        batch_size: int = 64,
+        progress: bool = False,
+    ) -> Retriever:
+        """The bi-encoder saved at `path` (default: the pipeline's final model under `root`): a udr model
+        directory, a `udr export` of one (a sentence-transformers directory), or the hub id of such an
+        export (`org/name`, for users who are online)."""
+        from udr.retriever.encoder import BiEncoder
+
+        model_dir = Path(path) if path is not None else Paths(Path(root)).final_model
+        if path is not None and not model_dir.exists() and _looks_like_hub_id(str(path)):
+            model_dir = _download(str(path))
+        if not model_dir.is_dir():
+            raise UdrError(
+                f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
+                "or pass the directory of a udr bi-encoder"
+            )
+        encoder = BiEncoder.load(model_dir).to(_device(device))
+        return cls(encoder, model_dir, root=root, cache_dir=cache_dir, batch_size=batch_size, progress=progress)
+
+    @classmethod
+    def from_pool(
+        cls,
+        records: Iterable[dict] | Path | str,
+        *,
+        instruction: str | None = None,
+        task: str | None = None,
+        model: Path | str | None = None,
+        **load_options,
+    ) -> Retriever:
+        """A retriever over your own demonstrations (records, or a JSON-lines file), with the model
+        at `model` (default: the pipeline's final model); see :meth:`add_pool`."""
+        retriever = cls.load(model, **load_options)
+        retriever.add_pool(records, instruction=instruction, task=task)
+        return retriever
+
+    def add_pool(
+        self,
+        records: Iterable[dict] | Path | str,
+        *,
+        instruction: str | None = None,
+        task: str | None = None,
+        name: str | None = None,
+    ) -> str:
+        """Serve your own demonstrations; returns the name to retrieve them by.
+
+        records: dicts, or the path of a JSON-lines file, in a task's row shape when `task` names one
+        (built-in, or declared by the project at `root`; its pipeline pool is then replaced by yours)
+        and in the generation shape ``{"input", "target"}`` otherwise. instruction: the task
+        instruction UDR reads with every demonstration (and query); required unless `task` is given.
+        name: what to call the pool (default: `task`, or "own").
+        """
+        from udr.serving.pools import file_pool, own_task, project_registry, records_pool
+
+        spec = own_task(instruction, like=task, name=name, registry=project_registry(self.root) if task else None)
+        if isinstance(records, (str, Path)):
+            pool = file_pool(Path(records), spec)
+        else:
+            pool = records_pool(records, spec)
+        self._pools[pool.name] = pool
+        if pool.name not in self._own:
+            self._own.append(pool.name)
+        self._searchers.pop(pool.name, None)
+        self._searcher(pool.name)  # embed now, so errors and the cost come here
+        return pool.name
+
+    # ------------------------------------------------------------ retrieval
+
+    def retrieve(
+        self, query: str, task: str | None = None, k: int = 8, *, diversity: float = 0.0
+    ) -> list[Demonstration]:
+        """The k demonstrations most similar to `query`, most similar first. diversity (0 to 1): re-rank
+        by maximal marginal relevance, trading similarity to the query for dissimilarity among the k
+        (LangChain's `lambda_mult` is 1 - diversity); the order is then MMR's pick order."""
+        return self.retrieve_batch([query], task=task, k=k, diversity=diversity)[0]
+
+    def retrieve_batch(
+        self, queries: Sequence[str], task: str | None = None, k: int = 8, *, diversity: float = 0.0
+    ) -> list[list[Demonstration]]:
+        """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
+        from udr.retriever.search import check_diversity
+
+        check_diversity(diversity)
+        queries = list(queries)
+        for i, query in enumerate(queries):
+            check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
+        name = self.resolve_task(task)
+        searcher = self._searcher(name)
+        pool = self._pools[name]
+        rows = pool.positions
+        out: list[list[Demonstration]] = []
+        for lo in range(0, len(queries), self.batch_size):
+            ranking = searcher.rank(queries[lo : lo + self.batch_size], k, diversity=diversity)
+            for ids, scores in zip(ranking.ids, ranking.scores):
+                out.append(
+                    [
+                        Demonstration(int(pid), pool.inputs[rows[int(pid)]], pool.outputs[rows[int(pid)]], float(score))
+                        for pid, score in zip(ids, scores)
+                    ]
+                )
+        return out
+
+    def prompt(
+        self,
+        query: str,
+        demonstrations: Sequence[Demonstration],
+        task: str | None = None,
+        *,
+        order: str = "ascending",
+        instruction: bool = False,
+    ) -> str:
+        """The in-context prompt for `query` with `demonstrations` (as retrieved, most similar first),
+        in the evaluation's layout: ascending order puts the most similar right before the query.
+        `instruction`: start with the task instruction (the default follows `score.instruction`: none)."""
+        from udr.lm.prompt import prompt_text
+
+        spec = self._pools[self.resolve_task(task)].task
+        rng = None
+        if order == "random":
+            from udr.util.rng import task_rng
+
+            rng = task_rng(0, spec.name, f"prompt/{query}")
+        return prompt_text(
+            spec,
+            spec.instruction if instruction else None,
+            [(d.input, d.output) for d in demonstrations],
+            query,
+            order=order,
+            rng=rng,
+        )
+
+    # ------------------------------------------------------------ pools
+
+    @property
+    def fingerprint(self) -> str:
+        """The model's fingerprint (hash of its settings and weights), computed once."""
+        if self._fingerprint is None:
+            from udr.retriever.index import model_fingerprint
+
+            self._fingerprint = model_fingerprint(self.model_dir)
+        return self._fingerprint
+
+    def tasks(self) -> list[str]:
+        """The tasks this retriever can serve now: own pools and the prepared pipeline tasks."""
+        return sorted(set(self._pools) | set(Paths(self.root).prepared_tasks()))
+
+    def resolve_task(self, task: str | None) -> str:
+        """The pool `task` names, loading a pipeline pool on first use. None: the only own pool or,
+        with no own pool, the only prepared task; where several are possible it is an error (a pool
+        loaded for an earlier query does not make the choice)."""
+        if task is None:
+            possible = self._own or Paths(self.root).prepared_tasks()
+            if len(possible) == 1:
+                return self.resolve_task(possible[0])
+            raise UdrError(
+                f"no task given: name the task to retrieve for (known here: {', '.join(self.tasks()) or 'none'})"
+            )
+        if task not in self._pools:
+            from udr.serving.pools import prepared_pool
+
+            self._pools[task] = prepared_pool(self.root, task)
+        return task
+
+    def _searcher(self, name: str):
+        if name not in self._searchers:
+            from udr.retriever.encoder import query_text
+            from udr.retriever.search import DenseRetriever
+
+            pool = self._pools[name]
+            emb = self._pool_embeddings(pool)
+            instruction, settings = pool.task.instruction, self.encoder.settings
+            self._searchers[name] = DenseRetriever(
+                self.encoder, pool.ids, emb, lambda x: query_text(instruction, x, settings), batch_size=self.batch_size
+            )
+        return self._searchers[name]
+
+    def _pool_embeddings(self, pool):
+        """The model's `udr index` for a pipeline pool when it has one (checked), else the cache."""
+        from udr.retriever.index import load_index
+        from udr.serving.pool_cache import cached_pool_embeddings
+
+        if pool.prepared and Paths.index(self.model_dir, pool.name).is_file():
+            from udr.util.files import file_sha256
+
+            return load_index(self.model_dir, pool.name, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
+        emb, _ = cached_pool_embeddings(
+            self.encoder,
+            self.fingerprint,
+            pool,
+            cache_dir=self.cache_dir,
+            batch_size=self.batch_size,
+            progress=self.progress,
+        )
+        return emb
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and not text.startswith(".")
+
+
+def _download(repo_id: str) -> Path:
+    """A udr export on the Hugging Face hub, downloaded (safetensors and configs only)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.md"]))
+    except Exception as exc:  # offline, unknown repo, auth: all one line
+        raise UdrError(
+            f"missing model {repo_id}: not a local directory, and the hub did not give it "
+            f"({exc.__class__.__name__}); are you offline?"
+        ) from None
+
+
+def check_query(query, what: str = "query") -> None:
+    """A one-line error for a query that is not a non-empty string."""
+    if not isinstance(query, str):
+        raise UdrError(f"{what}: expected a string, got {type(query).__name__}")
+    if not query.strip():
+        raise UdrError(f"empty {what}: give the text to find demonstrations for")
+
+
+def _device(device: str) -> str:
+    from udr.util.distributed import resolve_device_type
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise UdrError(f"bad device '{device}' (expected auto, cpu or cuda)")
+    return resolve_device_type(device, "device")

@@ -1,0 +1,116 @@
+"""`udr export`: a trained udr bi-encoder as a sentence-transformers model, with a model card.
+
+The export is a sentence-transformers (v5+) model whose `Router` sends queries through udr's query
+encoder E_q and documents (demonstrations) through its demonstration encoder E_d, each followed by
+udr's pooling (and an L2 normalisation where udr used cosine similarity). Each task's instruction is
+a named prompt, so ``model.encode_query(x, prompt_name=task)`` reads what E_q reads for a query x, and
+``model.encode_document(demo, prompt_name=task)`` what E_d reads for a demonstration rendered with the
+task's template. `udr_export.json` beside it records udr's own settings and the tasks' templates, so
+:meth:`udr.Retriever.load` reads the export back without sentence-transformers installed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from udr.errors import UdrError
+from udr.retriever.encoder import EXPORT_NAME as EXPORT_META
+from udr.util.files import building_dir, json_text
+
+EXPORT_FORMATS = ("sentence-transformers",)
+# Where sentence-transformers' Router keeps each route's Transformer module in the export.
+ROUTE_DIRS = {"query": "query_0_Transformer", "demo": "document_0_Transformer"}
+
+
+def _sentence_transformers():
+    try:
+        import sentence_transformers
+    except ImportError:
+        raise UdrError(
+            "exporting to sentence-transformers needs it installed: pip install 'udr[sentence-transformers]'"
+        ) from None
+    major = int(sentence_transformers.__version__.split(".")[0])
+    if major < 5:
+        raise UdrError(f"sentence-transformers {sentence_transformers.__version__} has no Router: need 5 or later")
+    return sentence_transformers
+
+
+def build_sentence_transformer(model_dir: Path, prompts: dict[str, str], staging: Path, device: str = "cpu"):
+    """The udr bi-encoder at `model_dir` as an in-memory SentenceTransformer (Router over E_q and E_d);
+    each encoder is staged in `staging` beside a copy of the shared tokenizer, as sentence-transformers
+    reads a model and its tokenizer from one directory."""
+    import shutil
+
+    from udr.retriever.encoder import BiEncoder
+
+    st = _sentence_transformers()
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Router, Transformer
+
+    settings = BiEncoder.load_settings(model_dir)
+    query_dir, demo_dir, tokenizer_dir = BiEncoder.part_dirs(model_dir)
+    routes = {}
+    for side, source, length in (
+        ("query", query_dir, settings.max_query_length),
+        ("document", demo_dir, settings.max_demo_length),
+    ):
+        staged = staging / side
+        shutil.copytree(source, staged)
+        for item in tokenizer_dir.iterdir():
+            if item.is_file() and not (staged / item.name).exists():
+                shutil.copy2(item, staged / item.name)
+        encoder = Transformer(str(staged), max_seq_length=length)
+        modules = [encoder, Pooling(encoder.get_embedding_dimension(), pooling_mode=settings.pooling)]
+        if settings.similarity == "cosine":
+            modules.append(Normalize())
+        routes[side] = modules
+    router = Router.for_query_document(query_modules=routes["query"], document_modules=routes["document"])
+    return st.SentenceTransformer(
+        modules=[router],
+        device=device,
+        prompts=prompts,
+        similarity_fn_name="cosine" if settings.similarity == "cosine" else "dot",
+    )
+
+
+def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, card: str) -> dict:
+    """Write the export of the udr bi-encoder at `model_dir` to `out_dir` (atomically: built beside it,
+    then swapped in): the sentence-transformers model, `udr_export.json` and the model card `card`
+    (README.md). `tasks`: {name: Task} whose instructions become named prompts. Returns the metadata."""
+    import tempfile
+
+    from udr.retriever.encoder import BiEncoder
+
+    settings = BiEncoder.load_settings(model_dir)
+    prompts = {name: task.instruction for name, task in tasks.items()} if settings.instruction else {}
+    meta = {
+        "format": "sentence-transformers",
+        "encoder": settings.model_dump(),
+        "routes": ROUTE_DIRS,
+        "tasks": {
+            name: {"instruction": task.instruction, "template": task.template, "kind": task.kind}
+            for name, task in tasks.items()
+        },
+        # Which prompt goes where: E_q reads the instruction only with query_instruction (see udr.retriever.encoder).
+        "query_prompts": bool(settings.instruction and settings.query_instruction),
+        "document_prompts": bool(settings.instruction),
+    }
+    with building_dir(Path(out_dir)) as tmp, tempfile.TemporaryDirectory() as staging:
+        build_sentence_transformer(Path(model_dir), prompts, Path(staging)).save(str(tmp))
+        for folder in ROUTE_DIRS.values():
+            if not (tmp / folder / "config.json").is_file():
+                raise UdrError(f"unexpected sentence-transformers layout: no {folder}/config.json in the export")
+        (tmp / EXPORT_META).write_text(json_text(meta))
+        (tmp / "README.md").write_text(card)
+    return meta
+
+
+def read_export(path: Path) -> dict | None:
+    """The metadata of a udr export at `path`, or None where `path` is not one."""
+    meta = Path(path) / EXPORT_META
+    if not meta.is_file():
+        return None
+    try:
+        return json.loads(meta.read_text())
+    except (OSError, ValueError) as exc:
+        raise UdrError(f"unreadable export metadata {meta} ({exc.__class__.__name__})") from None

@@ -1,0 +1,102 @@
+"""A LangChain example selector backed by UDR (the `langchain` extra: `pip install 'udr[langchain]'`).
+
+    selector = UDRExampleSelector(Retriever.load("models/final"), task="sst2", k=4)
+    prompt = FewShotPromptTemplate(example_selector=selector, example_prompt=selector.example_prompt,
+                                   suffix=selector.suffix, input_variables=["input"], example_separator="")
+
+gives the prompt `udr retrieve --prompt` gives: the demonstrations rendered with the task's template, the
+most similar right before the query. Examples are dicts {input_key: ..., output_key: ...}; with `task`
+naming a project pool they come from it, and `add_example` (or `examples=`) serves your own instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from langchain_core.example_selectors import BaseExampleSelector
+    from langchain_core.prompts import PromptTemplate
+except ImportError as exc:  # pragma: no cover - the message is the point
+    from udr.errors import UdrError
+
+    raise UdrError("the LangChain selector needs langchain-core: pip install 'udr[langchain]'") from exc
+
+from udr.errors import UdrError
+
+
+class UDRExampleSelector(BaseExampleSelector):
+    """Select the k demonstrations UDR retrieves for a prompt's input, most similar last (the order
+    UDR's prompts use; `ascending=False` gives most similar first). diversity: maximal marginal
+    relevance, as `udr retrieve --diversity`."""
+
+    def __init__(
+        self,
+        retriever,
+        *,
+        task: str | None = None,
+        examples: list[dict] | None = None,
+        instruction: str | None = None,
+        k: int = 4,
+        diversity: float = 0.0,
+        input_key: str = "input",
+        output_key: str = "output",
+        ascending: bool = True,
+    ):
+        self.retriever, self.k, self.diversity, self.ascending = retriever, k, diversity, ascending
+        self.input_key, self.output_key = input_key, output_key
+        self.task = task
+        self.instruction = instruction
+        self._own: list[dict] = []
+        self._pool: str | None = None if examples is None and task is not None else "langchain"
+        self._stale = True
+        if task is None and instruction is None:
+            raise UdrError("UDRExampleSelector needs a task (its pool and instruction) or an instruction")
+        for example in examples or ():
+            self.add_example(example)
+
+    def _spec(self):
+        """The task whose template and instruction render the examples."""
+        if self.task is not None:
+            from udr.data.tasks import get_task
+            from udr.serving.pools import project_registry
+
+            return get_task(self.task, project_registry(self.retriever.root))
+        return None
+
+    @property
+    def example_prompt(self) -> PromptTemplate:
+        """A PromptTemplate rendering one example with the task's template, one per line."""
+        spec = self._spec()
+        template = spec.template if spec is not None else "{input}\t{answer}"
+        text = template.replace("{input}", "{" + self.input_key + "}").replace("{answer}", "{" + self.output_key + "}")
+        return PromptTemplate.from_template(text + "\n")
+
+    @property
+    def suffix(self) -> str:
+        """The query as it ends the prompt (the task's template up to the answer)."""
+        spec = self._spec()
+        head = (spec.template if spec is not None else "{input}\t{answer}").partition("{answer}")[0]
+        return head.replace("{input}", "{" + self.input_key + "}")
+
+    def add_example(self, example: dict[str, str]) -> Any:
+        """Serve `example` ({input_key, output_key}) too: your own examples replace the task's pool."""
+        for key in (self.input_key, self.output_key):
+            if not isinstance(example.get(key), str) or not example[key].strip():
+                raise UdrError(f"example needs a non-empty string '{key}': got {example!r}")
+        self._own.append({"input": example[self.input_key], "target": example[self.output_key]})
+        self._pool, self._stale = "langchain", True
+
+    def select_examples(self, input_variables: dict[str, str]) -> list[dict]:
+        """The k examples UDR retrieves for `input_variables[input_key]`."""
+        if self.input_key not in input_variables:
+            raise UdrError(f"input_variables has no '{self.input_key}' (it has {', '.join(input_variables)})")
+        if self._pool is not None and self._stale:
+            spec = self._spec()
+            instruction = self.instruction or (spec.instruction if spec is not None else None)
+            self._pool = self.retriever.add_pool(self._own, instruction=instruction, name=f"langchain-{id(self)}")
+            self._stale = False
+        name = self._pool or self.task
+        k = min(self.k, len(self._own)) if self._pool else self.k
+        demos = self.retriever.retrieve(input_variables[self.input_key], task=name, k=k, diversity=self.diversity)
+        chosen = [{self.input_key: d.input, self.output_key: d.output} for d in demos]
+        return chosen[::-1] if self.ascending else chosen

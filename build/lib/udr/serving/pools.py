@@ -1,0 +1,152 @@
+"""Demonstration pools: the rows a retriever can return for a task, and the texts E_d reads for them.
+
+A pool is either a pipeline task's prepared train split (``data/prepared/<task>/train.parquet``)
+or a user's own records, for tasks UDR never saw in training. Own records follow the row shapes
+of the task registry (:mod:`udr.data.tasks`): with a registered task named, that task's shape (sst2:
+``{"text", "label"}``); without one, the generation shape ``{"input": ..., "target": ...}``.
+Pool ids are the prepared ids for pipeline pools and 0-based line (or list) positions for own
+records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from udr.data.tasks import Task
+from udr.errors import UdrError
+from udr.paths import Paths
+
+OWN_POOL = "own"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A task's demonstrations: `task` gives the instruction and template, row i is
+    (ids[i], inputs[i], outputs[i]); `source` says where it came from (the prepared train file
+    when `prepared`)."""
+
+    task: Task
+    ids: np.ndarray
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    source: str
+    prepared: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @cached_property
+    def positions(self) -> dict[int, int]:
+        """Pool id -> row."""
+        return {int(pid): row for row, pid in enumerate(self.ids)}
+
+
+def project_settings(root: Path):
+    """The settings of the project at `root` (its params.yaml), or None where it has none."""
+    from udr.config import load_settings
+
+    params = Path(root) / "params.yaml"
+    return load_settings(params) if params.is_file() else None
+
+
+def project_registry(root: Path) -> dict[str, Task]:
+    """The tasks a project knows: the built-in ones and those it declares (none without params.yaml)."""
+    from udr.data.tasks import builtin_tasks
+
+    settings = project_settings(root)
+    return builtin_tasks() if settings is None else settings.registry
+
+
+def prepared_pool(root: Path, task_name: str) -> Pool:
+    """The pipeline's pool of a task of the project at `root`: its prepared train split."""
+    from udr.data.prepare import read_prepared
+    from udr.data.tasks import get_task
+
+    settings = project_settings(Path(root))
+    task = get_task(task_name, None if settings is None else settings.registry)
+    path = Paths(Path(root)).prepared(task_name, "train")
+    if not path.is_file():
+        step = f"run `udr prepare -t {task_name}`"
+        if settings is None or task_name not in settings.prepared_task_names():  # prepare reads params' tasks
+            step = f"add `{task_name}: {{}}` under prepare.tasks in params.yaml, then {step}"
+        raise UdrError(
+            f"task '{task_name}' has no prepared pool at {path}: {step} in the project, "
+            "or give your own demonstrations with --pool"
+        )
+    frame = read_prepared(Path(root), task_name, "train")
+    return Pool(
+        task,
+        np.asarray(frame["id"].to_list(), dtype=np.int64),
+        tuple(frame["input"].to_list()),
+        tuple(frame["target"].to_list()),
+        str(path),
+        prepared=True,
+    )
+
+
+def own_task(
+    instruction: str | None,
+    like: str | None = None,
+    name: str | None = None,
+    registry: dict[str, Task] | None = None,
+) -> Task:
+    """The task an own pool is read as: task `like` of `registry` (default: the built-in tasks; its row
+    shape, template and, unless `instruction` is given, its instruction), or the generation shape with
+    `instruction`."""
+    from udr.data.tasks import BuiltinSource, Generation, get_task
+
+    if instruction is not None and not instruction.strip():
+        raise UdrError("empty instruction: give the task instruction UDR reads with every demonstration")
+    if like is not None:
+        task = get_task(like, registry)
+        return replace(task, name=name or task.name, instruction=instruction or task.instruction)
+    if instruction is None:
+        raise UdrError(
+            "your own pool needs an instruction (the task instruction UDR reads with every "
+            'demonstration; e.g. "Summarize the text: ") unless a registered task is named'
+        )
+    return Task(
+        name or OWN_POOL, "generation", "own data", instruction, "bleu", Generation(), BuiltinSource("<own records>")
+    )
+
+
+def records_pool(records: Iterable[dict], task: Task, *, where: str = "records", numbered: bool = False) -> Pool:
+    """A pool of own records read with `task`'s row shape. `numbered`: `records` are
+    (line number, record) pairs (from a file); otherwise ids are list positions."""
+    from udr.data.sources import normalize_rows
+
+    pairs = list(records) if numbered else list(enumerate(records))
+    for lineno, record in pairs:
+        if not isinstance(record, dict):
+            raise UdrError(
+                f"{where}:{lineno + 1}: malformed row: expected an object (dict), got {type(record).__name__}"
+            )
+    rows = normalize_rows(task, pairs, where)
+    if not rows.examples:
+        raise UdrError(f"{where}: no demonstrations (the pool is empty)")
+    return Pool(
+        task,
+        np.asarray(rows.ids, dtype=np.int64),
+        tuple(e.input for e in rows.examples),
+        tuple(e.target for e in rows.examples),
+        where,
+    )
+
+
+def file_pool(path: Path, task: Task) -> Pool:
+    """A pool from a JSON-lines file of own records; a malformed line fails with file:line."""
+    from udr.data.sources import read_jsonl
+
+    path = Path(path)
+    if not path.is_file():
+        raise UdrError(f"pool file not found: {path}")
+    return records_pool(read_jsonl(path), task, where=str(path), numbered=True)

@@ -1,0 +1,86 @@
+"""Batch retrieval for `udr retrieve --input`: a JSON-lines file of queries in, one result line out
+per query, in input order.
+
+An input line is an object with a ``"query"`` string and, optionally, a ``"task"`` (default: the
+command's --task). An output line is the input object plus ``"task"``, ``"demonstrations"`` (a
+list of {pool_id, input, output, score}, most similar first) and, when asked, ``"prompt"``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from udr.errors import UdrError
+
+
+@dataclass(frozen=True)
+class QueryLine:
+    where: str  # file:line (1-based)
+    record: dict
+    query: str
+    task: str | None
+
+
+def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
+    """The queries of a JSON-lines file; a malformed line fails with file:line."""
+    from udr.data.sources import read_jsonl
+    from udr.serving.api import check_query
+
+    path = Path(path)
+    if not path.is_file():
+        raise UdrError(f"query file not found: {path}")
+    lines = []
+    for lineno, record in read_jsonl(path):
+        where = f"{path}:{lineno + 1}"
+        if "query" not in record:
+            raise UdrError(f'{where}: malformed query line: expected an object with a "query" string')
+        check_query(record["query"], f"query at {where}")
+        task = record.get("task", default_task)
+        if task is not None and not isinstance(task, str):
+            raise UdrError(f'{where}: malformed query line: "task" must be a string')
+        lines.append(QueryLine(where, record, record["query"], task))
+    if not lines:
+        raise UdrError(f"{path}: no queries (the file is empty)")
+    return lines
+
+
+def retrieve_lines(
+    retriever,
+    lines: list[QueryLine],
+    k: int,
+    *,
+    prompt: bool = False,
+    progress: bool = False,
+    diversity: float = 0.0,
+) -> list[str]:
+    """One JSON result line per query line, in input order; queries of a task are embedded together."""
+    from udr.util.progress import progress_bar
+
+    by_task: dict[str | None, list[int]] = {}
+    for i, line in enumerate(lines):
+        by_task.setdefault(line.task, []).append(i)
+    out: list[str | None] = [None] * len(lines)
+    step = retriever.batch_size
+    with progress_bar(progress) as bar:
+        job = bar.add_task("retrieving", total=len(lines))
+        for task, members in by_task.items():
+            for lo in range(0, len(members), step):
+                chunk = members[lo : lo + step]
+                try:
+                    queries = [lines[i].query for i in chunk]
+                    results = retriever.retrieve_batch(queries, task=task, k=k, diversity=diversity)
+                except UdrError as exc:
+                    raise UdrError(f"{lines[chunk[0]].where}: {exc}") from None
+                for i, demos in zip(chunk, results):
+                    record = {
+                        **lines[i].record,
+                        "task": retriever.resolve_task(task),
+                        "demonstrations": [d.to_dict() for d in demos],
+                    }
+                    if prompt:
+                        record["prompt"] = retriever.prompt(lines[i].query, demos, task=task)
+                    out[i] = json.dumps(record, ensure_ascii=False)
+                bar.update(job, advance=len(chunk))
+    return [line for line in out if line is not None]

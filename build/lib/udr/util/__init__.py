@@ -1,0 +1,1 @@
+"""Shared utilities: atomic file writes, progress bars, devices and torch.distributed, seeded generators."""

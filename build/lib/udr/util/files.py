@@ -1,0 +1,170 @@
+"""Files the stages write, written so that no kill at any instant leaves half a file or loses the old one.
+
+Every write goes to a temporary sibling first and is renamed over the target (`os.replace`, atomic on
+one file system); a directory is built beside its target and swapped in, the old one kept until the
+swap succeeded. Readers see the old content or the new, never a mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sibling(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}")
+
+
+def write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
+    """Call `write(tmp)` on a temporary sibling of `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(path, "tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def check_output_path(path: Path, what: str = "--output") -> None:
+    """A one-line UdrError, before any work, when `path` cannot be written as a file: it is a
+    directory, a parent is a file, or the nearest existing parent is not writable."""
+    from udr.errors import UdrError
+
+    path = Path(path)
+    if path.is_dir():
+        raise UdrError(f"{what} {path} is a directory: give a file path")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UdrError(f"{what} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UdrError(f"{what} {path}: cannot write there (no write permission on {parent})")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically."""
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def json_text(data: Any, *, sort_keys: bool = False) -> str:
+    """The project's JSON file format: indented by 2, a final newline."""
+    return json.dumps(data, indent=2, sort_keys=sort_keys) + "\n"
+
+
+def write_json_atomic(path: Path, data: Any, *, sort_keys: bool = False) -> None:
+    """Write `data` as indented JSON (see :func:`json_text`) to `path` atomically."""
+    write_text_atomic(path, json_text(data, sort_keys=sort_keys))
+
+
+def write_parquet_atomic(frame, path: Path) -> None:
+    """Write a polars frame to `path` atomically."""
+    write_atomic(path, frame.write_parquet)
+
+
+def remove(path: Path) -> None:
+    """Delete a file, link or directory tree if it exists."""
+    path = Path(path)
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE). False where the system or
+    file system cannot (then nothing was changed)."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def remove_stale_siblings(dest: Path) -> None:
+    """Delete the temporary siblings (`.NAME.tmp-PID`, `.NAME.old-PID`) that killed writers of `dest`
+    left behind (a live writer's own sibling, with this process's PID, is kept)."""
+    dest = Path(dest)
+    if not dest.parent.is_dir():
+        return
+    for tag in ("tmp", "old"):
+        for stale in dest.parent.glob(f".{dest.name}.{tag}-*"):
+            pid = stale.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                remove(stale)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def replace_dir(new: Path, dest: Path) -> None:
+    """Move the finished directory `new` to `dest`, replacing what is there, so that at every instant
+    `dest` holds the old directory or the new one: the two are exchanged in one atomic step where the
+    system can (Linux). Elsewhere the old `dest` is renamed aside first and deleted only after `new`
+    is in place (restored if that rename fails)."""
+    if dest.is_dir() and not dest.is_symlink() and _exchange(new, dest):
+        remove(new)  # now the old directory
+        return
+    old = None
+    if dest.exists() or dest.is_symlink():
+        old = _sibling(dest, "old")
+        remove(old)
+        os.replace(dest, old)
+    try:
+        os.replace(new, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+        raise
+    if old is not None:
+        remove(old)
+
+
+@contextlib.contextmanager
+def building_dir(dest: Path) -> Iterator[Path]:
+    """An empty temporary directory beside `dest` to fill; it replaces `dest` (:func:`replace_dir`) when
+    the block ends without an error, and is deleted otherwise, leaving `dest` as it was."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_siblings(dest)
+    tmp = _sibling(dest, "tmp")
+    remove(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+        replace_dir(tmp, dest)
+    finally:
+        remove(tmp)

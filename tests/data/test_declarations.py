@@ -197,3 +197,32 @@ def test_project_settings_know_declared_and_unseen_tasks(tmp_path, data_dir):
     unknown = write_params(tmp_path, {"sst2": {}}, data_dir, evaluate={"unseen_tasks": {"mine": {}}})
     with pytest.raises(UdrError, match="unknown task 'mine'; known tasks: .*reviews"):
         load_settings(unknown)
+
+
+@pytest.mark.slow
+def test_the_built_in_declarations_ship_in_the_wheel(tmp_path):
+    """A non-editable install reads builtin_tasks.yaml from the package: the wheel must carry it."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from tests.conftest import REPO
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("udr-*.whl")
+    assert "udr/data/builtin_tasks.yaml" in zipfile.ZipFile(wheel).namelist()

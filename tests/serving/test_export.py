@@ -77,6 +77,7 @@ def test_export_has_prompts_metadata_and_a_model_card(served, exported):
     for needle in ("## Tasks and data", "| sst2 | trained on | classification |", "## Limitations", "## Usage"):
         assert needle in card
     assert 'SentenceTransformer("me/udr-retriever")' in card and 'Retriever.load("me/udr-retriever")' in card
+    assert "UDRExampleSelector(" in card and "UDRFewShot(" in card
 
 
 def test_export_errors_are_one_line(run_cli, served, tmp_path):
@@ -88,3 +89,17 @@ def test_export_errors_are_one_line(run_cli, served, tmp_path):
     ]:
         code, _, err = run_cli(args, served)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_model_cards_usage_snippets_run(exported, capsys):
+    import re
+
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    pytest.importorskip("dspy", reason="the dspy extra is not installed")
+    card = (exported / "README.md").read_text().replace("me/udr-retriever", str(exported))
+    blocks = re.findall(r"```python\n(.*?)```", card, re.S)
+    assert len(blocks) == 4  # sentence-transformers, udr, LangChain, DSPy
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "model card", "exec"), namespace)
+    assert "Demonstration(pool_id=" in capsys.readouterr().out

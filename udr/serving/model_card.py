@@ -23,6 +23,28 @@ from udr import Retriever
 retriever = Retriever.load("{where}")  # a udr export loads like a udr model
 own = retriever.add_pool([{{"input": {demo_input!r}, "target": {demo_output!r}}}], instruction={instruction!r})
 print(retriever.retrieve({query!r}, task=own, k=1))
+```
+
+```python
+# LangChain (pip install 'udr[langchain]'): a few-shot prompt with UDR's demonstrations, most similar last.
+from langchain_core.prompts import FewShotPromptTemplate
+from udr.serving.langchain_selector import UDRExampleSelector
+
+selector = UDRExampleSelector(retriever, instruction={instruction!r}, k=1,
+                              examples=[{{"input": {demo_input!r}, "output": {demo_output!r}}}])
+prompt = FewShotPromptTemplate(example_selector=selector, example_prompt=selector.example_prompt,
+                               suffix=selector.suffix, input_variables=["input"], example_separator="")
+print(prompt.format(input={query!r}))
+```
+
+```python
+# DSPy (pip install 'udr[dspy]'): a predictor whose demos UDR retrieves for each call.
+import dspy
+from udr.serving.dspy_fewshot import UDRFewShot
+
+program = UDRFewShot(dspy.Predict("question -> answer"), retriever, instruction={instruction!r}, k=1,
+                     trainset=[dspy.Example(question={demo_input!r}, answer={demo_output!r})])
+print([demo.answer for demo in program.demonstrations({query!r})])
 ```"""
 
 

@@ -1,1 +1,0 @@
-"""Stage 1, data: the task registry, the sources it reads, and `udr prepare`."""

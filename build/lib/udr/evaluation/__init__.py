@@ -1,1 +1,0 @@
-"""Stage 4, evaluation: baseline retrievers, in-context prompt assembly, metrics, `udr evaluate` and `udr report`."""

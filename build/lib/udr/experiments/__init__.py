@@ -1,1 +1,0 @@
-"""`udr exp`: DVC experiments, sweeps and the paper's analyses."""

@@ -1,1 +1,0 @@
-"""The language model: resolving a model spec to safetensors, prompt layout, scoring and prediction."""

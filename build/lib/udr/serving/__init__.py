@@ -1,1 +1,0 @@
-"""Serving: the Python `Retriever`, demonstration pools, their embedding cache, and batch query files."""

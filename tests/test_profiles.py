@@ -1,0 +1,57 @@
+"""profiles/paper.yaml, the paper's own configuration: it validates like params.yaml, holds the paper's
+values (Appendix B), has the same sections and keys as params.yaml, and DVC plans every stage from it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import REPO
+from udr.config import load_settings
+from udr.data.tasks import HubSource
+
+PROFILE = REPO / "profiles" / "paper.yaml"
+
+
+def test_the_paper_profile_validates_with_the_papers_values():
+    s = load_settings(PROFILE)
+    assert (s.models.lm, s.models.encoder) == ("EleutherAI/gpt-neo-2.7B", "bert-base-uncased")
+    assert (s.encoder.pooling, s.encoder.similarity) == ("cls", "dot")
+    assert (s.candidates.k, s.mine.k, s.train.candidates_per_query) == (50, 50, 8)  # K, l
+    assert (s.train.batch_size, s.train.lr, s.train.warmup_steps, s.train.loss_lambda) == (128, 1e-4, 500, 0.8)
+    assert s.train.rounds == [0, 1, 2] and (s.train.epochs_first, s.train.epochs_later) == (30, 10)
+    assert s.evaluate.context == 2048 and s.score.max_length == 2048
+    assert len(s.task_names()) == 35 and "mtop" in s.task_names() and "python_code" not in s.task_names()
+    assert isinstance(s.task("mtop").source, HubSource)
+
+
+def test_the_paper_profile_has_exactly_params_yamls_keys():
+    """A new parameter must reach the profile too (or the profile would silently take the CPU default)."""
+
+    def keys(node, prefix=""):
+        if not isinstance(node, dict) or prefix.endswith(("tasks", "later_rounds", "unseen_tasks")):
+            return {prefix}
+        return {k for name, v in node.items() for k in keys(v, f"{prefix}.{name}" if prefix else name)}
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    profile = yaml.safe_load(PROFILE.read_text())
+    assert keys(profile) == keys(params)
+
+
+def test_dvc_plans_every_stage_of_the_paper_profile(tmp_path):
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copy(PROFILE, tmp_path / "params.yaml")
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    listed = subprocess.run([dvc, "stage", "list"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    stages = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    tasks = load_settings(PROFILE).task_names()
+    want = {f"{stage}@{t}" for stage in ("prepare", "candidates", "score") for t in tasks}
+    want |= {f"{stage}@round{r}" for stage in ("mine", "rescore", "retrain") for r in (1, 2)}
+    want |= {f"evaluate@{m}" for m in ("random", "bm25", "sbert", "epr", "udr")}
+    want |= {"models", "train", "index", "train_epr", "report"}
+    assert stages == want

@@ -6,3 +6,10 @@ class UdrError(Exception):
 
     The message must be one line that names the problem (file and line where there is one).
     """
+
+
+def first_line(exc: BaseException, limit: int = 120) -> str:
+    """An exception's message as a reason inside a one-line error: its first line, cut to `limit`
+    characters (its class name where it has no message)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else exc.__class__.__name__

@@ -13,7 +13,7 @@ import numpy as np
 
 from udr.data.sources import Rows, load_task
 from udr.data.tasks import Task
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 from udr.paths import Paths
 from udr.util.files import building_dir, json_text
 from udr.util.rng import task_rng
@@ -124,8 +124,9 @@ def read_prepared(root: Path, task: str, split: str):
     try:
         return pl.read_parquet(path)
     except (OSError, pl.exceptions.PolarsError) as exc:
-        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc.__class__.__name__
-        raise UdrError(f"unreadable prepared data {path} ({reason}): run `udr prepare --task {task}` again") from None
+        raise UdrError(
+            f"unreadable prepared data {path} ({first_line(exc)}): run `udr prepare --task {task}` again"
+        ) from None
 
 
 def run_prepare(settings, task_name: str) -> dict:

@@ -25,7 +25,7 @@ from udr.data.tasks import (
     RowError,
     Task,
 )
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 from udr.util.rng import task_rng
 
 
@@ -92,8 +92,7 @@ def read_records(path: Path, task: str) -> list[tuple[int, dict]]:
             return list(enumerate(pl.read_parquet(path).to_dicts()))
         frame = pl.read_csv(path, separator="\t" if suffix == ".tsv" else ",", infer_schema=False)
     except (OSError, pl.exceptions.PolarsError) as exc:
-        reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc.__class__.__name__
-        raise UdrError(f"task {task}: unreadable data file {path} ({reason})") from None
+        raise UdrError(f"task {task}: unreadable data file {path} ({first_line(exc)})") from None
     return [(i + 1, row) for i, row in enumerate(frame.to_dicts())]  # line 0 is the header
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 
 T = TypeVar("T")
 
@@ -19,5 +19,4 @@ def load_weights(load: Callable[[], T], path: Path, rebuild: str) -> T:
     try:
         return load()
     except (OSError, ValueError, SafetensorError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UdrError(f"unreadable model files in {path} ({reason[:160]}): {rebuild}") from None
+        raise UdrError(f"unreadable model files in {path} ({first_line(exc, 160)}): {rebuild}") from None

@@ -135,13 +135,19 @@ class BiEncoder:
         return cls(query_model, demo_model, tokenizer, settings)
 
     @staticmethod
-    def load_settings(path: Path) -> BiEncoderSettings:
-        """The settings of the bi-encoder at `path`: a udr model directory, or a udr export
-        (`udr export`, whose `udr_export.json` keeps them)."""
+    def settings_file(path: Path) -> Path:
+        """The file holding the settings of the bi-encoder at `path`: `udr_encoder.json` in a udr model
+        directory, `udr_export.json` in a udr export (`udr export`); the former where neither exists."""
         path = Path(path)
-        meta, key = path / SETTINGS_NAME, None
-        if not meta.is_file() and (path / EXPORT_NAME).is_file():
-            meta, key = path / EXPORT_NAME, "encoder"
+        if not (path / SETTINGS_NAME).is_file() and (path / EXPORT_NAME).is_file():
+            return path / EXPORT_NAME
+        return path / SETTINGS_NAME
+
+    @classmethod
+    def load_settings(cls, path: Path) -> BiEncoderSettings:
+        """The settings of the bi-encoder at `path`: a udr model directory, or a udr export."""
+        meta = cls.settings_file(path)
+        key = "encoder" if meta.name == EXPORT_NAME else None
         if not meta.is_file():
             raise UdrError(
                 f"missing model: {path} is not a udr bi-encoder (no {SETTINGS_NAME}); "
@@ -158,13 +164,13 @@ class BiEncoder:
                 reason = exc.__class__.__name__
             raise UdrError(f"{meta}: unreadable bi-encoder settings ({reason})") from None
 
-    @staticmethod
-    def part_dirs(path: Path) -> tuple[Path, Path, Path]:
+    @classmethod
+    def part_dirs(cls, path: Path) -> tuple[Path, Path, Path]:
         """(E_q, E_d, tokenizer) directories of a udr model directory or of a udr export."""
-        path = Path(path)
-        if (path / SETTINGS_NAME).is_file() or not (path / EXPORT_NAME).is_file():
+        path, meta = Path(path), cls.settings_file(path)
+        if meta.name != EXPORT_NAME:
             return path / "query", path / "demo", path / "tokenizer"
-        routes = json.loads((path / EXPORT_NAME).read_text()).get("routes", {})
+        routes = json.loads(meta.read_text()).get("routes", {})
         query, demo = path / routes.get("query", "query"), path / routes.get("demo", "demo")
         return query, demo, query
 

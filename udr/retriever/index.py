@@ -82,11 +82,10 @@ def model_fingerprint(model_dir: Path) -> str:
     """A short hash of a bi-encoder's settings and weights."""
     import hashlib
 
-    from udr.retriever.encoder import EXPORT_NAME, SETTINGS_NAME
+    from udr.retriever.encoder import BiEncoder
 
     model_dir = Path(model_dir)
-    settings = model_dir / SETTINGS_NAME
-    parts = [file_sha256(settings if settings.is_file() else model_dir / EXPORT_NAME)]
+    parts = [file_sha256(BiEncoder.settings_file(model_dir))]
     parts += [file_sha256(p) for p in sorted(model_dir.glob("*/model.safetensors"))]
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 from udr.errors import UdrError
@@ -124,9 +125,9 @@ class Retriever:
         instruction UDR reads with every demonstration (and query); required unless `task` is given.
         name: what to call the pool (default: `task`, or "own").
         """
-        from udr.serving.pools import file_pool, own_task, project_registry, records_pool
+        from udr.serving.pools import file_pool, own_task, records_pool
 
-        spec = own_task(instruction, like=task, name=name, registry=project_registry(self.root) if task else None)
+        spec = own_task(instruction, like=task, name=name, registry=self.registry if task else None)
         if isinstance(records, (str, Path)):
             pool = file_pool(Path(records), spec)
         else:
@@ -205,6 +206,20 @@ class Retriever:
 
     # ------------------------------------------------------------ pools
 
+    @cached_property
+    def project(self):
+        """The settings of the project at `root` (its params.yaml, read once), or None without one."""
+        from udr.serving.pools import project_settings
+
+        return project_settings(self.root)
+
+    @property
+    def registry(self) -> dict:
+        """{name: Task}: the built-in tasks and those the project at `root` declares."""
+        from udr.data.tasks import builtin_tasks
+
+        return builtin_tasks() if self.project is None else self.project.registry
+
     @property
     def fingerprint(self) -> str:
         """The model's fingerprint (hash of its settings and weights), computed once."""
@@ -232,7 +247,7 @@ class Retriever:
         if task not in self._pools:
             from udr.serving.pools import prepared_pool
 
-            self._pools[task] = prepared_pool(self.root, task)
+            self._pools[task] = prepared_pool(self.root, task, self.project)
         return task
 
     def _searcher(self, name: str):

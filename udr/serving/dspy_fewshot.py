@@ -55,9 +55,8 @@ class UDRFewShot(dspy.Module):
                 records.append({"input": values[input_field], "target": values[output_field]})
             if instruction is None and task is not None:
                 from udr.data.tasks import get_task
-                from udr.serving.pools import project_registry
 
-                instruction = get_task(task, project_registry(retriever.root)).instruction
+                instruction = get_task(task, retriever.registry).instruction
             if instruction is None:
                 instruction = predictor.signature.instructions
             self.pool = retriever.add_pool(records, instruction=instruction, name=f"dspy-{id(self)}")

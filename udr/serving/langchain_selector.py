@@ -47,36 +47,36 @@ class UDRExampleSelector(BaseExampleSelector):
         self.task = task
         self.instruction = instruction
         self._own: list[dict] = []
-        self._pool: str | None = None if examples is None and task is not None else "langchain"
-        self._stale = True
+        self._uses_own = examples is not None or task is None  # else the task's pool
+        self._pool: str | None = None  # the retriever's pool of `_own`, once added (None: not yet, or stale)
         if task is None and instruction is None:
             raise UdrError("UDRExampleSelector needs a task (its pool and instruction) or an instruction")
         for example in examples or ():
             self.add_example(example)
 
     def _spec(self):
-        """The task whose template and instruction render the examples."""
-        if self.task is not None:
-            from udr.data.tasks import get_task
-            from udr.serving.pools import project_registry
+        """The task whose template and instruction render the examples (None: no task named)."""
+        from udr.data.tasks import get_task
 
-            return get_task(self.task, project_registry(self.retriever.root))
-        return None
+        return None if self.task is None else get_task(self.task, self.retriever.registry)
+
+    def _template(self) -> str:
+        """The task's template with LangChain's variables in place of {input} and {answer}."""
+        from udr.data.tasks import DEFAULT_TEMPLATE
+
+        spec = self._spec()
+        template = DEFAULT_TEMPLATE if spec is None else spec.template
+        return template.replace("{input}", "{" + self.input_key + "}").replace("{answer}", "{" + self.output_key + "}")
 
     @property
     def example_prompt(self) -> PromptTemplate:
         """A PromptTemplate rendering one example with the task's template, one per line."""
-        spec = self._spec()
-        template = spec.template if spec is not None else "{input}\t{answer}"
-        text = template.replace("{input}", "{" + self.input_key + "}").replace("{answer}", "{" + self.output_key + "}")
-        return PromptTemplate.from_template(text + "\n")
+        return PromptTemplate.from_template(self._template() + "\n")
 
     @property
     def suffix(self) -> str:
         """The query as it ends the prompt (the task's template up to the answer)."""
-        spec = self._spec()
-        head = (spec.template if spec is not None else "{input}\t{answer}").partition("{answer}")[0]
-        return head.replace("{input}", "{" + self.input_key + "}")
+        return self._template().partition("{" + self.output_key + "}")[0]
 
     def add_example(self, example: dict[str, str]) -> Any:
         """Serve `example` ({input_key, output_key}) too: your own examples replace the task's pool."""
@@ -84,19 +84,18 @@ class UDRExampleSelector(BaseExampleSelector):
             if not isinstance(example.get(key), str) or not example[key].strip():
                 raise UdrError(f"example needs a non-empty string '{key}': got {example!r}")
         self._own.append({"input": example[self.input_key], "target": example[self.output_key]})
-        self._pool, self._stale = "langchain", True
+        self._uses_own, self._pool = True, None
 
     def select_examples(self, input_variables: dict[str, str]) -> list[dict]:
         """The k examples UDR retrieves for `input_variables[input_key]`."""
         if self.input_key not in input_variables:
             raise UdrError(f"input_variables has no '{self.input_key}' (it has {', '.join(input_variables)})")
-        if self._pool is not None and self._stale:
+        if self._uses_own and self._pool is None:
             spec = self._spec()
             instruction = self.instruction or (spec.instruction if spec is not None else None)
             self._pool = self.retriever.add_pool(self._own, instruction=instruction, name=f"langchain-{id(self)}")
-            self._stale = False
-        name = self._pool or self.task
-        k = min(self.k, len(self._own)) if self._pool else self.k
+        name = self._pool if self._uses_own else self.task
+        k = min(self.k, len(self._own)) if self._uses_own else self.k
         demos = self.retriever.retrieve(input_variables[self.input_key], task=name, k=k, diversity=self.diversity)
         chosen = [{self.input_key: d.input, self.output_key: d.output} for d in demos]
         return chosen[::-1] if self.ascending else chosen

@@ -58,20 +58,17 @@ def project_settings(root: Path):
     return load_settings(params) if params.is_file() else None
 
 
-def project_registry(root: Path) -> dict[str, Task]:
-    """The tasks a project knows: the built-in ones and those it declares (none without params.yaml)."""
-    from udr.data.tasks import builtin_tasks
-
-    settings = project_settings(root)
-    return builtin_tasks() if settings is None else settings.registry
+_READ = object()  # prepared_pool's settings not given: read them
 
 
-def prepared_pool(root: Path, task_name: str) -> Pool:
-    """The pipeline's pool of a task of the project at `root`: its prepared train split."""
+def prepared_pool(root: Path, task_name: str, settings=_READ) -> Pool:
+    """The pipeline's pool of a task of the project at `root`: its prepared train split. `settings`: the
+    project's (:func:`project_settings`: None without params.yaml), read here when not given."""
     from udr.data.prepare import read_prepared
     from udr.data.tasks import get_task
 
-    settings = project_settings(Path(root))
+    if settings is _READ:
+        settings = project_settings(Path(root))
     task = get_task(task_name, None if settings is None else settings.registry)
     path = Paths(Path(root)).prepared(task_name, "train")
     if not path.is_file():

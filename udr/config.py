@@ -319,17 +319,18 @@ class Settings(_Strict):
 
     def evaluation_tasks(self) -> list[str]:
         """`evaluate.tasks` (checked against the prepared tasks), or every prepared task."""
-        return self._subset("evaluate.tasks", self.evaluate.tasks, self.prepared_task_names())
+        where = "prepare.tasks or evaluate.unseen_tasks"
+        return self._subset("evaluate.tasks", self.evaluate.tasks, self.prepared_task_names(), where)
 
     def training_tasks(self) -> list[str]:
         """`train.tasks` (checked against prepare.tasks), or every task of prepare.tasks."""
-        return self._subset("train.tasks", self.train.tasks, self.task_names())
+        return self._subset("train.tasks", self.train.tasks, self.task_names(), "prepare.tasks")
 
     @staticmethod
-    def _subset(key: str, chosen: list[str], allowed: list[str]) -> list[str]:
+    def _subset(key: str, chosen: list[str], allowed: list[str], where: str) -> list[str]:
+        """`chosen` (parameter `key`), each checked to be in `allowed` (named `where` in the error), or all of it."""
         unknown = [t for t in chosen if t not in allowed]
         if unknown:
-            where = "prepare.tasks or evaluate.unseen_tasks" if key == "evaluate.tasks" else "prepare.tasks"
             raise UdrError(f"bad parameter {key}: {', '.join(unknown)} not in {where}")
         return list(chosen) or list(allowed)
 

@@ -7,7 +7,7 @@ import torch
 
 from tests.tiny_models import byte_tokenizer, tiny_llama
 from udr.lm.predict import GreedyGenerator, predict_choices
-from udr.lm.scorer import LMScorer, ScoringItem, continuation_log_likelihood
+from udr.lm.scorer import LMScorer, ScoringItem, continuation_log_likelihood, pad_sequences
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +69,36 @@ def test_greedy_generation_stops_at_the_newline(lm):
         assert text == tok.decode(ref[:cut], skip_special_tokens=True).strip()
     # batched (one batch, left padding) equals one prompt at a time
     assert gen.generate(prompts, 12, batch_tokens=10_000) == texts
+
+
+def test_greedy_decode_loop_equals_generate_as_rows_finish_at_different_steps(lm):
+    """Rows that end their line leave the batch; the others continue exactly as in HF `generate`."""
+    model, tok = lm
+    prompts = [_enc(tok, t) for t in ("first prompt\t", "a second, longer prompt here\t", "3\t", "four four\t")]
+    free = [_manual_greedy(model, p, 10) for p in prompts]
+    gen = GreedyGenerator(model, tok)
+    # stop tokens that end rows at different steps (and some rows not at all)
+    gen.stop_ids = sorted({free[0][1], free[2][4]})
+    steps = 10
+    ids, mask = pad_sequences(prompts, gen.pad_id, "cpu", left=True)
+    with torch.inference_mode():
+        ref = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=steps,
+            eos_token_id=gen.stop_ids,
+            pad_token_id=gen.pad_id,
+            top_p=None,
+            top_k=None,
+            temperature=None,
+        )[:, ids.shape[1] :].tolist()
+    ours = gen.generate_ids(prompts, steps)
+    lengths = set()
+    for want, got in zip(ref, ours):
+        cut = next((j + 1 for j, t in enumerate(want) if t in gen.stop_ids), len(want))
+        assert got == want[:cut]
+        lengths.add(len(got))
+    assert len(lengths) > 1  # the construction did end rows at different steps
+    gen.ragged = False  # the padded prompt forward gives the same tokens
+    assert gen.generate_ids(prompts, steps) == ours

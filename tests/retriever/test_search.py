@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from udr.errors import UdrError
-from udr.retriever.search import ExactIndex, exact_top_k
+from udr.retriever.search import ApproximateIndex, ExactIndex, exact_top_k
 
 N, M, D = 50, 300, 16
 
@@ -217,3 +217,50 @@ def test_dense_retriever_diversity_reranks_within_the_fetched_neighbours():
     for bad in (-0.1, 1.5, True):
         with pytest.raises(UdrError, match="diversity out of range"):
             retriever.rank(queries, 3, diversity=bad)
+
+
+# ---------------------------------------------------------------- approximate search
+
+
+def clustered_data(seed: int, n: int, m: int, d: int = 32, clusters: int = 40):
+    """Queries and pool drawn around shared centres, normalised (like sentence embeddings)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, d))
+    q = centres[rng.integers(clusters, size=n)] + 0.6 * rng.standard_normal((n, d))
+    p = centres[rng.integers(clusters, size=m)] + 0.6 * rng.standard_normal((m, d))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    p /= np.linalg.norm(p, axis=1, keepdims=True)
+    return q.astype(np.float32), p.astype(np.float32)
+
+
+def test_approximate_search_reaches_its_calibrated_recall_on_new_queries():
+    q, p = clustered_data(0, n=200, m=6000)
+    index = ApproximateIndex(p)
+    assert index.calibrated_recall >= 0.99
+    assert 1 <= index.nprobe < index.nlist  # it scans a fraction of the cells, not all of them
+    got_s, got_i = index.search(q, 8)
+    want_s, want_i = brute_force(q, p, 8)
+    recall = np.mean([len(set(a) & set(b)) / 8 for a, b in zip(got_i, want_i)])
+    assert recall >= 0.97
+    # the scores are the true inner products of the rows found, best first
+    true = np.einsum("nd,nkd->nk", q.astype(np.float64), p[got_i].astype(np.float64))
+    assert np.allclose(got_s, true, atol=1e-5)
+    assert (np.diff(got_s, axis=1) <= 0).all()
+
+
+def test_approximate_search_honours_exclusion_and_always_fills_k():
+    q, p = clustered_data(1, n=40, m=400)
+    index = ApproximateIndex(p, target_recall=0.0)  # nprobe 1: a cell may hold fewer than k rows
+    assert index.nprobe == 1
+    exclude = np.arange(40)
+    _, idx = index.search(p[:40], 30, exclude=exclude)
+    assert (idx >= 0).all() and (idx != exclude[:, None]).all()
+    assert all(len(set(row)) == 30 for row in idx)
+
+
+def test_approximate_search_is_deterministic():
+    _, p = clustered_data(2, n=1, m=3000)
+    q, _ = clustered_data(3, n=50, m=1)
+    a, b = ApproximateIndex(p), ApproximateIndex(p)
+    assert a.nprobe == b.nprobe
+    assert np.array_equal(a.search(q, 8)[1], b.search(q, 8)[1])

@@ -220,3 +220,16 @@ def test_import_is_lean():
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_approximate_search_serves_through_an_ivf_index(served, tmp_path):
+    from udr import Retriever
+    from udr.retriever.search import ApproximateIndex
+
+    approx = Retriever.load(root=served, cache_dir=tmp_path / "cache", batch_size=4, search="approximate")
+    demos = approx.retrieve("a gripping, funny film", task="sst2", k=5)
+    assert isinstance(approx._searcher("sst2").index, ApproximateIndex)
+    assert len({d.pool_id for d in demos}) == 5
+    assert all(a.score >= b.score for a, b in zip(demos, demos[1:]))
+    with pytest.raises(UdrError, match="bad search 'fuzzy': expected one of exact, approximate"):
+        Retriever.load(root=served, cache_dir=tmp_path / "cache", search="fuzzy")

@@ -4,7 +4,8 @@ feedback scoring (:mod:`udr.feedback.scoring`) and of label prediction (:mod:`ud
 Speed (all exact, see tests): prompts are pre-tokenised per row and concatenated; batches are built
 from length-sorted sequences under a token budget (small padding); the LM head is applied only at
 positions whose next token is scored; for label / choice sets, the shared prompt is run once and its
-key/value cache is reused for every continuation.
+key/value cache is reused for every continuation; prompt forwards skip their padding tokens
+(:mod:`udr.lm.ragged`).
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ class LMScorer:
     def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
         import torch
 
+        from udr.lm.ragged import supports_ragged
+
         self.model = model
         self.device = next(model.parameters()).device
         self.decoder = model.get_decoder()
@@ -111,6 +114,7 @@ class LMScorer:
         )
         self._packable = impl in ("sdpa", "eager") and not sliding
         self._bool_mask = impl == "sdpa"
+        self._ragged = supports_ragged(model)  # prompt forwards skip their padding (udr.lm.ragged)
 
     def _logprobs(self, hidden, targets):
         """log p(target) from hidden states at the positions that predict them (LM head on those only)."""
@@ -142,10 +146,12 @@ class LMScorer:
 
     def _score_single(self, items):
         """One continuation per prompt: one forward over prompt + continuation."""
+        from udr.lm.ragged import decoder_forward
+
         torch = self._torch
         seqs = [it.prompt + it.continuations[0] for it in items]
         ids, mask, stats = self._pad(seqs)
-        hidden = self.decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        hidden = decoder_forward(self.decoder, ids, mask, ragged=self._ragged)
         rows, cols, targets = [], [], []
         for r, it in enumerate(items):
             p, c = len(it.prompt), it.continuations[0]
@@ -236,12 +242,16 @@ class LMScorer:
         Tokens that every continuation of an item starts with (e.g. "Answer:") are moved into the
         shared prompt; their log-probability is the same for each continuation and is added to each.
         """
+        from transformers import DynamicCache
+
+        from udr.lm.ragged import decoder_forward
+
         torch = self._torch
         shared = [common_prefix(it.continuations) for it in items]
         prompts = [it.prompt + sh for it, sh in zip(items, shared)]
         ids, mask, stats = self._pad(prompts)
-        out = self.decoder(input_ids=ids, attention_mask=mask, use_cache=True)
-        hidden, cache = out.last_hidden_state, out.past_key_values
+        cache = DynamicCache(config=self.decoder.config)
+        hidden = decoder_forward(self.decoder, ids, mask, cache=cache, ragged=self._ragged)
         lengths = [len(p) for p in prompts]
         last = hidden[torch.arange(len(items), device=self.device), torch.tensor(lengths, device=self.device) - 1]
 

@@ -1,7 +1,8 @@
 """Exact maximum-inner-product top-K search (faiss `IndexFlatIP` on CPU, torch matmul + topk on
 an accelerator), and the dense retriever built on it: the one retrieval core that mining, evaluation
 (EPR, UDR, SBERT) and serving share. Results are deterministic: scores descend and equal scores (as
-computed in float32) are broken by lower pool index first.
+computed in float32) are broken by lower pool index first. Serving may instead search a large pool
+approximately (:class:`ApproximateIndex`, a faiss IVF index with a calibrated recall).
 """
 
 from __future__ import annotations
@@ -165,6 +166,89 @@ class ExactIndex:
         return out_s, out_i
 
 
+class ApproximateIndex:
+    """Approximate maximum-inner-product search for large pools: a faiss inverted-file index
+    (`IndexIVFFlat`: k-means cells, a query scans only the `nprobe` cells nearest to it).
+
+    `nprobe` is calibrated when the index is built: `calibration` pool rows (seeded) serve as queries,
+    and nprobe doubles until their recall@k against exact search (their own row left out) reaches
+    `target_recall` (or every cell is scanned). Searching returns what faiss finds, best first, with
+    the ordering contract of :meth:`ExactIndex.search` among the rows found; the recall on real
+    queries is measured by benchmarks/retrieve.py.
+    """
+
+    def __init__(
+        self,
+        pool: np.ndarray,
+        *,
+        k: int = 8,
+        target_recall: float = 0.99,
+        calibration: int = 256,
+        train_rows: int = 20_000,
+        seed: int = 0,
+    ):
+        import faiss
+
+        self.pool = _as_matrix(pool, "pool")
+        m, dim = self.pool.shape
+        if m == 0:
+            raise UdrError("empty pool: nothing to search (the pool has 0 rows)")
+        rng = np.random.default_rng(seed)
+        self.nlist = max(1, int(round(np.sqrt(m))))
+        quantizer = faiss.IndexFlatIP(dim)
+        self._faiss = faiss.IndexIVFFlat(quantizer, dim, self.nlist, faiss.METRIC_INNER_PRODUCT)
+        self._faiss.cp.seed = seed
+        train = self.pool if m <= train_rows else self.pool[np.sort(rng.choice(m, train_rows, replace=False))]
+        self._faiss.train(train)
+        self._faiss.add(self.pool)
+        self._quantizer = quantizer  # the IVF index does not own it
+        self.nprobe, self.calibrated_recall = self._calibrate(rng, min(k, m - 1), target_recall, calibration)
+
+    def __len__(self) -> int:
+        return len(self.pool)
+
+    def _calibrate(self, rng, k: int, target: float, n: int) -> tuple[int, float]:
+        m = len(self.pool)
+        if k < 1:
+            return self.nlist, 1.0
+        rows = np.sort(rng.choice(m, min(n, m), replace=False))
+        _, want = ExactIndex(self.pool).search(self.pool[rows], k, exclude=rows)
+        nprobe = 1
+        while True:
+            self._faiss.nprobe = nprobe
+            _, got = self.search(self.pool[rows], k, exclude=rows)
+            recall = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(want, got)]))
+            if recall >= target or nprobe >= self.nlist:
+                return nprobe, recall
+            nprobe = min(self.nlist, nprobe * 2)
+
+    def search(
+        self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None, batch_size: int = 4096
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores (n, k), pool indices (n, k)) of the best rows found, as :meth:`ExactIndex.search`
+        (arguments and ordering), except that a true neighbour in an unscanned cell is missed; when
+        fewer than k rows are found the search is widened to every cell for that query."""
+        queries = _as_matrix(queries, "queries")
+        m = len(self.pool)
+        out_s = np.empty((len(queries), k), np.float32)
+        out_i = np.empty((len(queries), k), np.int64)
+        fetch = _fetch_size(k, exclude, m)
+        for lo in range(0, len(queries), batch_size):
+            hi = min(lo + batch_size, len(queries))
+            scores, idx = self._faiss.search(queries[lo:hi], fetch)
+            ex = exclude[lo:hi] if exclude is not None else None
+            s, i, _ = _select(scores, idx, k, ex, m)
+            missing = (i < 0) if ex is None else (i < 0) | (i == ex[:, None])  # kept only as filler
+            short = np.flatnonzero(missing.any(axis=1))
+            if len(short):  # too few rows in the scanned cells: scan them all
+                nprobe, self._faiss.nprobe = self._faiss.nprobe, self.nlist
+                scores, idx = self._faiss.search(queries[lo:hi][short], fetch)
+                self._faiss.nprobe = nprobe
+                s[short], i[short], _ = _select(scores, idx, k, ex[short] if ex is not None else None, m)
+            out_s[lo:hi], out_i[lo:hi] = s, i
+        return out_s, out_i
+
+
 def _as_matrix(x, name: str) -> np.ndarray:
     """`x` as a contiguous float32 (rows, dim) array with finite values, or a UdrError."""
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -274,7 +358,8 @@ def exclude_positions(pool_ids: np.ndarray, exclude, n: int) -> np.ndarray | Non
 
 
 class DenseRetriever:
-    """Maximum inner product between E_q(query text) and pre-computed pool embeddings (exact)."""
+    """Maximum inner product between E_q(query text) and pre-computed pool embeddings (exact; with
+    `approximate`, an :class:`ApproximateIndex` on the CPU)."""
 
     def __init__(
         self,
@@ -283,6 +368,7 @@ class DenseRetriever:
         pool_embeddings: np.ndarray,
         query_text=lambda x: x,
         batch_size: int = 64,
+        approximate: bool = False,
     ):
         self.encoder = encoder
         self.pool_ids = np.asarray(pool_ids, dtype=np.int64)
@@ -292,7 +378,7 @@ class DenseRetriever:
         self.query_text = query_text
         self.batch_size = batch_size
         device = "cpu" if encoder.device.type == "cpu" else str(encoder.device)
-        self.index = ExactIndex(pool_embeddings, device)
+        self.index = ApproximateIndex(pool_embeddings) if approximate else ExactIndex(pool_embeddings, device)
 
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
         return self.encoder.encode([self.query_text(q) for q in queries], "query", batch_size=self.batch_size)

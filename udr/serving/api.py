@@ -52,8 +52,10 @@ class Retriever:
         cache_dir: Path | None = None,
         batch_size: int = 64,
         progress: bool = False,
+        search: str = "exact",
     ):
         self.encoder = encoder
+        self.search = check_search(search, encoder.device.type)
         self.model_dir = Path(model_dir)
         self.root = Path(root)
         self.cache_dir = cache_dir
@@ -76,10 +78,13 @@ class Retriever:
         cache_dir: Path | None = None,
         batch_size: int = 64,
         progress: bool = False,
+        search: str = "exact",
     ) -> Retriever:
         """The bi-encoder saved at `path` (default: the pipeline's final model under `root`): a udr model
         directory, a `udr export` of one (a sentence-transformers directory), or the hub id of such an
-        export (`org/name`, for users who are online)."""
+        export (`org/name`, for users who are online). search: "exact" (every demonstration scored), or
+        "approximate" (CPU: a faiss IVF index whose recall@8 against exact search is calibrated to 0.99 on
+        the pool; for pools of tens of thousands and more, where it is several times faster)."""
         from udr.retriever.encoder import BiEncoder
 
         model_dir = Path(path) if path is not None else Paths(Path(root)).final_model
@@ -91,7 +96,9 @@ class Retriever:
                 "or pass the directory of a udr bi-encoder"
             )
         encoder = BiEncoder.load(model_dir).to(_device(device))
-        return cls(encoder, model_dir, root=root, cache_dir=cache_dir, batch_size=batch_size, progress=progress)
+        return cls(
+            encoder, model_dir, root=root, cache_dir=cache_dir, batch_size=batch_size, progress=progress, search=search
+        )
 
     @classmethod
     def from_pool(
@@ -259,7 +266,12 @@ class Retriever:
             emb = self._pool_embeddings(pool)
             instruction, settings = pool.task.instruction, self.encoder.settings
             self._searchers[name] = DenseRetriever(
-                self.encoder, pool.ids, emb, lambda x: query_text(instruction, x, settings), batch_size=self.batch_size
+                self.encoder,
+                pool.ids,
+                emb,
+                lambda x: query_text(instruction, x, settings),
+                batch_size=self.batch_size,
+                approximate=self.search == "approximate",
             )
         return self._searchers[name]
 
@@ -281,6 +293,18 @@ class Retriever:
             progress=self.progress,
         )
         return emb
+
+
+SEARCHES = ("exact", "approximate")
+
+
+def check_search(search: str, device_type: str) -> str:
+    """`search` if it is a known search on this device, else a one-line UdrError."""
+    if search not in SEARCHES:
+        raise UdrError(f"bad search {search!r}: expected one of {', '.join(SEARCHES)}")
+    if search == "approximate" and device_type != "cpu":
+        raise UdrError("approximate search runs on the CPU (faiss); on a GPU, exact search is the fast one")
+    return search
 
 
 def _looks_like_hub_id(text: str) -> bool:

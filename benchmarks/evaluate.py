@@ -1,0 +1,328 @@
+"""Benchmark: udr's in-context evaluation against a plain Hugging Face reference, on the same prompts.
+
+Workload: for each task (default: sst2, trec = classification, comv = multiple choice, e2e and
+break = generation), the first `--rows` test rows (`--gen-rows` for generation) of the project's
+prepared data, with BM25's demonstrations (`evaluate.max_demos` of them for classification, as many
+as fit in `evaluate.context` for generation), assembled by `udr.evaluation.evaluate.TaskEvaluation`:
+the prompts `udr evaluate --method bm25` builds. BM25 needs no trained model, so the benchmark runs
+on any project whose data is prepared.
+
+- udr: `TaskEvaluation.predict` (`udr.lm.predict`): label / choice prompts in length-bucketed
+  batches under `evaluate.batch_tokens` (`--batch-tokens`), the prompt run once with its key/value
+  cache shared by every label, the LM head only at scored positions; generation in batches with
+  udr's greedy decode loop (finished rows leave the batch).
+- reference: one prompt at a time, a full `model(prompt + label).logits` forward per label with a
+  log-softmax over every position (classification), and `model.generate` (greedy, stopped at the
+  newline tokens) for generation.
+
+The script checks that both predict the same labels and texts (in fp32 a difference is an error;
+with `--dtype bf16` it is reported: batch shapes move bf16 results by up to ~0.03 in log-likelihood).
+Timing: `time.perf_counter()` per task, udr then the reference, after an untimed warm-up of each.
+
+`--breakdown` instead times where udr's own evaluation spends its time, per task: the prompt
+forwards, the label continuations, the generation steps (forward hooks on the decoder), the rest of
+predicting (batching, decoding text), building the prompts, embedding the pool for a dense method
+(SBERT, the base encoder: `udr evaluate --method sbert` embeds it on every run), and, once, the
+process start (`import udr.cli.app` in a new process) and loading the LM.
+
+    .venv/bin/python benchmarks/evaluate.py --markdown
+    .venv/bin/python benchmarks/evaluate.py --breakdown --markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.scoring import fmt_table  # noqa: E402
+
+DEFAULT_TASKS = ("sst2", "trec", "comv", "e2e", "break")
+
+
+# ---------------------------------------------------------------- the reference
+
+
+class PlainReference:
+    """In-context prediction as a plain transformers user writes it: one prompt at a time."""
+
+    def __init__(self, model, tokenizer, stop_ids, pad_id, bf16: bool):
+        import torch
+
+        self.model, self.tokenizer, self.stop_ids, self.pad_id, self.bf16 = model, tokenizer, stop_ids, pad_id, bf16
+        self._torch = torch
+
+    def _context(self):
+        torch = self._torch
+        return torch.autocast("cpu" if self.model.device.type == "cpu" else "cuda", enabled=self.bf16)
+
+    def choice(self, prompt, continuations) -> int:
+        """The continuation with the highest summed log-likelihood: one full forward per continuation."""
+        torch = self._torch
+        scores = []
+        with torch.inference_mode(), self._context():
+            for cont in continuations:
+                ids = torch.tensor([list(prompt) + list(cont)], device=self.model.device)
+                logp = self.model(input_ids=ids).logits[0].float().log_softmax(-1)
+                scores.append(float(logp[len(prompt) - 1 : -1].gather(1, ids[0, len(prompt) :, None]).sum()))
+        return max(range(len(scores)), key=lambda j: (scores[j], -j))
+
+    def generate(self, prompt, max_new_tokens: int) -> list[int]:
+        """Greedy `generate` of one prompt, stopped at a newline token; the new token ids."""
+        torch = self._torch
+        ids = torch.tensor([list(prompt)], device=self.model.device)
+        with torch.inference_mode(), self._context():
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=self.stop_ids,
+                pad_token_id=self.pad_id,
+                top_p=None,
+                top_k=None,
+                temperature=None,
+            )
+        return out[0, ids.shape[1] :].tolist()
+
+
+# ---------------------------------------------------------------- workload
+
+
+def load_workload(settings, lm, task: str, rows: int):
+    """A TaskEvaluation of BM25's demonstrations on the task's first `rows` test rows, and its prompts."""
+    from dataclasses import replace
+
+    from udr.evaluation.evaluate import TaskEvaluation
+
+    ev = TaskEvaluation(settings, lm, "bm25", task, progress=False)
+    ev.rows = ev.rows[:rows]
+    ev.ranking = replace(ev.ranking, ids=ev.ranking.ids[:rows], scores=ev.ranking.scores[:rows])
+    prompts = ev.prompts(None if ev.generation else settings.evaluate.max_demos)
+    return ev, prompts
+
+
+def fresh(ev):
+    """The evaluation with its prediction memo emptied (so a timed run predicts every prompt)."""
+    ev._done = {}
+    return ev
+
+
+def reference_predictions(ref: PlainReference, ev, prompts) -> list:
+    if ev.generation:
+        return [ev.lm.generator.decode_line(ref.generate(p.token_ids, ev.max_new_tokens)) for p in prompts]
+    return [ref.choice(p.token_ids, [ev.builder.encode(c) for c in row["choices"]]) for p, row in zip(prompts, ev.rows)]
+
+
+# ---------------------------------------------------------------- udr against the reference
+
+
+def compare(settings, lm, tasks, rows, gen_rows, bf16: bool) -> tuple[list, bool]:
+    ref = PlainReference(lm.model, lm.tokenizer, lm.generator.stop_ids, lm.generator.pad_id, bf16)
+    table, all_agree = [], True
+    total = {"n": 0, "tok": 0, "udr": 0.0, "ref": 0.0}
+    for task in tasks:
+        ev, prompts = load_workload(settings, lm, task, gen_rows if settings.task(task).generation else rows)
+        # warm-up (untimed): one prompt each
+        fresh(ev).predict(prompts[:1])
+        reference_predictions(ref, ev, prompts[:1])
+        start = time.perf_counter()
+        ours, _ = fresh(ev).predict(prompts)
+        udr_s = time.perf_counter() - start
+        start = time.perf_counter()
+        theirs = reference_predictions(ref, ev, prompts)
+        ref_s = time.perf_counter() - start
+        agree = sum(a == b for a, b in zip(ours, theirs))
+        all_agree &= agree == len(prompts)
+        tokens = sum(len(p.token_ids) for p in prompts)
+        for key, value in (("n", len(prompts)), ("tok", tokens), ("udr", udr_s), ("ref", ref_s)):
+            total[key] += value
+        table.append(_row(task, ev.task.kind, len(prompts), tokens, udr_s, ref_s, f"{agree}/{len(prompts)}"))
+        print(f"  {task}: udr {udr_s:.1f}s, reference {ref_s:.1f}s", file=sys.stderr, flush=True)
+    table.append(_row("total", "", total["n"], total["tok"], total["udr"], total["ref"], ""))
+    return table, all_agree
+
+
+def _row(task, kind, n, tokens, udr_s, ref_s, agree):
+    return [
+        task,
+        kind,
+        n,
+        tokens,
+        f"{udr_s:.2f}",
+        f"{ref_s:.2f}",
+        f"{n / udr_s:.2f}",
+        f"{n / ref_s:.2f}",
+        f"{ref_s / udr_s:.2f}x",
+        agree,
+    ]
+
+
+COMPARE_HEADERS = [
+    "task",
+    "kind",
+    "prompts",
+    "prompt tokens",
+    "udr s",
+    "ref s",
+    "udr prompts/s",
+    "ref prompts/s",
+    "speed-up ref/udr",
+    "same predictions",
+]
+
+
+# ---------------------------------------------------------------- where udr's time goes
+
+
+class ForwardTimer:
+    """Seconds in the LM decoder's forward, split by the kind of call: a prompt forward (no cache
+    yet), label continuations (a multi-token forward over a cache) and generation steps (one token
+    over a cache)."""
+
+    def __init__(self, decoder):
+        self.seconds = {"prompt forward": 0.0, "label continuations": 0.0, "generation steps": 0.0}
+        self._start = 0.0
+        self._kind = ""
+        decoder.register_forward_pre_hook(self._pre, with_kwargs=True)
+        decoder.register_forward_hook(self._post)
+
+    def _pre(self, module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        ids = kwargs.get("input_ids")
+        if cache is None or cache.get_seq_length() == 0:
+            self._kind = "prompt forward"
+        elif ids is not None and ids.shape[1] == 1:
+            self._kind = "generation steps"
+        else:
+            self._kind = "label continuations"
+        self._start = time.perf_counter()
+
+    def _post(self, module, args, output):
+        self.seconds[self._kind] += time.perf_counter() - self._start
+
+    def take(self) -> dict[str, float]:
+        out = dict(self.seconds)
+        for key in self.seconds:
+            self.seconds[key] = 0.0
+        return out
+
+
+def process_start_seconds(repeats: int = 3) -> float:
+    """Median wall time of a new Python process importing udr's CLI (what every `udr evaluate` pays)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import udr.cli.app"], check=True, cwd=REPO)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def breakdown(settings, lm, tasks, rows, gen_rows, load_s: float) -> list:
+    from udr.data.prepare import read_prepared
+    from udr.evaluation.baselines import build_retriever
+
+    timer = ForwardTimer(lm.model.get_decoder())
+    table = []
+    for task in tasks:
+        n = gen_rows if settings.task(task).generation else rows
+        ev, _ = load_workload(settings, lm, task, n)
+        start = time.perf_counter()
+        prompts = ev.prompts(None if ev.generation else settings.evaluate.max_demos)
+        build_s = time.perf_counter() - start
+        timer.take()
+        start = time.perf_counter()
+        fresh(ev).predict(prompts)
+        predict_s = time.perf_counter() - start
+        parts = timer.take()
+        pool = read_prepared(settings.root, task, "train")
+        start = time.perf_counter()
+        build_retriever("sbert", settings, task, pool, progress=False)
+        embed_s = time.perf_counter() - start
+        rest = predict_s - sum(parts.values())
+        table.append(
+            [
+                task,
+                len(prompts),
+                f"{build_s:.2f}",
+                *(f"{parts[k]:.2f}" for k in ("prompt forward", "label continuations", "generation steps")),
+                f"{rest:.2f}",
+                f"{predict_s:.2f}",
+                f"{embed_s:.2f}",
+            ]
+        )
+        print(f"  {task}: predict {predict_s:.1f}s", file=sys.stderr, flush=True)
+    start_s = process_start_seconds()
+    table.append(["(once per process)", "", "", "", "", "", "", f"start {start_s:.2f} + LM load {load_s:.2f}", ""])
+    return table
+
+
+BREAKDOWN_HEADERS = [
+    "task",
+    "prompts",
+    "build prompts s",
+    "prompt forward s",
+    "label continuations s",
+    "generation steps s",
+    "other predict s",
+    "predict s",
+    "SBERT pool embedding s",
+]
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--project", type=Path, default=REPO, help="project root (its params.yaml and prepared data)")
+    ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
+    ap.add_argument("--rows", type=int, default=40, help="test rows per classification / multiple-choice task")
+    ap.add_argument("--gen-rows", type=int, default=12, help="test rows per generation task")
+    ap.add_argument("--batch-tokens", type=int, help="udr's evaluate.batch_tokens (default: the project's)")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="both sides' precision")
+    ap.add_argument("--breakdown", action="store_true", help="time udr's evaluation by part instead")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+
+    from udr.config import load_settings
+    from udr.evaluation.evaluate import LanguageModel
+
+    overrides = [f"evaluate.dtype={args.dtype}"]
+    if args.batch_tokens:
+        overrides.append(f"evaluate.batch_tokens={args.batch_tokens}")
+    settings = load_settings(args.project / "params.yaml", overrides)
+    tasks = [t for t in args.tasks.split(",") if t]
+    start = time.perf_counter()
+    lm = LanguageModel.load(settings)
+    load_s = time.perf_counter() - start
+    import torch
+
+    params = sum(p.numel() for p in lm.model.parameters()) / 1e6
+    print(
+        f"LM {settings.paths.base_model('lm')} ({params:.1f}M parameters), "
+        f"{args.dtype}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"evaluate.batch_tokens {settings.evaluate.batch_tokens}, context {settings.evaluate.context}",
+        file=sys.stderr,
+    )
+    if args.breakdown:
+        table = breakdown(settings, lm, tasks, args.rows, args.gen_rows, load_s)
+        print(fmt_table(BREAKDOWN_HEADERS, table, args.markdown))
+        return 0
+    table, agree = compare(settings, lm, tasks, args.rows, args.gen_rows, args.dtype == "bf16")
+    print(fmt_table(COMPARE_HEADERS, table, args.markdown))
+    if not agree and args.dtype == "fp32":
+        print("error: udr and the reference predicted differently in fp32", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Ragged prefill: a padded batch's decoder forward that computes only its real tokens.
+
+A batch of prompts of different lengths is padded to its longest. Padding tokens cost as much as real
+ones in every projection and MLP, yet only the attention sees the padded layout. Here the real tokens
+run packed as one sequence (embedding, norms, rotary positions, projections and MLPs are per token),
+and at each attention layer they are scattered into the padded layout, attended there with the mask
+and key/value cache the padded forward would use, and gathered back. The attention therefore gets
+the same query, key and value rows, mask and shapes as the padded forward; only the values in the
+padding rows differ (zeros), and those are masked out (their keys) or thrown away (their queries).
+
+So the result equals the padded forward's wherever per-token kernels do not depend on how many rows
+they get (measured: bf16 autocast and oneDNN on CPU give bitwise the same evaluation predictions;
+fp32 matrix products may round their last bit differently for a different row count, as any change
+of batching does). Used for Llama-style decoders (the `sdpa` attention, a rotary position per token,
+no sliding window); other models run the padded forward.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+RAGGED = "udr_ragged_sdpa"
+# Model types whose decoder layers attend through transformers' attention interface with rotary
+# positions from `position_ids` and pass layer kwargs through (checked against the padded forward in
+# tests/lm/test_ragged.py for Llama).
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "granite"})
+
+_layout: ContextVar[_Layout | None] = ContextVar("udr_ragged_layout", default=None)
+
+
+@dataclass
+class _Layout:
+    batch: int
+    width: int
+    index: object  # flat positions (row * width + column) of the real tokens, in packed order
+    mask: object  # what the padded forward's layers get as their attention mask
+    cache: object  # a DynamicCache to fill with the padded keys / values, or None
+
+
+def supports_ragged(model) -> bool:
+    """Whether `model`'s decoder can run :func:`decoder_forward` raggedly (else it runs padded)."""
+    config = model.config
+    sliding = getattr(config, "sliding_window", None) is not None or any(
+        t != "full_attention" for t in (getattr(config, "layer_types", None) or [])
+    )
+    return (
+        getattr(config, "model_type", None) in SUPPORTED_MODEL_TYPES
+        and getattr(config, "_attn_implementation", None) == "sdpa"
+        and not sliding
+    )
+
+
+def decoder_forward(decoder, ids, mask, *, position_ids=None, cache=None, ragged: bool = True):
+    """`decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+    use_cache=cache is not None).last_hidden_state` for a padded batch (ids, mask: (B, W); cache: an
+    empty DynamicCache to fill, or None), computed on the real tokens only when `ragged`. Returns the
+    (B, W, hidden) states; rows of padding are zeros in the ragged path."""
+    if not ragged:
+        use_cache = cache is not None
+        return decoder(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=use_cache
+        ).last_hidden_state
+    import torch
+    from transformers.masking_utils import create_causal_mask
+
+    batch, width = ids.shape
+    index = mask.reshape(-1).nonzero().squeeze(1)
+    if position_ids is None:  # the decoder's default: 0..W-1 on every row
+        positions = torch.arange(width, device=ids.device).expand(batch, width)
+    else:
+        positions = position_ids.expand(batch, width)
+    # The mask the padded forward builds (the decoder makes an empty cache itself when use_cache is on).
+    embeds = torch.empty((batch, width, 0), dtype=decoder.embed_tokens.weight.dtype, device=ids.device)
+    layer_mask = create_causal_mask(
+        config=decoder.config,
+        inputs_embeds=embeds,
+        attention_mask=mask,
+        past_key_values=cache,
+        position_ids=position_ids if position_ids is not None else torch.arange(width, device=ids.device)[None],
+    )
+    token = _layout.set(_Layout(batch, width, index, layer_mask, cache))
+    try:
+        with _attention_implementation(decoder.config, RAGGED):
+            packed = decoder(
+                input_ids=ids.reshape(-1)[index][None],
+                position_ids=positions.reshape(-1)[index][None],
+                use_cache=False,
+            ).last_hidden_state[0]
+    finally:
+        _layout.reset(token)
+    hidden = packed.new_zeros((batch * width, packed.shape[-1]))
+    hidden[index] = packed
+    return hidden.view(batch, width, -1)
+
+
+def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
+    """The attention function of the packed forward: scatter to the padded layout, attend as the
+    padded forward's `sdpa` would, gather back."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layout = _layout.get()
+    if layout is None:
+        raise RuntimeError("the ragged attention runs only inside udr.lm.ragged.decoder_forward")
+
+    def padded(x):  # (1, heads, N, d) -> (B, heads, W, d), the padded forward's layout and strides
+        heads, dim = x.shape[1], x.shape[3]
+        out = x.new_zeros((layout.batch * layout.width, heads, dim))
+        out[layout.index] = x[0].transpose(0, 1)
+        return out.view(layout.batch, layout.width, heads, dim).transpose(1, 2)
+
+    query, key, value = padded(query), padded(key), padded(value)
+    if layout.cache is not None:
+        key, value = layout.cache.update(key, value, module.layer_idx)
+    out, _ = sdpa_attention_forward(module, query, key, value, layout.mask, **kwargs)  # (B, W, heads, d)
+    return out.reshape(layout.batch * layout.width, *out.shape[2:])[layout.index][None], None
+
+
+@contextmanager
+def _attention_implementation(config, name: str):
+    _register()
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    if RAGGED not in AttentionInterface._global_mapping:
+        AttentionInterface.register(RAGGED, _ragged_attention)

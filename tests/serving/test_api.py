@@ -82,7 +82,7 @@ def test_prompt_puts_the_most_similar_demonstration_last(retriever):
 
 def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeypatch):
     from udr import Retriever
-    from udr.retriever.encoder import BiEncoder
+    from udr.serving.query_encoder import ServingEncoder
 
     records = [{"input": f"def f{i}(x): return x + {i}", "target": f"add {i} to x"} for i in range(12)]
     own = Retriever.from_pool(
@@ -93,15 +93,16 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
     assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
 
     calls = []
-    original = BiEncoder.encode
+    original = ServingEncoder.encode
     monkeypatch.setattr(
-        BiEncoder, "encode", lambda self, texts, side, **kw: calls.append(side) or original(self, texts, side, **kw)
+        ServingEncoder, "encode", lambda self, texts, side, **kw: calls.append(side) or original(self, texts, side, **kw)
     )
     again = Retriever.from_pool(
         records, instruction="Comment on the code. Code: ", root=served, cache_dir=tmp_path / "cache"
     )
     assert [d.pool_id for d in again.retrieve("def g(y): return y + 3", k=4)] == [d.pool_id for d in demos]
     assert calls == ["query"]  # the pool came from the cache; only the query was embedded
+    assert again.encoder._full is None  # ... by the light query encoder: transformers' model never loaded
     Retriever.from_pool(records, instruction="Explain the code: ", root=served, cache_dir=tmp_path / "cache")
     assert calls.count("demo") == 1  # another instruction: other texts, embedded again
     assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2

@@ -85,7 +85,9 @@ class Retriever:
         export (`org/name`, for users who are online). search: "exact" (every demonstration scored), or
         "approximate" (CPU: a faiss IVF index whose recall@8 against exact search is calibrated to 0.99 on
         the pool; for pools of tens of thousands and more, where it is several times faster)."""
-        from udr.retriever.encoder import BiEncoder
+        import torch
+
+        from udr.serving.query_encoder import ServingEncoder
 
         model_dir = Path(path) if path is not None else Paths(Path(root)).final_model
         if path is not None and not model_dir.exists() and _looks_like_hub_id(str(path)):
@@ -95,7 +97,7 @@ class Retriever:
                 f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
                 "or pass the directory of a udr bi-encoder"
             )
-        encoder = BiEncoder.load(model_dir).to(_device(device))
+        encoder = ServingEncoder(model_dir, torch.device(_device(device)))
         return cls(
             encoder, model_dir, root=root, cache_dir=cache_dir, batch_size=batch_size, progress=progress, search=search
         )

@@ -1,0 +1,59 @@
+"""udr.serving.query_encoder: the transformers-free query encoder gives the bi-encoder's embeddings
+bitwise, and a served query never imports transformers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+from udr.retriever.encoder import BiEncoder
+from udr.serving.query_encoder import LightQueryEncoder
+
+TEXTS = [
+    "a gripping, funny film",
+    "x",
+    "What is the capital of France? " * 12,  # truncated at max_query_length
+    "Überraschend gut; 100% empfehlenswert!",
+    "",
+]
+
+
+def _light(model_dir):
+    query_dir, _, tokenizer_dir = BiEncoder.part_dirs(model_dir)
+    return LightQueryEncoder.load(query_dir, tokenizer_dir, BiEncoder.load_settings(model_dir))
+
+
+@pytest.mark.parametrize("which", ["tiny", "real"])
+def test_light_embeddings_equal_the_bi_encoders(served, real_model, which):
+    model_dir = served / "models" / "final" if which == "tiny" else real_model
+    full, light = BiEncoder.load(model_dir), _light(model_dir)
+    assert light is not None
+    for batch_size in (1, 2, 64):  # single queries, and padded batches cut as BiEncoder.encode cuts them
+        np.testing.assert_array_equal(light.encode(TEXTS, batch_size), full.encode(TEXTS, "query", batch_size))
+
+
+def test_other_architectures_take_the_full_encoder(served, tmp_path):
+    model_dir = tmp_path / "model"
+    shutil.copytree(served / "models" / "final", model_dir)
+    config_file = model_dir / "query" / "config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "position_embedding_type": "relative_key"}))
+    assert _light(model_dir) is None
+
+
+def test_a_served_query_does_not_import_transformers(served):
+    script = (
+        "import sys, json\n"
+        "from udr import Retriever\n"
+        f"r = Retriever.load(root={str(served)!r})\n"
+        "demos = r.retrieve('a gripping, funny film', task='sst2', k=3)\n"
+        "print(json.dumps([len(demos), 'transformers' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [3, False]

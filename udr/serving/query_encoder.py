@@ -1,0 +1,173 @@
+"""The query side of a bi-encoder for serving, started in a fraction of the time transformers takes.
+
+`import transformers` and its model classes cost a cold `udr retrieve` 2 to 4 seconds before any
+work (they pull in torch.distributed, torch._dynamo, scipy). A served query needs only E_q's forward
+pass and the tokenizer, so for BERT-family encoders (BERT, MiniLM: the default and the paper's
+base encoders) :class:`LightQueryEncoder` runs that forward with torch alone, from the model's
+safetensors weights and its `tokenizer.json` (the `tokenizers` library). It computes what
+transformers' `BertModel` computes (embeddings, scaled-dot-product attention, GELU, post-norm
+layers), so its embeddings equal the bi-encoder's (tested); other architectures, or an accelerator,
+use the full :class:`udr.retriever.encoder.BiEncoder`.
+
+:class:`ServingEncoder` is what :class:`udr.serving.api.Retriever` holds: queries through the light
+encoder where it applies, and the full bi-encoder loaded on first need (embedding a pool that is in
+neither the index nor the cache, or a model the light path does not cover).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from udr.errors import UdrError
+
+_ACTIVATIONS = ("gelu", "relu")
+
+
+class LightQueryEncoder:
+    """E_q of a BERT-family bi-encoder: tokenizer.json + safetensors weights, torch only."""
+
+    def __init__(self, weights: dict, config: dict, tokenizer, settings):
+        self.w, self.config, self.tokenizer, self.settings = weights, config, tokenizer, settings
+        self.heads = int(config["num_attention_heads"])
+        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.layers = int(config["num_hidden_layers"])
+        self.activation = config.get("hidden_act", "gelu")
+
+    @classmethod
+    def load(cls, query_dir: Path, tokenizer_dir: Path, settings) -> LightQueryEncoder | None:
+        """The light encoder of E_q at `query_dir`, or None when its architecture is not one it covers."""
+        config_file, weights_file = query_dir / "config.json", query_dir / "model.safetensors"
+        tokenizer_file = tokenizer_dir / "tokenizer.json"
+        if not (config_file.is_file() and weights_file.is_file() and tokenizer_file.is_file()):
+            return None
+        config = json.loads(config_file.read_text())
+        if (
+            config.get("model_type") != "bert"
+            or config.get("position_embedding_type", "absolute") != "absolute"
+            or config.get("is_decoder")
+            or config.get("hidden_act", "gelu") not in _ACTIVATIONS
+        ):
+            return None
+        from safetensors.torch import load_file
+        from tokenizers import Tokenizer
+
+        try:
+            weights = load_file(str(weights_file))
+        except Exception as exc:  # a damaged file: one line, with the way out
+            from udr.errors import first_line
+
+            raise UdrError(f"unreadable model weights {weights_file}: {first_line(exc)}") from None
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
+        weights = {k[len(prefix) :]: v.float() for k, v in weights.items() if k.startswith(prefix)}
+        if "embeddings.word_embeddings.weight" not in weights:
+            return None
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer.enable_truncation(max_length=settings.max_query_length)
+        pad_id = int(config.get("pad_token_id") or 0)
+        tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "[PAD]")
+        return cls(weights, config, tokenizer, settings)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.config["hidden_size"])
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64):
+        """Pooled query embeddings (n, d) float32, batched as :meth:`BiEncoder.encode` batches them."""
+        import numpy as np
+        import torch
+
+        texts = list(texts)
+        order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        with torch.inference_mode():
+            for lo in range(0, len(order), batch_size):
+                idx = order[lo : lo + batch_size]
+                out[idx] = self._embed([texts[i] for i in idx]).numpy()
+        return out
+
+    def _embed(self, texts: list[str]):
+        import torch
+
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = torch.tensor([e.ids for e in encodings], dtype=torch.long)
+        mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.long)
+        hidden = self._forward(ids, mask)
+        if self.settings.pooling == "cls":
+            emb = hidden[:, 0]
+        elif self.settings.pooling == "mean":
+            m = mask.unsqueeze(-1).to(hidden.dtype)
+            emb = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        else:
+            raise UdrError(f"unknown pooling {self.settings.pooling!r} (expected cls or mean)")
+        if self.settings.normalize:
+            emb = emb / emb.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+        return emb
+
+    def _forward(self, ids, mask):
+        """BertModel's last hidden state (eval mode, sdpa attention)."""
+        import torch
+        import torch.nn.functional as F
+
+        w, eps = self.w, self.eps
+        batch, length = ids.shape
+        positions = torch.arange(length)[None]
+        h = F.embedding(ids, w["embeddings.word_embeddings.weight"]) + F.embedding(
+            torch.zeros_like(ids), w["embeddings.token_type_embeddings.weight"]
+        )
+        h = h + F.embedding(positions, w["embeddings.position_embeddings.weight"])
+        h = F.layer_norm(h, h.shape[-1:], w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+        # transformers passes no mask when nothing is padded, else a boolean (B, 1, L, L) one
+        attn_mask = None if bool(mask.all()) else mask.bool()[:, None, None, :].expand(batch, 1, length, length)
+        head_dim = h.shape[-1] // self.heads
+        act = F.gelu if self.activation == "gelu" else F.relu
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}."
+
+            def heads(x):
+                return x.view(batch, length, -1, head_dim).transpose(1, 2)
+
+            q = heads(F.linear(h, w[p + "attention.self.query.weight"], w[p + "attention.self.query.bias"]))
+            k = heads(F.linear(h, w[p + "attention.self.key.weight"], w[p + "attention.self.key.bias"]))
+            v = heads(F.linear(h, w[p + "attention.self.value.weight"], w[p + "attention.self.value.bias"]))
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=head_dim**-0.5)
+            a = a.transpose(1, 2).contiguous().reshape(batch, length, -1)
+            a = F.linear(a, w[p + "attention.output.dense.weight"], w[p + "attention.output.dense.bias"])
+            ln = p + "attention.output.LayerNorm."
+            h = F.layer_norm(a + h, h.shape[-1:], w[ln + "weight"], w[ln + "bias"], eps)
+            x = act(F.linear(h, w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"]))
+            x = F.linear(x, w[p + "output.dense.weight"], w[p + "output.dense.bias"])
+            h = F.layer_norm(x + h, h.shape[-1:], w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], eps)
+        return h
+
+
+class ServingEncoder:
+    """A bi-encoder as :class:`udr.serving.api.Retriever` uses it: `settings`, `device`, and
+    `encode(texts, side)`; queries through :class:`LightQueryEncoder` where it applies, the full
+    :class:`udr.retriever.encoder.BiEncoder` loaded on first need."""
+
+    def __init__(self, model_dir: Path, device):
+        from udr.retriever.encoder import BiEncoder
+
+        self.model_dir, self.device = Path(model_dir), device
+        self.settings = BiEncoder.load_settings(self.model_dir)
+        self._full = None
+        self.light = None
+        if device.type == "cpu":
+            query_dir, _, tokenizer_dir = BiEncoder.part_dirs(self.model_dir)
+            self.light = LightQueryEncoder.load(query_dir, tokenizer_dir, self.settings)
+
+    @property
+    def full(self):
+        """The full bi-encoder (transformers), loaded once on first use."""
+        if self._full is None:
+            from udr.retriever.encoder import BiEncoder
+
+            self._full = BiEncoder.load(self.model_dir).to(self.device)
+        return self._full
+
+    def encode(self, texts: Sequence[str], side: str, batch_size: int = 64, **options):
+        if side == "query" and self.light is not None:
+            return self.light.encode(texts, batch_size)
+        return self.full.encode(texts, side, batch_size=batch_size, **options)

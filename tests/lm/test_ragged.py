@@ -36,10 +36,11 @@ def test_hidden_states_and_cache_equal_the_padded_forward(model, left):
     assert torch.allclose(ragged[real], padded[real], atol=1e-5, rtol=0)
     assert not ragged[~real].any()  # padding rows are zeros, never read
     for layer in range(model.config.num_hidden_layers):
-        for a, b in zip(ragged_cache.layers[layer].keys, padded_cache.layers[layer].keys):
-            assert a.shape == b.shape
-        keep = real[:, None, :, None].expand_as(padded_cache.layers[layer].values)
-        assert torch.allclose(ragged_cache.layers[layer].values[keep], padded_cache.layers[layer].values[keep], atol=1e-5)
+        got, want = ragged_cache.layers[layer], padded_cache.layers[layer]
+        assert got.keys.shape == want.keys.shape and got.values.shape == want.values.shape
+        keep = real[:, None, :, None].expand_as(want.values)
+        assert torch.allclose(got.keys[keep], want.keys[keep], atol=1e-5)
+        assert torch.allclose(got.values[keep], want.values[keep], atol=1e-5)
 
 
 def test_the_ragged_attention_is_not_left_on(model):

@@ -94,9 +94,12 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
 
     calls = []
     original = ServingEncoder.encode
-    monkeypatch.setattr(
-        ServingEncoder, "encode", lambda self, texts, side, **kw: calls.append(side) or original(self, texts, side, **kw)
-    )
+
+    def counted(self, texts, side, **kw):
+        calls.append(side)
+        return original(self, texts, side, **kw)
+
+    monkeypatch.setattr(ServingEncoder, "encode", counted)
     again = Retriever.from_pool(
         records, instruction="Comment on the code. Code: ", root=served, cache_dir=tmp_path / "cache"
     )

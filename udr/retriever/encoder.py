@@ -113,6 +113,21 @@ def demo_texts(task: Task, inputs: Sequence[str], answers: Sequence[str], settin
     return [instruction + task.render(i, a) for i, a in zip(inputs, answers)]
 
 
+def pool_hidden(hidden, attention_mask, settings: EncoderSettings):
+    """Pooled embeddings (B, d) of last hidden states (B, L, d): the first token's (cls) or the mean
+    over the real tokens (mean), normalised to unit length when the similarity is cosine."""
+    if settings.pooling == "cls":
+        emb = hidden[:, 0]
+    elif settings.pooling == "mean":
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    else:
+        raise UdrError(f"unknown pooling {settings.pooling!r} (expected cls or mean)")
+    if settings.normalize:
+        emb = emb / emb.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    return emb
+
+
 class BiEncoder:
     """Two transformers encoders sharing one tokenizer. `embed` keeps gradients (training);
     `encode` is batched, length-sorted inference returning numpy float32."""
@@ -274,16 +289,7 @@ class BiEncoder:
         """Pooled (and, for cosine, normalised) embeddings of one padded, tokenised batch."""
         batch = batch.to(self.device)
         hidden = self._model(side)(**batch).last_hidden_state
-        if self.settings.pooling == "cls":
-            emb = hidden[:, 0]
-        elif self.settings.pooling == "mean":
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        else:
-            raise UdrError(f"unknown pooling {self.settings.pooling!r} (expected cls or mean)")
-        if self.settings.normalize:
-            emb = emb / emb.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-        return emb
+        return pool_hidden(hidden, batch["attention_mask"], self.settings)
 
     def encode(
         self,

@@ -93,17 +93,9 @@ class LightQueryEncoder:
         encodings = self.tokenizer.encode_batch(texts)
         ids = torch.tensor([e.ids for e in encodings], dtype=torch.long)
         mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.long)
-        hidden = self._forward(ids, mask)
-        if self.settings.pooling == "cls":
-            emb = hidden[:, 0]
-        elif self.settings.pooling == "mean":
-            m = mask.unsqueeze(-1).to(hidden.dtype)
-            emb = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
-        else:
-            raise UdrError(f"unknown pooling {self.settings.pooling!r} (expected cls or mean)")
-        if self.settings.normalize:
-            emb = emb / emb.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-        return emb
+        from udr.retriever.encoder import pool_hidden
+
+        return pool_hidden(self._forward(ids, mask), mask, self.settings)
 
     def _forward(self, ids, mask):
         """BertModel's last hidden state (eval mode, sdpa attention)."""

@@ -11,9 +11,10 @@ on any project whose data is prepared.
   batches under `evaluate.batch_tokens` (`--batch-tokens`), the prompt run once with its key/value
   cache shared by every label, the LM head only at scored positions; generation in batches with
   udr's greedy decode loop (finished rows leave the batch).
-- reference: one prompt at a time, a full `model(prompt + label).logits` forward per label with a
-  log-softmax over every position (classification), and `model.generate` (greedy, stopped at the
-  newline tokens) for generation.
+- reference: one prompt at a time, a full `model(prompt + label).logits` forward per label
+  (`udr.lm.scorer.continuation_log_likelihood`, the plain route udr's scorer is tested against) for
+  classification, and `model.generate` (greedy, stopped at the newline tokens:
+  `udr.lm.predict.reference_greedy`) for generation.
 
 The script checks that both predict the same labels and texts (in fp32 a difference is an error;
 with `--dtype bf16` it is reported: batch shapes move bf16 results by up to ~0.03 in log-likelihood).
@@ -53,10 +54,10 @@ DEFAULT_TASKS = ("sst2", "trec", "comv", "e2e", "break")
 class PlainReference:
     """In-context prediction as a plain transformers user writes it: one prompt at a time."""
 
-    def __init__(self, model, tokenizer, stop_ids, pad_id, bf16: bool):
+    def __init__(self, model, stop_ids, pad_id, bf16: bool):
         import torch
 
-        self.model, self.tokenizer, self.stop_ids, self.pad_id, self.bf16 = model, tokenizer, stop_ids, pad_id, bf16
+        self.model, self.stop_ids, self.pad_id, self.bf16 = model, stop_ids, pad_id, bf16
         self._torch = torch
 
     def _context(self):
@@ -65,32 +66,20 @@ class PlainReference:
 
     def choice(self, prompt, continuations) -> int:
         """The continuation with the highest summed log-likelihood: one full forward per continuation."""
-        torch = self._torch
-        scores = []
-        with torch.inference_mode(), self._context():
-            for cont in continuations:
-                ids = torch.tensor([list(prompt) + list(cont)], device=self.model.device)
-                logp = self.model(input_ids=ids).logits[0].float().log_softmax(-1)
-                scores.append(float(logp[len(prompt) - 1 : -1].gather(1, ids[0, len(prompt) :, None]).sum()))
+        from udr.lm.scorer import continuation_log_likelihood
+
+        with self._context():
+            scores = [continuation_log_likelihood(self.model, prompt, cont) for cont in continuations]
         return max(range(len(scores)), key=lambda j: (scores[j], -j))
 
     def generate(self, prompt, max_new_tokens: int) -> list[int]:
         """Greedy `generate` of one prompt, stopped at a newline token; the new token ids."""
-        torch = self._torch
-        ids = torch.tensor([list(prompt)], device=self.model.device)
-        with torch.inference_mode(), self._context():
-            out = self.model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=max_new_tokens,
-                eos_token_id=self.stop_ids,
-                pad_token_id=self.pad_id,
-                top_p=None,
-                top_k=None,
-                temperature=None,
-            )
-        return out[0, ids.shape[1] :].tolist()
+        from udr.lm.predict import reference_greedy
+
+        ids = self._torch.tensor([list(prompt)], device=self.model.device)
+        mask = self._torch.ones_like(ids)
+        with self._context():
+            return reference_greedy(self.model, ids, mask, max_new_tokens, self.stop_ids, self.pad_id)[0]
 
 
 # ---------------------------------------------------------------- workload
@@ -125,7 +114,7 @@ def reference_predictions(ref: PlainReference, ev, prompts) -> list:
 
 
 def compare(settings, lm, tasks, rows, gen_rows, bf16: bool) -> tuple[list, bool]:
-    ref = PlainReference(lm.model, lm.tokenizer, lm.generator.stop_ids, lm.generator.pad_id, bf16)
+    ref = PlainReference(lm.model, lm.generator.stop_ids, lm.generator.pad_id, bf16)
     table, all_agree = [], True
     total = {"n": 0, "tok": 0, "udr": 0.0, "ref": 0.0}
     for task in tasks:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.tiny_models import byte_tokenizer, tiny_llama
-from udr.lm.predict import GreedyGenerator, predict_choices
+from udr.lm.predict import GreedyGenerator, predict_choices, reference_greedy
 from udr.lm.scorer import LMScorer, ScoringItem, continuation_log_likelihood, pad_sequences
 
 
@@ -81,18 +81,7 @@ def test_greedy_decode_loop_equals_generate_as_rows_finish_at_different_steps(lm
     gen.stop_ids = sorted({free[0][1], free[2][4]})
     steps = 10
     ids, mask = pad_sequences(prompts, gen.pad_id, "cpu", left=True)
-    with torch.inference_mode():
-        ref = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=steps,
-            eos_token_id=gen.stop_ids,
-            pad_token_id=gen.pad_id,
-            top_p=None,
-            top_k=None,
-            temperature=None,
-        )[:, ids.shape[1] :].tolist()
+    ref = reference_greedy(model, ids, mask, steps, gen.stop_ids, gen.pad_id)
     ours = gen.generate_ids(prompts, steps)
     lengths = set()
     for want, got in zip(ref, ours):

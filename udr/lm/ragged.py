@@ -39,16 +39,20 @@ class _Layout:
     cache: object  # a DynamicCache to fill with the padded keys / values, or None
 
 
+def has_sliding_layers(config) -> bool:
+    """Whether a model config has sliding-window attention layers (they need their own masks)."""
+    return getattr(config, "sliding_window", None) is not None or any(
+        t != "full_attention" for t in (getattr(config, "layer_types", None) or [])
+    )
+
+
 def supports_ragged(model) -> bool:
     """Whether `model`'s decoder can run :func:`decoder_forward` raggedly (else it runs padded)."""
     config = model.config
-    sliding = getattr(config, "sliding_window", None) is not None or any(
-        t != "full_attention" for t in (getattr(config, "layer_types", None) or [])
-    )
     return (
         getattr(config, "model_type", None) in SUPPORTED_MODEL_TYPES
         and getattr(config, "_attn_implementation", None) == "sdpa"
-        and not sliding
+        and not has_sliding_layers(config)
     )
 
 

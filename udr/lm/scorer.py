@@ -94,7 +94,7 @@ class LMScorer:
     def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
         import torch
 
-        from udr.lm.ragged import supports_ragged
+        from udr.lm.ragged import has_sliding_layers, supports_ragged
 
         self.model = model
         self.device = next(model.parameters()).device
@@ -107,12 +107,8 @@ class LMScorer:
         # Label continuations share their prompt's cache through a custom 4D attention mask, which
         # transformers passes through as-is to sdpa (boolean) and eager (additive) attention. Models
         # with sliding-window layers need one mask per layer type: they copy the cache instead.
-        config = model.config
-        impl = getattr(config, "_attn_implementation", None)
-        sliding = getattr(config, "sliding_window", None) is not None or any(
-            t != "full_attention" for t in (getattr(config, "layer_types", None) or [])
-        )
-        self._packable = impl in ("sdpa", "eager") and not sliding
+        impl = getattr(model.config, "_attn_implementation", None)
+        self._packable = impl in ("sdpa", "eager") and not has_sliding_layers(model.config)
         self._bool_mask = impl == "sdpa"
         self._ragged = supports_ragged(model)  # prompt forwards skip their padding (udr.lm.ragged)
 

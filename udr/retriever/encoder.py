@@ -113,6 +113,13 @@ def demo_texts(task: Task, inputs: Sequence[str], answers: Sequence[str], settin
     return [instruction + task.render(i, a) for i, a in zip(inputs, answers)]
 
 
+def encode_batches(texts: Sequence[str], batch_size: int) -> list[list[int]]:
+    """The positions of `texts` in the batches inference embeds them in: cut from the texts sorted by
+    (character length, position), so padding stays small and the batching depends on the texts only."""
+    order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
+    return [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
+
+
 def pool_hidden(hidden, attention_mask, settings: EncoderSettings):
     """Pooled embeddings (B, d) of last hidden states (B, L, d): the first token's (cls) or the mean
     over the real tokens (mean), normalised to unit length when the similarity is cosine."""
@@ -309,15 +316,12 @@ class BiEncoder:
         from udr.util.progress import progress_bar
 
         texts = list(texts)
-        lengths = [len(t) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: (lengths[i], i))
         out = None
         was_training = self._model(side).training
         self._model(side).eval()
         with torch.inference_mode(), progress_bar(progress) as bar:
             job = bar.add_task(description, total=len(texts))
-            for lo in range(0, len(order), batch_size):
-                idx = order[lo : lo + batch_size]
+            for idx in encode_batches(texts, batch_size):
                 emb = self.embed([texts[i] for i in idx], side).float().cpu().numpy()
                 if out is None:
                     out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)

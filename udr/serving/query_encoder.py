@@ -78,12 +78,12 @@ class LightQueryEncoder:
         import numpy as np
         import torch
 
+        from udr.retriever.encoder import encode_batches
+
         texts = list(texts)
-        order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         with torch.inference_mode():
-            for lo in range(0, len(order), batch_size):
-                idx = order[lo : lo + batch_size]
+            for idx in encode_batches(texts, batch_size):
                 out[idx] = self._embed([texts[i] for i in idx]).numpy()
         return out
 

@@ -66,3 +66,34 @@ def test_scores_equal_the_padded_scorer(model):
         want, _ = padded_scorer.score_batch(subset)
         for g, w in zip(got, want):
             assert g == pytest.approx(w, abs=1e-5)
+
+
+def test_row_groups_keep_order_and_budget():
+    from udr.lm.ragged import row_groups
+
+    assert row_groups([3, 4, 2, 9, 1], 7) == [slice(0, 2), slice(2, 3), slice(3, 4), slice(4, 5)]
+    assert row_groups([3, 4], 100) == [slice(0, 2)]
+    assert row_groups([50], 7) == [slice(0, 1)]  # a row over the budget is a group alone
+
+
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_row_groups_give_the_whole_batch_forward(model, left, bf16):
+    """Groups of rows at the batch's width compute what the whole batch does: bitwise under bf16
+    autocast (the default run's scores rest on it), to float rounding in fp32."""
+    decoder = model.get_decoder()
+    ids, mask = pad_sequences(PROMPTS, 256, "cpu", left=left)
+    positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 0) if left else None
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        whole_cache, grouped_cache = DynamicCache(config=model.config), DynamicCache(config=model.config)
+        whole = decoder_forward(decoder, ids, mask, position_ids=positions, cache=whole_cache)
+        grouped = decoder_forward(decoder, ids, mask, position_ids=positions, cache=grouped_cache, chunk_tokens=9)
+    pairs = [(grouped, whole)]
+    for g, w in zip(grouped_cache.layers, whole_cache.layers):
+        pairs += [(g.keys, w.keys), (g.values, w.values)]
+    for got, want in pairs:
+        assert got.shape == want.shape
+        if bf16:
+            assert torch.equal(got, want)
+        else:
+            assert torch.allclose(got, want, atol=1e-5, rtol=0)

@@ -96,12 +96,13 @@ class GreedyGenerator:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad if pad is not None else 0)
         self._torch = torch
-        from udr.lm.ragged import supports_ragged
+        from udr.lm.ragged import default_chunk_tokens, supports_ragged
 
         # The prompts' forward skips padding where the model allows it; its LM head is then applied
         # here, as the model's forward would (the ragged models have no logit soft-capping).
         self.ragged = supports_ragged(model) and not getattr(model.config, "final_logit_softcapping", None)
         self.decoder = model.get_decoder()
+        self.chunk_tokens = default_chunk_tokens(self.device)
 
     def generate(
         self,
@@ -137,7 +138,9 @@ class GreedyGenerator:
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             for step in range(max_new_tokens):
                 if step == 0 and self.ragged:  # the prompts' forward without their padding
-                    hidden = decoder_forward(self.decoder, ids, mask, position_ids=positions, cache=cache)
+                    hidden = decoder_forward(
+                        self.decoder, ids, mask, position_ids=positions, cache=cache, chunk_tokens=self.chunk_tokens
+                    )
                     logits = self.model.get_output_embeddings()(hidden[:, -1:])
                 else:
                     logits = self.model(

@@ -4,8 +4,8 @@ feedback scoring (:mod:`udr.feedback.scoring`) and of label prediction (:mod:`ud
 Speed (all exact, see tests): prompts are pre-tokenised per row and concatenated; batches are built
 from length-sorted sequences under a token budget (small padding); the LM head is applied only at
 positions whose next token is scored; for label / choice sets, the shared prompt is run once and its
-key/value cache is reused for every continuation; prompt forwards skip their padding tokens
-(:mod:`udr.lm.ragged`).
+key/value cache is reused for every continuation; prompt forwards skip their padding tokens and, on
+a CPU, run in groups of rows (:mod:`udr.lm.ragged`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class LMScorer:
     def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
         import torch
 
-        from udr.lm.ragged import has_sliding_layers, supports_ragged
+        from udr.lm.ragged import default_chunk_tokens, has_sliding_layers, supports_ragged
 
         self.model = model
         self.device = next(model.parameters()).device
@@ -111,6 +111,7 @@ class LMScorer:
         self._packable = impl in ("sdpa", "eager") and not has_sliding_layers(model.config)
         self._bool_mask = impl == "sdpa"
         self._ragged = supports_ragged(model)  # prompt forwards skip their padding (udr.lm.ragged)
+        self._chunk_tokens = default_chunk_tokens(self.device)  # ... and run in row groups on a CPU
 
     def _logprobs(self, hidden, targets):
         """log p(target) from hidden states at the positions that predict them (LM head on those only)."""
@@ -147,7 +148,7 @@ class LMScorer:
         torch = self._torch
         seqs = [it.prompt + it.continuations[0] for it in items]
         ids, mask, stats = self._pad(seqs)
-        hidden = decoder_forward(self.decoder, ids, mask, ragged=self._ragged)
+        hidden = decoder_forward(self.decoder, ids, mask, ragged=self._ragged, chunk_tokens=self._chunk_tokens)
         rows, cols, targets = [], [], []
         for r, it in enumerate(items):
             p, c = len(it.prompt), it.continuations[0]
@@ -247,7 +248,9 @@ class LMScorer:
         prompts = [it.prompt + sh for it, sh in zip(items, shared)]
         ids, mask, stats = self._pad(prompts)
         cache = DynamicCache(config=self.decoder.config)
-        hidden = decoder_forward(self.decoder, ids, mask, cache=cache, ragged=self._ragged)
+        hidden = decoder_forward(
+            self.decoder, ids, mask, cache=cache, ragged=self._ragged, chunk_tokens=self._chunk_tokens
+        )
         lengths = [len(p) for p in prompts]
         last = hidden[torch.arange(len(items), device=self.device), torch.tensor(lengths, device=self.device) - 1]
 

@@ -59,6 +59,19 @@ def test_unknown_label_and_missing_field_are_row_errors():
         get_task("comv").normalize({"question": "q", "choices": ["a", "b"], "label": 2})
 
 
+def test_a_missing_reference_in_a_list_is_dropped_and_none_left_is_a_row_error(data_dir):
+    dart = get_task("dart")
+    ex = dart.normalize({"input": "a : b : c", "targets": ["A is  b of c.", None, "  "]})
+    assert ex.references == ("A is b of c.",) and ex.target == "A is b of c."
+    for targets in ([None, ""], [], "not a list", ["ok", 3]):
+        with pytest.raises(RowError, match="non-empty list of non-empty strings"):
+            dart.normalize({"input": "a : b : c", "targets": targets})
+    # The mirror's whole DART test split (a row's second reference is null) now normalises.
+    path = data_dir / "dart" / "test.jsonl"
+    rows = normalize_rows(dart, read_jsonl(path), str(path))
+    assert len(rows) == 5097
+
+
 def test_get_task_unknown():
     with pytest.raises(UdrError, match="unknown task 'nope'"):
         get_task("nope")

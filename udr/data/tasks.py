@@ -258,9 +258,14 @@ class Generation:
         if key is None:
             return (_text(row, self.target_field),)
         refs = row[key]
-        if not isinstance(refs, list) or not refs or not all(isinstance(r, str) and r.strip() for r in refs):
+        if not isinstance(refs, list) or not all(r is None or isinstance(r, str) for r in refs):
             raise RowError(f"field '{key}' must be a non-empty list of non-empty strings")
-        return tuple(" ".join(r.split()) for r in refs)
+        # A null or blank entry in a list of references is a missing reference (DART's test split has
+        # such rows): the others stand; a row with none left is malformed.
+        refs = [" ".join(r.split()) for r in refs if r is not None and r.strip()]
+        if not refs:
+            raise RowError(f"field '{key}' must be a non-empty list of non-empty strings")
+        return tuple(refs)
 
     def _input(self, row: dict) -> str:
         return self.input_format.format(**{k: _text(row, k) for k in format_fields(self.input_format)})

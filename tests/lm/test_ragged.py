@@ -68,6 +68,14 @@ def test_scores_equal_the_padded_scorer(model):
             assert g == pytest.approx(w, abs=1e-5)
 
 
+def test_row_groups_are_for_cpus_only():
+    from udr.lm.ragged import CPU_CHUNK_TOKENS, default_chunk_tokens
+
+    assert default_chunk_tokens(torch.device("cpu")) == CPU_CHUNK_TOKENS
+    assert default_chunk_tokens(torch.device("cuda")) is None  # a GPU runs the whole batch at once
+    assert LMScorer(tiny_llama(seed=5), pad_id=256)._chunk_tokens == CPU_CHUNK_TOKENS
+
+
 def test_row_groups_keep_order_and_budget():
     from udr.lm.ragged import row_groups
 

@@ -123,8 +123,7 @@ class GreedyGenerator:
     def generate_ids(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
         """One batch: each prompt's greedy continuation up to and including its first stop token (or
         `max_new_tokens` tokens)."""
-        from transformers import DynamicCache
-
+        from udr.lm.kv_cache import reserved_cache
         from udr.lm.ragged import decoder_forward
         from udr.lm.scorer import pad_sequences
 
@@ -134,7 +133,7 @@ class GreedyGenerator:
         stop = torch.tensor(sorted(set(self.stop_ids)), device=self.device)
         new: list[list[int]] = [[] for _ in prompts]
         alive = torch.arange(len(prompts), device=self.device)  # batch row -> prompt index
-        cache = DynamicCache(config=self.model.config)
+        cache = reserved_cache(self.model.config, room=max_new_tokens)  # no copy of the cache per step
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             for step in range(max_new_tokens):
                 if step == 0 and self.ragged:  # the prompts' forward without their padding

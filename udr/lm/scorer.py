@@ -239,15 +239,16 @@ class LMScorer:
         Tokens that every continuation of an item starts with (e.g. "Answer:") are moved into the
         shared prompt; their log-probability is the same for each continuation and is added to each.
         """
-        from transformers import DynamicCache
-
+        from udr.lm.kv_cache import reserved_cache
         from udr.lm.ragged import decoder_forward
 
         torch = self._torch
         shared = [common_prefix(it.continuations) for it in items]
         prompts = [it.prompt + sh for it, sh in zip(items, shared)]
         ids, mask, stats = self._pad(prompts)
-        cache = DynamicCache(config=self.decoder.config)
+        # Room for every continuation's tokens after its prompt (the packed layout's row length).
+        room = max(sum(len(c) - len(sh) - 1 for c in it.continuations) for it, sh in zip(items, shared))
+        cache = reserved_cache(self.decoder.config, room=room)
         hidden = decoder_forward(
             self.decoder, ids, mask, cache=cache, ragged=self._ragged, chunk_tokens=self._chunk_tokens
         )

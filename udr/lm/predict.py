@@ -80,10 +80,12 @@ class GreedyGenerator:
     """Batched greedy decoding stopped at the end of the line.
 
     The decode loop is Hugging Face `generate`'s greedy search (the same forward calls: left padding,
-    positions from the mask, a `DynamicCache`, the LM head on the last position only, argmax of the
+    positions from the mask, a key/value cache, the LM head on the last position only, argmax of the
     fp32 logits), made lighter: a row that has ended its line leaves the batch, and its cache rows with
-    it, instead of being fed padding until the longest row ends. Rows do not interact, so the tokens
-    are the same (tested against `generate`)."""
+    it, instead of being fed padding until the longest row ends; the cache reserves room for the new
+    tokens (:mod:`udr.lm.kv_cache`) instead of being concatenated whole at every step. Rows do not
+    interact, so the tokens are the same (tested against `generate`).
+    """
 
     def __init__(self, model, tokenizer, *, bf16: bool = False):
         import torch

@@ -4,8 +4,9 @@ feedback scoring (:mod:`udr.feedback.scoring`) and of label prediction (:mod:`ud
 Speed (all exact, see tests): prompts are pre-tokenised per row and concatenated; batches are built
 from length-sorted sequences under a token budget (small padding); the LM head is applied only at
 positions whose next token is scored; for label / choice sets, the shared prompt is run once and its
-key/value cache is reused for every continuation; prompt forwards skip their padding tokens and, on
-a CPU, run in groups of rows (:mod:`udr.lm.ragged`).
+key/value cache, with room reserved for the continuations (:mod:`udr.lm.kv_cache`), is reused for
+every continuation; prompt forwards skip their padding tokens and, on a CPU, run in groups of rows
+(:mod:`udr.lm.ragged`).
 """
 
 from __future__ import annotations

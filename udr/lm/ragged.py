@@ -17,7 +17,8 @@ no sliding window); other models run the padded forward.
 On a CPU the packed tokens also run in groups of rows of about :data:`CPU_CHUNK_TOKENS` real tokens,
 each group at the batch's full width and with its rows of the batch's mask: every kernel gives a row
 the same result whatever the other rows (projections per token, attention per row for a given
-width), so this too is bitwise the batch's forward, while the activations stay a few MB instead of
+width), so this too is the batch's forward (bitwise under bf16 autocast, tested; fp32 products may
+round their last bit differently, as above), while the activations stay a few MB instead of
 tens or hundreds of MB, which a CPU spends more time allocating and streaming through memory than
 computing on (elementwise products of a 10,000-token comv batch ran 7-14x slower per element).
 """

@@ -126,10 +126,10 @@ def prompt_floor(model, prompts, bf16: bool) -> None:
     prediction must run through the LM, and nothing else (no labels, no LM head, no decode steps)."""
     import torch
 
-    device = model.device
+    device, decoder = model.device, model.get_decoder()
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         for p in prompts:
-            model.get_decoder()(input_ids=torch.tensor([list(p.token_ids)], device=device))
+            decoder(input_ids=torch.tensor([list(p.token_ids)], device=device))
 
 
 def time_sides(runs: dict, repeats: int) -> tuple[dict, dict]:

@@ -258,11 +258,10 @@ class Generation:
         if key is None:
             return (_text(row, self.target_field),)
         refs = row[key]
-        if not isinstance(refs, list) or not all(r is None or isinstance(r, str) for r in refs):
-            raise RowError(f"field '{key}' must be a non-empty list of non-empty strings")
         # A null or blank entry in a list of references is a missing reference (DART's test split has
-        # such rows): the others stand; a row with none left is malformed.
-        refs = [" ".join(r.split()) for r in refs if r is not None and r.strip()]
+        # such rows): the others stand; a row with none left, or with other values, is malformed.
+        valid = isinstance(refs, list) and all(r is None or isinstance(r, str) for r in refs)
+        refs = [" ".join(r.split()) for r in refs if r is not None and r.strip()] if valid else []
         if not refs:
             raise RowError(f"field '{key}' must be a non-empty list of non-empty strings")
         return tuple(refs)

@@ -247,9 +247,14 @@ class LMScorer:
         shared = [common_prefix(it.continuations) for it in items]
         prompts = [it.prompt + sh for it, sh in zip(items, shared)]
         ids, mask, stats = self._pad(prompts)
-        # Room for every continuation's tokens after its prompt (the packed layout's row length).
-        room = max(sum(len(c) - len(sh) - 1 for c in it.continuations) for it, sh in zip(items, shared))
-        cache = reserved_cache(self.decoder.config, room=room)
+        flat = [(r, c) for r, it in enumerate(items) for c in range(len(it.continuations))]
+        conts = [items[r].continuations[c][len(shared[r]) :] for r, c in flat]
+        rest = [c[:-1] for c in conts]  # inputs whose hidden states predict tokens 1..m-1
+        # Room in the cache for every row's continuation inputs (the packed layout's row length).
+        per_row = [0] * len(items)
+        for (r, _), inputs in zip(flat, rest):
+            per_row[r] += len(inputs)
+        cache = reserved_cache(self.decoder.config, room=max(per_row))
         hidden = decoder_forward(
             self.decoder, ids, mask, cache=cache, ragged=self._ragged, chunk_tokens=self._chunk_tokens
         )
@@ -266,15 +271,12 @@ class LMScorer:
             )
             shared_lp.index_add_(0, torch.tensor(rows), lp.double().cpu())
 
-        flat = [(r, c) for r, it in enumerate(items) for c in range(len(it.continuations))]
         owner = torch.tensor([r for r, _ in flat], device=self.device)
-        conts = [items[r].continuations[c][len(shared[r]) :] for r, c in flat]
         # First remaining continuation token: predicted by the (extended) prompt's last hidden state.
         first_lp = self._logprobs(last[owner], torch.tensor([c[0] for c in conts], device=self.device))
         totals = first_lp.double().cpu() + shared_lp[owner.cpu()]
 
-        rest = [c[:-1] for c in conts]  # inputs whose hidden states predict tokens 1..m-1
-        if max(len(r) for r in rest) > 0:
+        if max(per_row) > 0:
             run = self._continuations_packed if self._packable else self._continuations_expanded
             totals += run(flat, rest, conts, cache, mask, lengths, stats)
 

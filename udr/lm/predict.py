@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from udr.lm.precision import lm_forward_context
+
 
 def predict_choices(
     scorer, items, batch_tokens: int, on_batch: Callable[[int], None] | None = None
@@ -136,7 +138,7 @@ class GreedyGenerator:
         new: list[list[int]] = [[] for _ in prompts]
         alive = torch.arange(len(prompts), device=self.device)  # batch row -> prompt index
         cache = reserved_cache(self.model.config, room=max_new_tokens)  # no copy of the cache per step
-        with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with lm_forward_context(self.device.type, self.bf16):
             for step in range(max_new_tokens):
                 if step == 0 and self.ragged:  # the prompts' forward without their padding
                     hidden = decoder_forward(

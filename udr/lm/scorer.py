@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from udr.lm.precision import lm_forward_context
+
 
 @dataclass(frozen=True)
 class ScoringItem:
@@ -127,12 +129,9 @@ class LMScorer:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
 
-    def _autocast(self):
-        return self._torch.autocast(self.device.type, dtype=self._torch.bfloat16, enabled=self.bf16)
-
     def score_batch(self, items: Sequence[ScoringItem]) -> tuple[list[list[float]], BatchStats]:
         """Summed log p(continuation | prompt) for every continuation of every item."""
-        with self._torch.inference_mode(), self._autocast():
+        with lm_forward_context(self.device.type, self.bf16):
             if all(len(it.continuations) == 1 for it in items):
                 return self._score_single(items)
             return self._score_shared_prefix(items)

@@ -217,7 +217,7 @@ COMPARE_HEADERS = [
 class ForwardTimer:
     """Seconds in the LM decoder's forward, split by the kind of call: a prompt forward (no cache
     yet), label continuations (a multi-token forward over a cache) and generation steps (one token
-    over a cache)."""
+    over a cache). Given the whole causal LM instead of its decoder, it counts the LM head too."""
 
     def __init__(self, decoder):
         self.seconds = {"prompt forward": 0.0, "label continuations": 0.0, "generation steps": 0.0}

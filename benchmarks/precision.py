@@ -9,8 +9,8 @@ precisions with the pipeline's own code in the same run, in alternating order (b
 - *prompt forward*: `LMScorer.score_batch` on `--batches` batches of prompts of `--prompt-tokens`
   tokens with one short continuation each (the scoring stage's and label prediction's work);
 - *decode steps*: `GreedyGenerator.generate_ids` on `--rows` prompts, `--new-tokens` greedy steps
-  each: the time of its one-token forwards over the cache (LM head included), timed by forward hooks
-  on the model; the prompt forward before them is not counted.
+  each: the time of its one-token forwards over the cache (LM head included), timed by
+  `benchmarks.evaluate.ForwardTimer` on the model; the prompt forward before them is not counted.
 
 Token ids are seeded random ids: speed does not depend on their values.
 
@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.evaluate import ForwardTimer  # noqa: E402
 from benchmarks.scoring import fmt_table  # noqa: E402
 
 
@@ -78,27 +79,14 @@ def main() -> None:
             scorers[bf16].score_batch(batch)
         return time.perf_counter() - start
 
-    step_seconds = [0.0]
-
-    def start_step(module, args, kwargs):
-        cache, ids = kwargs.get("past_key_values"), kwargs.get("input_ids")
-        step_seconds.append(
-            -time.perf_counter() if cache is not None and cache.get_seq_length() and ids.shape[1] == 1 else 0.0
-        )
-
-    def end_step(module, args, output):
-        if step_seconds[-1] < 0:
-            step_seconds[-1] += time.perf_counter()
-
-    # The decode steps are the model's forwards of one token over a cache (LM head included); the
-    # prompt forward before them is not timed.
-    model.register_forward_pre_hook(start_step, with_kwargs=True)
-    model.register_forward_hook(end_step)
+    # The decode steps: the model's one-token forwards over a cache, LM head included (the prompt
+    # forward before them goes through the decoder alone, or counts as a prompt forward here).
+    timer = ForwardTimer(model)
 
     def decode_steps(bf16: bool) -> float:
-        step_seconds.clear()
+        timer.take()
         generators[bf16].generate_ids(prompts, args.new_tokens)
-        return sum(step_seconds)
+        return timer.take()["generation steps"]
 
     phases = {
         "prompt forward": (prompt_forward, args.batches * 4 * (args.prompt_tokens + 4)),

@@ -1,11 +1,12 @@
 """Benchmark: udr's in-context evaluation against a plain Hugging Face reference, on the same prompts.
 
 Workload: for each task (default: sst2, trec = classification, comv = multiple choice, e2e and
-break = generation), the first `--rows` test rows (`--gen-rows` for generation) of the project's
-prepared data, with BM25's demonstrations (`evaluate.max_demos` of them for classification, as many
-as fit in `evaluate.context` for generation), assembled by `udr.evaluation.evaluate.TaskEvaluation`:
-the prompts `udr evaluate --method bm25` builds. BM25 needs no trained model, so the benchmark runs
-on any project whose data is prepared.
+break = generation), the first `--rows` test rows (`--gen-rows` for generation; 0: every test row,
+the workload `udr evaluate` runs) of the project's prepared data, with BM25's demonstrations
+(`evaluate.max_demos` of them for classification, as many as fit in `evaluate.context` for
+generation), assembled by `udr.evaluation.evaluate.TaskEvaluation`: the prompts
+`udr evaluate --method bm25` builds. BM25 needs no trained model, so the benchmark runs on any
+project whose data is prepared.
 
 - udr: `TaskEvaluation.predict` (`udr.lm.predict`): label / choice prompts in length-bucketed
   batches under `evaluate.batch_tokens` (`--batch-tokens`), the prompt run once with its key/value
@@ -94,14 +95,16 @@ class PlainReference:
 
 
 def load_workload(settings, lm, task: str, rows: int):
-    """A TaskEvaluation of BM25's demonstrations on the task's first `rows` test rows, and its prompts."""
+    """A TaskEvaluation of BM25's demonstrations on the task's first `rows` test rows (0: all of them,
+    what `udr evaluate` runs), and its prompts."""
     from dataclasses import replace
 
     from udr.evaluation.evaluate import TaskEvaluation
 
     ev = TaskEvaluation(settings, lm, "bm25", task, progress=False)
-    ev.rows = ev.rows[:rows]
-    ev.ranking = replace(ev.ranking, ids=ev.ranking.ids[:rows], scores=ev.ranking.scores[:rows])
+    if rows:
+        ev.rows = ev.rows[:rows]
+        ev.ranking = replace(ev.ranking, ids=ev.ranking.ids[:rows], scores=ev.ranking.scores[:rows])
     prompts = ev.prompts(None if ev.generation else settings.evaluate.max_demos)
     return ev, prompts
 
@@ -316,14 +319,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, default=REPO, help="project root (its params.yaml and prepared data)")
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
-    ap.add_argument("--rows", type=int, default=40, help="test rows per classification / multiple-choice task")
-    ap.add_argument("--gen-rows", type=int, default=12, help="test rows per generation task")
+    ap.add_argument("--rows", type=int, default=40, help="test rows per classification / multiple-choice task (0: all)")
+    ap.add_argument("--gen-rows", type=int, default=12, help="test rows per generation task (0: all)")
     ap.add_argument("--batch-tokens", type=int, help="udr's evaluate.batch_tokens (default: the project's)")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="both sides' precision")
     ap.add_argument("--repeats", type=int, default=1, help="time each side this many times; report the best")
     ap.add_argument("--breakdown", action="store_true", help="time udr's evaluation by part instead")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
+    if args.rows < 0 or args.gen_rows < 0:
+        ap.error("--rows and --gen-rows must be >= 0 (0: every test row)")
 
     from udr.config import load_settings
     from udr.evaluation.evaluate import LanguageModel

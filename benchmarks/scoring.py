@@ -304,6 +304,7 @@ def fmt_table(headers, rows, markdown: bool) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--project", type=Path, default=REPO, help="project root (its prepared data and candidates)")
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
     ap.add_argument("--pairs-per-task", type=int, default=64)
     ap.add_argument("--seed", type=int, default=42)
@@ -316,7 +317,7 @@ def main(argv=None) -> int:
         default="fp32",
         help="udr scorer precision (bf16 = autocast); the reference is always fp32",
     )
-    ap.add_argument("--model", type=Path, default=REPO / "models" / "base" / "lm")
+    ap.add_argument("--model", type=Path, help="a resolved causal LM directory (default: the project's models/base/lm)")
     ap.add_argument(
         "--random-llama-1b",
         action="store_true",
@@ -332,6 +333,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mfu", action="store_true", help="on cuda: model FLOPs utilisation against a measured bf16 peak")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
     args = ap.parse_args(argv)
+    project = args.project
+    if args.model is None:
+        args.model = project / "models" / "base" / "lm"
 
     import torch
 
@@ -376,8 +380,8 @@ def main(argv=None) -> int:
     )
     digests = []
     for k, name in enumerate(t.strip() for t in args.tasks.split(",") if t.strip()):
-        pairs = sample_pairs(REPO, name, args.pairs_per_task, args.seed)
-        task, generation, items = build_items(REPO, name, tok, pairs, vocab)
+        pairs = sample_pairs(project, name, args.pairs_per_task, args.seed)
+        task, generation, items = build_items(project, name, tok, pairs, vocab)
         ntok = workload_tokens(items)
 
         # warm-up: one small batch per scorer, untimed
@@ -409,7 +413,7 @@ def main(argv=None) -> int:
             f"max|diff| {diff:.2e}",
             file=sys.stderr,
         )
-        digests.append(f"{name} {file_digest(Paths(REPO).candidates(0, name))}")
+        digests.append(f"{name} {file_digest(Paths(project).candidates(0, name))}")
         rows.append(
             _row(
                 name,

@@ -15,3 +15,16 @@ def test_both_scorers_agree_and_the_table_has_every_task(evaluated, capsys):
     assert table["sst2"][2] == table["break"][2] == "5" and table["total"][2] == "10"
     assert table["total"][10].endswith("x") and float(table["total"][10][:-1]) > 0
     assert float(table["total"][13]) < 1e-3  # max abs diff of the scores
+
+
+def test_the_gpu_model_and_peak_run_on_a_cpu():
+    """The pieces of `--device cuda --random-llama-1b --mfu` that need no GPU: the model's shape (built
+    on the meta device, no memory) and the peak measurement (tiny matrices)."""
+    import torch
+
+    from benchmarks.scoring import peak_bf16_flops, random_llama_1b
+
+    model = random_llama_1b("meta")
+    assert round(sum(p.numel() for p in model.parameters()) / 1e6) == 853  # as benchmarks/README.md says
+    assert model.config.num_key_value_heads == 8 and not model.config.tie_word_embeddings
+    assert peak_bf16_flops(torch.device("cpu"), n=32, reps=2) > 0

@@ -73,6 +73,13 @@ def run_udr(root: Path, *args: str) -> None:
         os.chdir(old)
 
 
+def markdown_table(text: str) -> dict[str, list[str]]:
+    """The body rows of a markdown table in printed output (a benchmark's `--markdown` table,
+    `benchmarks.scoring.fmt_table`), each a list of its stripped cells, keyed by the first."""
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): [c.strip() for c in cells] for cells in rows[1:]}
+
+
 def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, max_test: int, k: int) -> None:
     """Prepare real tasks in `root` with tiny caps and write their BM25 candidates (round 0)."""
     from udr.data.prepare import prepare_task, read_prepared

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.evaluate import main
+from tests.conftest import markdown_table
 
 
 def _table(capsys) -> dict[str, list[str]]:
-    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    return {cells[0].strip(): [c.strip() for c in cells] for cells in rows[1:]}
+    return markdown_table(capsys.readouterr().out)
 
 
 def test_every_test_row_with_zero_rows_and_the_same_predictions(evaluated, capsys):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from benchmarks.scoring import main
+from tests.conftest import markdown_table
 
 
 def test_both_scorers_agree_and_the_table_has_every_task(evaluated, capsys):
     # fp32: scores differing by 1e-3 or more exit with an error instead of a table
     assert main(["--project", str(evaluated), "--tasks", "sst2,break", "--pairs-per-task", "5", "--markdown"]) == 0
-    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    table = {cells[0].strip(): [c.strip() for c in cells] for cells in rows[1:]}
+    table = markdown_table(capsys.readouterr().out)
     assert set(table) == {"sst2", "break", "total"}
     assert table["sst2"][1] == "classification" and table["break"][1] == "generation"
     assert table["sst2"][2] == table["break"][2] == "5" and table["total"][2] == "10"

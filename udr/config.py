@@ -91,6 +91,11 @@ class ScoreSettings(_Strict):
     shard_pairs: int = Field(
         256, gt=0, description="Pairs per checkpointed shard (the unit of resume and of torchrun work)."
     )
+    share_prefixes: bool = Field(
+        True,
+        description="Run a candidate's demonstration once for all its queries in a shard and score them on its "
+        "key/value cache (false: every pair its own prompt forward).",
+    )
     max_length: int = Field(
         1024, ge=16, description="Longest prompt + answer in tokens; longer prompts keep their end."
     )

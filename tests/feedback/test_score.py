@@ -176,9 +176,10 @@ def test_two_process_torchrun_equals_one_process(project, scored, tmp_path):
     two = pl.read_parquet(root / "data/scores/round0/comv.parquet")
     one = scored["comv"][1]
     # Same pairs, ranks and provenance; scores equal up to float summation order (each process
-    # runs 1 thread, the single process 2), which torch does not make bitwise identical.
+    # runs 1 thread, the single process 2), which torch does not make bitwise identical: a few fp32
+    # roundings (relative 1e-7 each) in the attention over a shared prefix's cache.
     assert two.drop("score").equals(one.drop("score"))
-    np.testing.assert_allclose(two["score"].to_numpy(), one["score"].to_numpy(), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(two["score"].to_numpy(), one["score"].to_numpy(), rtol=0, atol=1e-6)
     assert '"world_size": 2' in (root / "data/scores/round0/comv.json").read_text()
 
 

@@ -5,7 +5,7 @@ Output `data/scores/round<N>/<task>.parquet`: query_id, candidate_id, score, ran
 ties broken by lower candidate id), scored_in (the round that computed the score). A summary with
 counts and throughput goes to the `.json` beside it.
 
-Resume: the pairs still to score are cut, in (query_id, candidate_id) order, into shards of
+Resume: the pairs still to score are cut, in (candidate_id, query_id) order, into shards of
 `score.shard_pairs`; each finished shard is written at once to the partial directory beside the
 output (:mod:`udr.util.resume`), whose manifest fingerprints everything the scores depend on. A run
 started again skips finished shards, so its output equals an uninterrupted run's. Under torchrun,
@@ -66,7 +66,7 @@ class ScoreWork:
     candidates_file: Path
     queries: np.ndarray  # the scored query ids
     reused: object  # pairs scored in an earlier round: query_id, candidate_id, score, scored_in
-    todo: object  # pairs to score now: query_id, candidate_id, in that order
+    todo: object  # pairs to score now: query_id, candidate_id, in candidate order
 
 
 def run_score(
@@ -131,7 +131,8 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
             raise UdrError(f"missing scores of round {round_ - 1}: {previous}; run it first")
         old = pl.read_parquet(previous, columns=["query_id", "candidate_id", "score", "scored_in"])
         reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
-    todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["query_id", "candidate_id"])
+    # Candidate order: a shard then holds each candidate's pairs together (its prefix runs once).
+    todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
     return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo)
 
 
@@ -143,6 +144,7 @@ def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
         "round": work.round,
         "todo": len(work.todo),
         "shard_pairs": settings.score.shard_pairs,
+        "shard_order": ["candidate_id", "query_id"],
         "candidates": file_sha256(work.candidates_file),
         "train": file_sha256(settings.paths.prepared(work.task.name, "train")),
         "lm": json.loads(lm_record.read_text()) if lm_record.is_file() else None,
@@ -197,7 +199,9 @@ def score_shards(
         for done, s in enumerate(shards):
             lo, hi = bounds[s]
             items = [builder.scoring_item(rows[q], rows[c]) for q, c in zip(q_col[lo:hi], c_col[lo:hi])]
-            scores, _ = score_items(scorer, items, work.task.generation, cfg.batch_tokens, on_batch=tick)
+            scores, _ = score_items(
+                scorer, items, work.task.generation, cfg.batch_tokens, on_batch=tick, share_prefixes=cfg.share_prefixes
+            )
             shard = pl.DataFrame(
                 {
                     "query_id": q_col[lo:hi],

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from udr.lm.scorer import BatchStats, LMScorer, ScoringItem, length_batches
+from udr.lm.scorer import BatchStats, LMScorer, ScoringItem, group_batches, length_batches, prefix_groups
 from udr.util.rng import task_rng
 
 
@@ -38,19 +38,36 @@ def pair_score(logps: Sequence[float], gold: int, generation: bool, n_gold_token
 
 
 def score_items(
-    scorer: LMScorer, items: Sequence[ScoringItem], generation: bool, batch_tokens: int, on_batch=None
+    scorer: LMScorer,
+    items: Sequence[ScoringItem],
+    generation: bool,
+    batch_tokens: int,
+    on_batch=None,
+    share_prefixes: bool = True,
 ) -> tuple[np.ndarray, BatchStats]:
-    """The feedback score of every item (in their order) and the token accounting."""
+    """The feedback score of every item (in their order) and the token accounting.
+
+    With `share_prefixes`, items of the same candidate run its demonstration once
+    (:meth:`LMScorer.score_groups`); `BatchStats.tokens` then counts the tokens run, fewer than the
+    items' own. The other items run in length-bucketed batches."""
     scores = np.empty(len(items), dtype=np.float64)
     total = BatchStats()
-    for batch in length_batches(items, batch_tokens):
-        sub = [items[i] for i in batch]
-        logps, stats = scorer.score_batch(sub)
-        for i, it, lp in zip(batch, sub, logps):
+
+    def record(batch, logps, stats):
+        for i, lp in zip(batch, logps):
+            it = items[i]
             scores[i] = pair_score(lp, it.gold, generation, len(it.continuations[it.gold]))
         total.add(stats)
         if on_batch:
             on_batch(stats)
+
+    groups, plain = prefix_groups(items, batch_tokens) if share_prefixes else ([], list(range(len(items))))
+    for batch in group_batches(items, groups, batch_tokens):
+        values, stats = scorer.score_groups([[items[i] for i in groups[g]] for g in batch])
+        record([i for g in batch for i in groups[g]], [v for vs in values for v in vs], stats)
+    for batch in length_batches([items[i] for i in plain], batch_tokens):
+        logps, stats = scorer.score_batch([items[plain[j]] for j in batch])
+        record([plain[j] for j in batch], logps, stats)
     return scores, total
 
 

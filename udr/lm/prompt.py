@@ -114,7 +114,8 @@ class PromptBuilder:
         """The LM-feedback item of a (query, candidate) pair of prepared rows: the prompt with the one
         demonstration and the query, and the continuations to score (the gold answer for generation,
         every label or choice otherwise), cut to `max_length`."""
-        prompt = self.head + self.demonstration(candidate["input"], candidate["target"]) + self.query(query["input"])
+        demonstration = self.head + self.demonstration(candidate["input"], candidate["target"])
+        prompt = demonstration + self.query(query["input"])
         if self.task.generation:
             conts = (self.encode(query["target"]),)
             gold = 0
@@ -128,5 +129,8 @@ class PromptBuilder:
         room = self.max_length - max(len(c) for c in conts)
         if room - len(self.start) < 1:
             raise UdrError(f"query id {query['id']}: the answer alone exceeds score.max_length={self.max_length}")
-        # A long prompt keeps its end: the query and the demonstration's tail.
-        return ScoringItem(int(query["id"]), int(candidate["id"]), self.framed(prompt, room), conts, gold)
+        # A long prompt keeps its end: the query and the demonstration's tail. Uncut, its start and
+        # demonstration are the same for every query of this candidate (`shared`).
+        framed = self.framed(prompt, room)
+        shared = len(self.start) + len(demonstration) if len(framed) == len(self.start) + len(prompt) else 0
+        return ScoringItem(int(query["id"]), int(candidate["id"]), framed, conts, gold, shared)

@@ -85,19 +85,40 @@ def row_groups(tokens_per_row: list[int], budget: int) -> list[slice]:
 
 
 def decoder_forward(
-    decoder, ids, mask, *, position_ids=None, cache=None, ragged: bool = True, chunk_tokens: int | None = None
+    decoder,
+    ids,
+    mask,
+    *,
+    position_ids=None,
+    cache=None,
+    past_mask=None,
+    ragged: bool = True,
+    chunk_tokens: int | None = None,
 ):
     """`decoder(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-    use_cache=cache is not None).last_hidden_state` for a padded batch (ids, mask: (B, W); cache: an
-    empty DynamicCache to fill, or None), computed on the real tokens only when `ragged`, then in
-    groups of rows of at most `chunk_tokens` real tokens when given. Returns the (B, W, hidden)
-    states; rows of padding are zeros in the ragged path."""
+    use_cache=cache is not None).last_hidden_state` for a padded batch (ids, mask: (B, W); cache: a
+    DynamicCache to fill, or None), computed on the real tokens only when `ragged`, then in groups of
+    rows of at most `chunk_tokens` real tokens when given. Returns the (B, W, hidden) states; rows of
+    padding are zeros in the ragged path.
+
+    A cache that already holds keys and values (B rows, P positions) is continued: `past_mask`
+    (B, P) marks its real positions, and the rows run as one group (the groups would split it)."""
+    import torch
+
+    if past_mask is not None:
+        full_mask = torch.cat([past_mask, mask], dim=1)
+        chunk_tokens = None
+    else:
+        full_mask = mask
     if not ragged:
         use_cache = cache is not None
         return decoder(
-            input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=use_cache
+            input_ids=ids,
+            attention_mask=full_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=use_cache,
         ).last_hidden_state
-    import torch
     from transformers.masking_utils import create_causal_mask
 
     batch, width = ids.shape
@@ -110,7 +131,7 @@ def decoder_forward(
     layer_mask = create_causal_mask(
         config=decoder.config,
         inputs_embeds=embeds,
-        attention_mask=mask,
+        attention_mask=full_mask,
         past_key_values=cache,
         position_ids=position_ids,
     )

@@ -26,6 +26,9 @@ class ScoringItem:
     prompt: tuple[int, ...]
     continuations: tuple[tuple[int, ...], ...]  # one for generation; the label / choice set otherwise
     gold: int  # index of the gold continuation
+    # Leading prompt tokens that depend on the candidate only (start, instruction, demonstration), which
+    # every query of the candidate shares; 0 when none are known to be shared (e.g. truncated prompts).
+    shared: int = 0
 
     @property
     def n_tokens(self) -> int:
@@ -70,6 +73,50 @@ def length_batches(items: Sequence[ScoringItem], batch_tokens: int) -> Iterator[
             batch, longest = [], 0
         batch.append(i)
         longest = max(longest, n)
+    if batch:
+        yield batch
+
+
+def prefix_groups(items: Sequence[ScoringItem], batch_tokens: int) -> tuple[list[list[int]], list[int]]:
+    """(groups, rest): indices of `items` that share a candidate's prompt prefix (`shared` tokens, the
+    same candidate), in groups of at least two whose prompt rests and continuations fit `batch_tokens`
+    padded; and the indices of every other item, for the plain batches of :func:`length_batches`."""
+    by_prefix: dict[tuple[int, ...], list[int]] = {}
+    rest = []
+    for i, it in enumerate(items):
+        if 0 < it.shared < len(it.prompt):
+            by_prefix.setdefault((it.candidate_id, *it.prompt[: it.shared]), []).append(i)
+        else:
+            rest.append(i)
+    groups = []
+    for members in by_prefix.values():
+        members.sort(key=lambda i: (items[i].n_tokens - items[i].shared, i))
+        part: list[int] = []
+        for i in members:  # sub-groups of similar rest length under the budget
+            n = items[i].n_tokens - items[i].shared
+            if part and n * (len(part) + 1) > batch_tokens:
+                (groups.append(part) if len(part) > 1 else rest.extend(part))
+                part = []
+            part.append(i)
+        (groups.append(part) if len(part) > 1 else rest.extend(part))
+    groups.sort(key=lambda g: (items[g[0]].shared, g[0]))
+    return groups, sorted(rest)
+
+
+def group_batches(items: Sequence[ScoringItem], groups: list[list[int]], batch_tokens: int) -> Iterator[list[int]]:
+    """Positions in `groups` batched so that the padded prefixes and the padded rests each fit the
+    budget (a group over it forms a batch alone)."""
+    batch: list[int] = []
+    prefix = rest = members = 0
+    for g in range(len(groups)):
+        p = items[groups[g][0]].shared
+        r = max(items[i].n_tokens - items[i].shared for i in groups[g])
+        n = len(groups[g])
+        if batch and (max(prefix, p) * (len(batch) + 1) > batch_tokens or max(rest, r) * (members + n) > batch_tokens):
+            yield batch
+            batch, prefix, rest, members = [], 0, 0, 0
+        batch.append(g)
+        prefix, rest, members = max(prefix, p), max(rest, r), members + n
     if batch:
         yield batch
 
@@ -135,6 +182,25 @@ class LMScorer:
             if all(len(it.continuations) == 1 for it in items):
                 return self._score_single(items)
             return self._score_shared_prefix(items)
+
+    def score_groups(self, groups: Sequence[Sequence[ScoringItem]]) -> tuple[list[list[list[float]]], BatchStats]:
+        """:meth:`score_batch` for groups of items whose prompts start with the same `shared` tokens
+        (one candidate's demonstration, scored for several queries): each group's shared tokens run
+        once, and its items continue from their key/value cache. Returns each group's scores."""
+        for group in groups:
+            n = group[0].shared
+            if not 0 < n < min(len(it.prompt) for it in group) or any(
+                it.shared != n or it.prompt[:n] != group[0].prompt[:n] for it in group
+            ):
+                raise ValueError("score_groups: the items of a group must share a proper prompt prefix")
+        items = [it for g in groups for it in g]
+        with lm_forward_context(self.device.type, self.bf16):
+            values, stats = self._score_after_prefixes(groups, items)
+        out, start = [], 0
+        for g in groups:
+            out.append(values[start : start + len(g)])
+            start += len(g)
+        return out, stats
 
     def _pad(self, seqs: Sequence[Sequence[int]]):
         ids, mask = pad_sequences(seqs, self.pad_id, self.device)
@@ -242,28 +308,81 @@ class LMScorer:
         from udr.lm.kv_cache import reserved_cache
         from udr.lm.ragged import decoder_forward
 
-        torch = self._torch
         shared = [common_prefix(it.continuations) for it in items]
         prompts = [it.prompt + sh for it, sh in zip(items, shared)]
         ids, mask, stats = self._pad(prompts)
-        flat = [(r, c) for r, it in enumerate(items) for c in range(len(it.continuations))]
-        conts = [items[r].continuations[c][len(shared[r]) :] for r, c in flat]
-        rest = [c[:-1] for c in conts]  # inputs whose hidden states predict tokens 1..m-1
-        # Room in the cache for every row's continuation inputs (the packed layout's row length).
-        per_row = [0] * len(items)
-        for (r, _), inputs in zip(flat, rest):
-            per_row[r] += len(inputs)
-        cache = reserved_cache(self.decoder.config, room=max(per_row))
+        cache = reserved_cache(self.decoder.config, room=_continuation_room(items, shared))
         hidden = decoder_forward(
             self.decoder, ids, mask, cache=cache, ragged=self._ragged, chunk_tokens=self._chunk_tokens
         )
         lengths = [len(p) for p in prompts]
-        last = hidden[torch.arange(len(items), device=self.device), torch.tensor(lengths, device=self.device) - 1]
+        starts = [len(it.prompt) for it in items]
+        return self._score_continuations(items, shared, hidden, cache, mask, lengths, starts, lengths, stats)
+
+    def _score_after_prefixes(self, groups, items):
+        """Each group's shared prompt prefix runs once into a key/value cache; the cache is copied to
+        the group's items, whose prompt rest (and, with one continuation, the continuation; else the
+        continuations' common prefix) runs on top of it; label sets then continue as in
+        :meth:`_score_shared_prefix`."""
+        from udr.lm.kv_cache import reserved_cache
+        from udr.lm.ragged import decoder_forward
+
+        torch = self._torch
+        prefixes = [g[0].prompt[: g[0].shared] for g in groups]
+        p_ids, p_mask, stats = self._pad(prefixes)
+        single = all(len(it.continuations) == 1 for it in items)
+        shared = [() if single else common_prefix(it.continuations) for it in items]
+        rests = [it.prompt[it.shared :] + (it.continuations[0] if single else sh) for it, sh in zip(items, shared)]
+        room = max(len(r) for r in rests) + (0 if single else _continuation_room(items, shared))
+        cache = reserved_cache(self.decoder.config, room=room)
+        decoder_forward(self.decoder, p_ids, p_mask, cache=cache, ragged=self._ragged, chunk_tokens=self._chunk_tokens)
+        owner = torch.tensor([g for g, group in enumerate(groups) for _ in group], device=self.device)
+        cache.reorder_cache(owner)
+        past_mask = p_mask[owner]
+        ids, mask, rest_stats = self._pad(rests)
+        stats.add(rest_stats)
+        offsets = [it.shared for it in items]
+        positions = torch.tensor(offsets, device=self.device)[:, None] + torch.arange(ids.shape[1], device=self.device)
+        hidden = decoder_forward(
+            self.decoder, ids, mask, position_ids=positions, cache=cache, past_mask=past_mask, ragged=self._ragged
+        )
+        full_mask = torch.cat([past_mask, mask], dim=1)
+        if single:  # the continuation ran with the rest: its tokens are predicted from there
+            rows, cols, targets = [], [], []
+            for r, it in enumerate(items):
+                c = it.continuations[0]
+                p = len(it.prompt) - it.shared
+                rows += [r] * len(c)
+                cols += range(p - 1, p - 1 + len(c))
+                targets += c
+            rows_t = torch.tensor(rows, device=self.device)
+            lp = self._logprobs(
+                hidden[rows_t, torch.tensor(cols, device=self.device)], torch.tensor(targets, device=self.device)
+            )
+            sums = torch.zeros(len(items), dtype=torch.float64).index_add_(0, rows_t.cpu(), lp.double().cpu())
+            stats.pairs = len(items)
+            return [[float(v)] for v in sums], stats
+        lengths = [len(it.prompt) + len(sh) for it, sh in zip(items, shared)]  # positions after the prompt
+        columns = [len(r) for r in rests]  # the rest's columns, in the hidden states of this pass
+        starts = [len(it.prompt) - it.shared for it in items]
+        return self._score_continuations(items, shared, hidden, cache, full_mask, lengths, starts, columns, stats)
+
+    def _score_continuations(self, items, shared, hidden, cache, mask, lengths, starts, columns, stats):
+        """The label / choice sets after prompts whose forward filled `hidden` and `cache`.
+
+        mask: (n, cache width) real positions of the cache; lengths: each prompt's length with its
+        continuations' common prefix (the position of the next token); starts / columns: the column in
+        `hidden` of each prompt's end / of its common prefix's end."""
+        torch = self._torch
+        flat = [(r, c) for r, it in enumerate(items) for c in range(len(it.continuations))]
+        conts = [items[r].continuations[c][len(shared[r]) :] for r, c in flat]
+        rest = [c[:-1] for c in conts]  # inputs whose hidden states predict tokens 1..m-1
+        last = hidden[torch.arange(len(items), device=self.device), torch.tensor(columns, device=self.device) - 1]
 
         shared_lp = torch.zeros(len(items), dtype=torch.float64)
         rows = [r for r, sh in enumerate(shared) for _ in sh]
         if rows:
-            cols = [len(it.prompt) - 1 + j for it, sh in zip(items, shared) for j in range(len(sh))]
+            cols = [starts[r] - 1 + j for r, sh in enumerate(shared) for j in range(len(sh))]
             lp = self._logprobs(
                 hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)],
                 torch.tensor([t for sh in shared for t in sh], device=self.device),
@@ -275,7 +394,7 @@ class LMScorer:
         first_lp = self._logprobs(last[owner], torch.tensor([c[0] for c in conts], device=self.device))
         totals = first_lp.double().cpu() + shared_lp[owner.cpu()]
 
-        if max(per_row) > 0:
+        if any(rest):
             run = self._continuations_packed if self._packable else self._continuations_expanded
             totals += run(flat, rest, conts, cache, mask, lengths, stats)
 
@@ -284,6 +403,11 @@ class LMScorer:
             result[r].append(v)
         stats.pairs = len(items)
         return result, stats
+
+
+def _continuation_room(items, shared) -> int:
+    """Cache positions the packed continuation pass appends per row (the most over the items)."""
+    return max(sum(len(c) - len(sh) - 1 for c in it.continuations) for it, sh in zip(items, shared))
 
 
 def _continuation_targets(conts, keep):

@@ -47,6 +47,7 @@ from benchmarks.scoring import fmt_table  # noqa: E402
 PRECISIONS = ("fp32", "bf16")
 SCORE_TASKS = ("sst2", "trec", "comv", "break", "e2e", "python_code")
 EVAL_TASKS = ("sst2", "trec", "comv", "e2e", "break")
+FP32_TOLERANCE = 1e-4  # fp32 scores of one pair by two routes (rounding only; tests/lm/test_scorer.py)
 
 
 @dataclass
@@ -184,6 +185,15 @@ def scoring_row(name, scorers, items, generation, batch_tokens, repeats, share_p
     return Row(name, sum(it.n_tokens for it in items), best_of(runs, repeats))
 
 
+def pool_agreement(scorer, items, generation, batch_tokens) -> float:
+    """Max |score difference| between shared prefixes on and off (the same scorer and items)."""
+    from udr.feedback.scoring import score_items
+
+    on, _ = score_items(scorer, items, generation, batch_tokens, share_prefixes=True)
+    off, _ = score_items(scorer, items, generation, batch_tokens, share_prefixes=False)
+    return float(abs(on - off).max()) if len(items) else 0.0
+
+
 def evaluation_rows(settings, lms: dict, tasks, rows: int, gen_rows: int, repeats: int) -> list[Row]:
     from benchmarks.evaluate import fresh, load_workload
 
@@ -274,6 +284,11 @@ def main(argv=None) -> int:
     for task in [t for t in args.pool_tasks.split(",") if t] if args.pool_candidates else []:
         items = scoring_items(settings, tokenizer, task, pool_pairs(settings, task, args.pool_candidates))
         generation = settings.task(task).generation
+        agreement = pool_agreement(scorers["fp32"], items, generation, batch_tokens)
+        say(f"pool scoring {task}: shared prefixes on against off, fp32 max |score diff| {agreement:.1e}")
+        if agreement > FP32_TOLERANCE:
+            print(f"error: shared prefixes moved {task}'s fp32 scores by {agreement:.1e}", file=sys.stderr)
+            return 1
         for share in (False, True):
             name = (
                 f"scoring a pool: {task} ({len(items)} pairs, {args.pool_candidates} candidates), "

@@ -34,21 +34,31 @@ def main() -> None:
     ap.add_argument("--set", "-S", action="append", default=[], help="parameter override key.path=value")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--chunk", type=int, default=16, help="length_chunk of the chunked run")
+    ap.add_argument(
+        "--compare",
+        choices=["chunk", "dtype"],
+        default="chunk",
+        help="chunk: one padded batch against length-sorted chunks; dtype: train.dtype fp32 against bf16",
+    )
     args = ap.parse_args()
 
     import torch
 
+    from benchmarks.lm_throughput import cpu_name
     from udr.config import load_settings
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import build, load_scored_queries, train_step
     from udr.util.distributed import Distributed
 
     base = load_settings(args.params, args.set)
+    if args.compare == "chunk":
+        variants = {"one padded batch (0)": {"length_chunk": 0}, f"length-sorted chunks ({args.chunk})": {}}
+        variants = {n: {"length_chunk": args.chunk, **v} for n, v in variants.items()}
+    else:
+        variants = {"fp32": {"dtype": "fp32"}, "bf16 autocast": {"dtype": "bf16"}}
     runs = {}
-    for name, chunk in (("one padded batch (0)", 0), (f"length-sorted chunks ({args.chunk})", args.chunk)):
-        runs[name] = base.model_copy(
-            update={"train": base.train.model_copy(update={"length_chunk": chunk, "device": "cpu"})}
-        )
+    for name, update in variants.items():
+        runs[name] = base.model_copy(update={"train": base.train.model_copy(update={**update, "device": "cpu"})})
     tasks = base.training_tasks()
     data = load_scored_queries(base, tasks, 0, base.encoder)
     sampler = TaskSampler({t: len(q) for t, q in data.items()}, base.train.alpha)
@@ -80,14 +90,16 @@ def main() -> None:
         f"{base.train.candidates_per_query} candidates, micro-batch {base.train.micro_batch}; torch threads "
         f"{torch.get_num_threads()}\n"
     )
-    print("| demonstrations per forward | s/step (median) | steps/s | mean loss |")
+    print(f"CPU: {cpu_name()}")
+    first_column = "demonstrations per forward" if args.compare == "chunk" else "precision"
+    print(f"| {first_column} | s/step (median) | steps/s | mean loss |")
     print("| --- | ---: | ---: | ---: |")
     medians = {}
     for name in runs:
         medians[name] = statistics.median(times[name])
         print(f"| {name} | {medians[name]:.2f} | {1 / medians[name]:.3f} | {statistics.mean(losses[name]):.4f} |")
     first, second = medians.values()
-    print(f"\nspeed-up (median s/step, one batch / chunks): {first / second:.2f}x")
+    print(f"\nspeed-up (median s/step, {' / '.join(runs)}): {first / second:.2f}x")
     print(f"max |embedding diff| with dropout off, {len(texts)} demonstrations: {diff:.2e}")
 
 

@@ -172,6 +172,11 @@ class TrainSettings(_Strict):
     warmup_steps: int = Field(3, ge=0, description="Linear warmup steps (the paper: 500).")
     weight_decay: float = Field(0.0, ge=0.0)
     checkpoint_steps: int = Field(10, gt=0, description="Save a resumable checkpoint every this many steps.")
+    dtype: Dtype = Field(
+        "bf16",
+        description="bf16: forwards under bf16 autocast (on a CPU, fast only with AVX-512/AMX bf16 kernels); "
+        "auto: bf16 on a GPU that supports it, fp32 on CPU.",
+    )
     device: Device = "auto"
 
     @field_validator("later_rounds")

@@ -68,6 +68,7 @@ class Trainer:
     loss_fn: object
     device: object
     history: list[dict] = field(default_factory=list)
+    bf16: bool = False  # forwards under bf16 autocast (train.dtype)
 
     @property
     def first_step(self) -> int:
@@ -224,6 +225,7 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
         resolve_similarity,
     )
     from udr.retriever.losses import UDRLoss
+    from udr.util.distributed import resolve_lm_precision
 
     cfg = settings.train
     device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else "cpu")
@@ -259,7 +261,8 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
         scheduler.load_state_dict(opt_state["scheduler"])
         history = state["history"]
     loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss, scale=cfg.cosine_scale if encoder.settings.normalize else 1.0)
-    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history)
+    _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
+    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history, bf16=dtype == "bf16")
 
 
 def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: int, step: int, dp) -> dict:
@@ -270,7 +273,7 @@ def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: i
     cfg = settings.train
     l = 2 if cfg.sampling == "epr" else cfg.candidates_per_query
     device = trainer.device
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=trainer.bf16)
     rng = step_rng(settings.seed, round_, step)
     task = sampler.draw(rng)
     pool = data[task]

@@ -266,9 +266,9 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
 
 
 def adamw(params, **options):
-    """AdamW with torch's fused kernel (one pass over each parameter; on a CPU torch otherwise runs a
-    loop over the tensors: 4.80 -> 4.28 s a default training step, benchmarks/README.md), or the
-    plain one where this torch or device has no fused kernel."""
+    """AdamW with torch's fused kernel (one pass over each parameter, where torch's default on a CPU
+    loops over the tensors; 3.83 -> 3.71 s a default bf16 training step, benchmarks/README.md), or
+    the plain one where this torch or device has no fused kernel."""
     import torch
 
     try:

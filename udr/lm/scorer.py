@@ -211,13 +211,19 @@ class LMScorer:
         """One continuation per prompt: one forward over prompt + continuation."""
         from udr.lm.ragged import decoder_forward
 
-        torch = self._torch
         seqs = [it.prompt + it.continuations[0] for it in items]
         ids, mask, stats = self._pad(seqs)
         hidden = decoder_forward(self.decoder, ids, mask, ragged=self._ragged, chunk_tokens=self._chunk_tokens)
+        stats.pairs = len(items)
+        return self._single_sums(items, hidden, [len(it.prompt) for it in items]), stats
+
+    def _single_sums(self, items, hidden, ends):
+        """Summed log p of each item's one continuation, whose tokens follow its prompt's end (column
+        ends[r] of row r of `hidden`) in the same row."""
+        torch = self._torch
         rows, cols, targets = [], [], []
-        for r, it in enumerate(items):
-            p, c = len(it.prompt), it.continuations[0]
+        for r, (it, p) in enumerate(zip(items, ends)):
+            c = it.continuations[0]
             rows += [r] * len(c)
             cols += range(p - 1, p - 1 + len(c))
             targets += c
@@ -230,8 +236,7 @@ class LMScorer:
             .cpu()
         )
         sums = torch.zeros(len(items), dtype=torch.float64).index_add_(0, rows_t.cpu(), lp)
-        stats.pairs = len(items)
-        return [[float(s)] for s in sums], stats
+        return [[float(s)] for s in sums]
 
     def _continuations_packed(self, flat, rest, conts, cache, mask, lengths, stats):
         """Tokens 1..m-1 of every continuation, all of a prompt's in one row after its cached prompt:
@@ -348,20 +353,8 @@ class LMScorer:
         )
         full_mask = torch.cat([past_mask, mask], dim=1)
         if single:  # the continuation ran with the rest: its tokens are predicted from there
-            rows, cols, targets = [], [], []
-            for r, it in enumerate(items):
-                c = it.continuations[0]
-                p = len(it.prompt) - it.shared
-                rows += [r] * len(c)
-                cols += range(p - 1, p - 1 + len(c))
-                targets += c
-            rows_t = torch.tensor(rows, device=self.device)
-            lp = self._logprobs(
-                hidden[rows_t, torch.tensor(cols, device=self.device)], torch.tensor(targets, device=self.device)
-            )
-            sums = torch.zeros(len(items), dtype=torch.float64).index_add_(0, rows_t.cpu(), lp.double().cpu())
             stats.pairs = len(items)
-            return [[float(v)] for v in sums], stats
+            return self._single_sums(items, hidden, [len(it.prompt) - it.shared for it in items]), stats
         lengths = [len(it.prompt) + len(sh) for it, sh in zip(items, shared)]  # positions after the prompt
         columns = [len(r) for r in rests]  # the rest's columns, in the hidden states of this pass
         starts = [len(it.prompt) - it.shared for it in items]

@@ -230,7 +230,7 @@ class ForwardTimer:
         decoder.register_forward_hook(self._post)
 
     def _pre(self, module, args, kwargs):
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
         ids = kwargs.get("input_ids")
         if cache is None or cache.get_seq_length() == 0:
             self._kind = "prompt forward"

@@ -227,7 +227,8 @@ def table(rows: list[Row], matrix: Row, flop: float) -> list[list]:
         for p in PRECISIONS:
             s = row.seconds.get(p)
             tps = row.tokens / s if s else float("nan")
-            line += [f"{s:.2f}" if s else "", f"{tps:,.0f}", f"{tps / (matrix.tokens / matrix.seconds[p]):.0%}"]
+            share = tps / (matrix.tokens / matrix.seconds[p])
+            line += [f"{s:.2f}" if s else "", f"{tps:,.0f}", f"{share:.0%}" if share >= 0.1 else f"{share:.1%}"]
         lines.append(line)
     return lines
 

@@ -129,3 +129,48 @@ def test_params_file_with_invalid_utf8_names_file_and_line(tmp_path):
     path.write_bytes(b"seed: 42\nprepare:\n  tasks: {sst2: {}}  # caf\xe9\n")
     with pytest.raises(UdrError, match=r"params file .*params.yaml:3 is not valid UTF-8"):
         load_settings(path)
+
+
+def test_training_recipes_are_validated():
+    s = settings_from_mapping({**BASE, "train": {"loss": "distill", "distill_temperature": 0.5}})
+    assert (s.train.loss, s.train.distill_temperature) == ("distill", 0.5)
+    assert settings_from_mapping({**BASE, "train": {"shared_encoder": True}}).train.shared_encoder
+    assert settings_from_mapping({**BASE, "train": {"freeze_demo_encoder": True}}).train.freeze_demo_encoder
+    for train, key in [
+        ({"distill_temperature": 0.0}, "train.distill_temperature"),
+        ({"loss": "kl"}, "train.loss"),
+        ({"freeze_demo_encoder": "sometimes"}, "train.freeze_demo_encoder"),
+        ({"freeze_demo_encoder": True, "shared_encoder": True}, "train.shared_encoder"),
+    ]:
+        with pytest.raises(UdrError, match=f"bad parameter {key}:") as err:
+            settings_from_mapping({**BASE, "train": train})
+        assert "\n" not in str(err.value)
+
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (LAUGHS + "seed: *i\n", "YAML aliases expand to more than"),
+        ("seed: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
+        ("seed: &r [*r]\n", "refers to itself"),
+    ],
+)
+def test_params_that_would_hang_or_blow_up_are_refused(tmp_path, text, message):
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(UdrError, match=message) as info:
+        load_settings(tmp_path / "params.yaml")
+    assert "\n" not in str(info.value) and len(str(info.value)) < 200
+
+
+def test_deep_overrides_and_long_values_give_short_errors(tmp_path):
+    (tmp_path / "params.yaml").write_text("seed: 1\n")
+    with pytest.raises(UdrError, match="nested too deeply"):
+        load_settings(tmp_path / "params.yaml", ["seed=" + "[" * 5000 + "]" * 5000])
+    with pytest.raises(UdrError, match=r"bad parameter seed: .*\(got 'xxxx.*\.\.\.\)$") as info:
+        load_settings(tmp_path / "params.yaml", ["seed=" + "x" * 1_000_000])
+    assert len(str(info.value)) < 200

@@ -15,8 +15,9 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from udr.errors import UdrError
+from udr.errors import UdrError, shorten
 from udr.paths import Paths, round_label
+from udr.util.safe_yaml import load_yaml
 
 DATA_DIR_ENV = "UDR_DATA_DIR"
 DEFAULT_PARAMS = Path("params.yaml")
@@ -29,7 +30,7 @@ CandidateField = Literal["paper", "input", "target"]
 ScoreInstruction = Literal["none", "prefix"]
 Dtype = Literal["auto", "fp32", "bf16"]
 Device = Literal["auto", "cpu", "cuda"]
-LossMode = Literal["paper", "published"]
+LossMode = Literal["paper", "published", "distill"]
 LOSS_MODES: tuple[str, ...] = get_args(LossMode)
 Sampling = Literal["uniform", "published", "epr"]
 Order = Literal["ascending", "descending", "random"]
@@ -141,8 +142,26 @@ class TrainSettings(_Strict):
         description="Tasks whose LM feedback trains UDR (default []: "
         "every task in prepare.tasks; one task: the single-task ablation).",
     )
-    loss: LossMode = Field("paper", description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib.")
+    loss: LossMode = Field(
+        "paper",
+        description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib; "
+        "distill: lambda*KL(p_LM || p_retriever) + (1-lambda)*L_ib over the LM's scores (LLM-R).",
+    )
     loss_lambda: float = Field(0.2, ge=0.0, le=1.0, description="lambda (the paper: 0.8).")
+    distill_temperature: float = Field(
+        1.0,
+        gt=0.0,
+        description="loss distill: tau of p_LM = softmax(z / tau), z the LM scores standardised per query over "
+        "its whole scored list (so tau is in standard deviations, the same for classification and generation).",
+    )
+    freeze_demo_encoder: bool = Field(
+        False,
+        description="Freeze E_d: each task's pool is embedded once, only E_q learns, and L_ib's softmax runs "
+        "over the query's whole task pool (the query itself left out) instead of the batch's candidates.",
+    )
+    shared_encoder: bool = Field(
+        False, description="One encoder for queries and demonstrations (E_q is E_d), as sentence-transformers."
+    )
     cosine_scale: float = Field(
         20.0,
         gt=0.0,
@@ -186,6 +205,13 @@ class TrainSettings(_Strict):
         if dict(value) != want:
             example = want or {round_label(1): round_label(0)}
             raise ValueError(f"must map each later round to the one before it, e.g. {example}")
+        return value
+
+    @field_validator("shared_encoder")
+    @classmethod
+    def _shared_not_frozen(cls, value: bool, info) -> bool:
+        if value and info.data.get("freeze_demo_encoder"):
+            raise ValueError("cannot be true with train.freeze_demo_encoder (freezing E_d would freeze E_q too)")
         return value
 
     @property
@@ -351,7 +377,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not key.strip():
         raise UdrError(f"bad override '{text}': expected key.path=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw, f"override '{key.strip()}'") if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise UdrError(f"bad override '{text}': value is not valid YAML ({exc.__class__.__name__})") from None
     return key.strip().split("."), value
@@ -384,7 +410,7 @@ def _format_validation_error(exc: ValidationError) -> str:
     if first["type"] == "missing":
         return f"bad parameter {key}: required key is missing"
     msg = first["msg"].removeprefix("Value error, ")
-    return f"bad parameter {key}: {msg} (got {first.get('input')!r})"
+    return f"bad parameter {key}: {msg} (got {shorten(repr(first.get('input')))})"
 
 
 def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:
@@ -421,7 +447,7 @@ def load_settings(path: Path | str | None = None, overrides: list[str] | None = 
         line = data[: exc.start].count(b"\n") + 1
         raise UdrError(f"params file {path}:{line} is not valid UTF-8") from None
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = load_yaml(text, f"params file {path}") or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

@@ -13,3 +13,9 @@ def first_line(exc: BaseException, limit: int = 120) -> str:
     characters (its class name where it has no message)."""
     text = str(exc).strip()
     return text.splitlines()[0][:limit] if text else exc.__class__.__name__
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters (with "..."), for quoting a user's value in a one-line error."""
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -8,6 +8,7 @@ models/rounds/round<N>/, metrics/train/round<N>/             udr train --round N
 models/epr/, metrics/train/epr/                              udr train --epr
 models/final/ (+ index/<task>.npy)                           udr index
 metrics/<method>/<task>.json, data/predictions/<method>/     udr evaluate
+data/oracle/<task>.parquet, metrics/{ceiling,agreement}.md   udr exp ceiling / agreement (validation)
 metrics/{results.md,summary.json,plots/}                     udr report
 """
 
@@ -61,6 +62,11 @@ class Paths:
         """The LM's scores of a round's candidates (a .json summary beside)."""
         return self.root / "data" / "scores" / round_label(round_) / f"{task}.parquet"
 
+    def oracle(self, task: str) -> Path:
+        """The oracle instruments' LM scores of a task's validation queries and their candidates (a
+        `.candidates.parquet` and a `.json` summary beside; :mod:`udr.experiments.oracle`)."""
+        return self.root / "data" / "oracle" / f"{task}.parquet"
+
     def predictions(self, method: str, task: str, split: str = "test") -> Path:
         """Every prediction of an evaluation (validation ones apart: they are not DVC outputs)."""
         folder = "predictions" if split == "test" else f"predictions-{split}"
@@ -111,7 +117,7 @@ class Paths:
         return self.root / "metrics" / "plots"
 
     def analysis(self, name: str) -> Path:
-        """The table of a `udr exp` analysis: ablations, order or transfer."""
+        """The table of a `udr exp` analysis: ablations, order, transfer, ceiling or agreement."""
         return self.root / "metrics" / f"{name}.md"
 
 

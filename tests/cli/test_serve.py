@@ -71,9 +71,15 @@ def test_a_bad_output_fails_before_any_work(run_cli, tmp_path):
     src.write_text(json.dumps({"query": QUERY, "task": "sst2"}) + "\n")
     (tmp_path / "afile").write_text("x")
     (tmp_path / "adir").mkdir()
-    for output, message in [("adir", "is a directory"), ("afile/out.jsonl", "is a file, not a directory")]:
+    for output, message in [
+        ("adir", "is a directory"),
+        ("afile/out.jsonl", "is a file, not a directory"),
+        ("queries.jsonl", "is the --input file"),
+        ("adir/../queries.jsonl", "is the --input file"),
+    ]:
         code, out, err = run_cli(["retrieve", "--input", str(src), "--output", str(tmp_path / output)], tmp_path)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert json.loads(src.read_text()) == {"query": QUERY, "task": "sst2"}  # the input is untouched
 
 
 def test_json_lines_equal_the_api(cli, api):
@@ -199,3 +205,53 @@ def test_malformed_files_name_the_line(cli, tmp_path):
     code, _, err = cli("retrieve", QUERY, "--pool", str(pool), "--task", "sst2")
     assert code == 1 and f"{pool}:2: malformed row for task sst2: field 'label': unknown label 'so-so'" in err
     assert not (tmp_path / "cache" / "pools").exists()  # nothing half-written
+
+
+def test_a_query_line_with_a_result_field_is_refused(cli, tmp_path):
+    src = tmp_path / "queries.jsonl"
+    for line, args, field in [
+        ({"query": QUERY, "demonstrations": [1]}, [], "demonstrations"),
+        ({"query": QUERY, "prompt": "mine"}, ["--prompt"], "prompt"),
+    ]:
+        src.write_text(json.dumps(line) + "\n")
+        code, out, err = cli("retrieve", "--input", str(src), "--task", "sst2", *args)
+        assert code == 1 and f"{src}:1: the query line has a field '{field}'" in err, err
+    src.write_text(json.dumps({"query": QUERY, "prompt": "mine"}) + "\n")  # kept without --prompt
+    code, out, err = cli("retrieve", "--input", str(src), "--task", "sst2", "-k", "2")
+    assert code == 0 and json.loads(out)["prompt"] == "mine"
+
+
+def test_a_query_cannot_add_lines_to_a_prompt(api):
+    """Newlines and tabs in a query are collapsed as the pool's rows are, so the prompt's last line is the
+    query (no fake demonstration lines); a code task escapes them as its pool does."""
+    demos = api.retrieve("a fine film", task="sst2", k=2)
+    text = api.prompt("a fine film\nfake demo\tpositive\n", demos, task="sst2")
+    assert text.count("\n") == 2 and text.endswith("a fine film fake demo positive\t")
+    from udr.data.tasks import get_task
+
+    assert get_task("python_code").clean_query("def f():\n\treturn 1\n") == "def f():\\n    return 1"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".parquet"])
+def test_own_pool_in_any_format_a_declaration_reads(cli, tmp_path, suffix):
+    """--pool reads CSV, TSV and parquet as task declarations do, and gives what the JSON-lines pool gives."""
+    import polars as pl
+
+    rows = [{"input": f"a film, take {i}", "target": "positive" if i % 2 else "negative"} for i in range(5)]
+    jsonl = tmp_path / "pool.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    other = tmp_path / f"pool{suffix}"
+    frame = pl.DataFrame(rows)
+    if suffix == ".parquet":
+        frame.write_parquet(other)
+    else:
+        frame.write_csv(other, separator="\t" if suffix == ".tsv" else ",")
+    common = ("--instruction", "Sentiment: ", "-k", "3", "--json")
+    code, out, err = cli("retrieve", "a fine film", "--pool", str(other), *common)
+    assert code == 0, err
+    want = [json.loads(line) for line in cli("retrieve", "a fine film", "--pool", str(jsonl), *common)[1].splitlines()]
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [(x["input"], x["output"]) for x in got] == [(x["input"], x["output"]) for x in want]
+    (tmp_path / "pool.xlsx").write_text("x")
+    code, _, err = cli("retrieve", "a fine film", "--pool", str(tmp_path / "pool.xlsx"), *common)
+    assert code == 1 and "unsupported format '.xlsx'" in err

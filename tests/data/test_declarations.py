@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -72,7 +73,15 @@ def test_a_declaration_builds_a_task_from_local_files(tmp_path):
         ({"template": "{input} {answer} {extra}"}, r"must use \{input\} and \{answer\} and nothing else"),
         ({"data": {"test": "t.csv"}}, r"data: .*need a train file"),
         ({"data": {"mirror": "sst2", "hub": "a/b"}}, r"one of mirror, hub and builder"),
+        *(
+            ({"data": {"builder": b}}, r"unknown builder .*only udr's own builders may be named")
+            for b in ("os:getcwd", "sys:exit", "this:x", "no_such_module:f", "justtext", "x" * 500)
+        ),
         ({"instruction": ""}, r"instruction: "),
+        *(
+            ({"input": value}, rf"input: .*column '{re.escape(col)}' cannot be read in a format.*rename the column")
+            for value, col in [("review.text", "review.text"), ("{0}", "0"), ("{text[0]} x", "text[0]")]
+        ),
     ],
 )
 def test_bad_declaration_is_one_line_naming_task_and_field(tmp_path, change, message):
@@ -84,6 +93,9 @@ def test_bad_declaration_is_one_line_naming_task_and_field(tmp_path, change, mes
 def test_bad_task_name_and_duplicate_declarations(tmp_path):
     with pytest.raises(UdrError, match="task name '../x' must be"):
         parse_declarations({"../x": REVIEWS}, tmp_path, "test.yaml")
+    with pytest.raises(UdrError, match=r"task name 'xxx.*\.\.\. must be 1-64 letters") as info:
+        parse_declarations({"x" * 300: REVIEWS}, tmp_path, "test.yaml")
+    assert len(str(info.value)) < 200
     (tmp_path / "a.yaml").write_text(yaml.safe_dump({"reviews": REVIEWS}))
     with pytest.raises(UdrError, match=r"task 'reviews' is declared twice: in .*a.yaml and in params.yaml tasks"):
         project_registry(tmp_path, {"reviews": REVIEWS}, tmp_path)

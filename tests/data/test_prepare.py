@@ -161,3 +161,27 @@ def test_a_corrupt_prepared_file_names_the_file_and_the_fix(tmp_path):
         UdrError, match=r"unreadable prepared data .*train.parquet .*run `udr prepare --task trec` again"
     ):
         read_prepared(tmp_path, "trec", "train")
+
+
+def test_the_pool_holds_each_demonstration_once(tmp_path, data_dir):
+    """trec's train file repeats some questions with their label (e.g. ids 1835 and 4661): the prepared
+    pool keeps the first, and says how many it dropped."""
+    meta = _prepare("trec", data_dir, tmp_path / "trec", max_train=100_000)
+    train = pl.read_parquet(tmp_path / "trec" / "train.parquet")
+    assert train.select("input", "target").is_duplicated().sum() == 0
+    dropped = meta["counts"]["train"]["repeats_dropped"]
+    assert dropped > 0 and len(train) == meta["counts"]["train"]["available"] - dropped
+    assert 1835 in train["id"].to_list() and 4661 not in train["id"].to_list()
+
+
+def test_a_prepared_file_with_other_columns_names_the_column_and_the_fix(tmp_path):
+    import polars as pl
+
+    from udr.data.prepare import read_prepared
+    from udr.paths import Paths
+
+    path = Paths(tmp_path).prepared("trec", "train")
+    path.parent.mkdir(parents=True)
+    pl.DataFrame({"id": [1, 2], "text": ["a", "b"]}).write_parquet(path)
+    with pytest.raises(UdrError, match=r"lacks column 'input' .*run `udr prepare --task trec` again"):
+        read_prepared(tmp_path, "trec", "train")

@@ -81,3 +81,18 @@ def test_validation_split_is_evaluated_apart_from_test(evaluated, tmp_path):
     assert json.loads((project / "metrics" / "validation" / "bm25" / "sst2.json").read_text()) == result
     assert pl.read_parquet(project / "data" / "predictions-validation" / "bm25" / "sst2.parquet").height == 4
     assert (project / "metrics" / "bm25" / "sst2.json").read_text() == before
+
+
+def test_a_quick_look_writes_nothing_and_a_stale_cap_is_named(evaluated, run_cli):
+    """--limit N evaluates a task's first N rows and saves nothing; a cap the prepared data was not cut
+    with (udr prepare has not run since) is a one-line error, not silently ignored."""
+    result = evaluated / "metrics" / "bm25" / "sst2.json"
+    predictions = evaluated / "data" / "predictions" / "bm25" / "sst2.parquet"
+    before = (result.read_bytes(), predictions.read_bytes())
+    code, out, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "--limit", "2"], evaluated)
+    assert code == 0, err
+    assert "over 2 test examples" in err + out and "(--limit: not saved)" in err + out
+    assert (result.read_bytes(), predictions.read_bytes()) == before
+    code, _, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "-S", "prepare.tasks.sst2.max_test=5"], evaluated)
+    assert code == 1 and "data/prepared/sst2 was cut with max_test 6, the params say 5" in err
+    assert len(err.strip().splitlines()) == 1

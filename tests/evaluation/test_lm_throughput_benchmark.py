@@ -29,7 +29,7 @@ def test_the_table_has_every_workload_and_shares_of_the_matrix_rate(evaluated, c
     for cells in table.values():
         assert int(cells[1]) > 0
         for share in (cells[4], cells[7]):
-            assert share.endswith("%") and float(share[:-1]) > 0
+            assert share.endswith("%") and float(share[:-1]) >= 0  # a tiny model's share may round to 0.0%
 
 
 def test_flops_per_token_counts_the_decoder_projections():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +41,44 @@ def test_saved_experiments_reads_dvc_refs(tmp_path):
     (tmp_path / "sub").mkdir()
     git("update-ref", "-d", "refs/exps/ab/cdef/abl-no-instruction")
     assert saved_experiments(tmp_path / "sub") == {}
+
+
+@pytest.mark.parametrize(
+    ("source", "link", "target"),
+    [
+        ("../shared/data", ".dvc/tmp/exps/shared", "../shared"),
+        ("../data", ".dvc/tmp/exps/data", "../data"),
+        ("../../a/b/data", ".dvc/tmp/a", "../../a"),
+    ],
+)
+def test_data_outside_the_project_is_linked_where_queued_runs_look(tmp_path, source, link, target):
+    """A queued experiment runs in .dvc/tmp/exps/<run>/: a relative data.source_dir resolves from there."""
+    import os
+    from types import SimpleNamespace
+
+    from udr.experiments.dvc import link_data_for_temp_runs
+
+    root = tmp_path / "x" / "y" / "proj"
+    root.mkdir(parents=True)
+    settings = SimpleNamespace(data=SimpleNamespace(source_dir=source))
+    made = link_data_for_temp_runs(root, settings)
+    assert made == root / link and made.is_symlink()
+    assert made.resolve() == Path(os.path.normpath(root / target))
+    # From any run folder the relative path now reaches the data (through the link)
+    run = root / ".dvc" / "tmp" / "exps" / "tmpab12cd"
+    run.mkdir(parents=True)
+    (root / target).mkdir(parents=True, exist_ok=True)
+    assert (run / source).resolve() == (root / source).resolve()
+    assert link_data_for_temp_runs(root, SimpleNamespace(data=SimpleNamespace(source_dir="/abs/data"))) is None
+
+
+def test_failed_experiments_are_read_from_the_queue_status():
+    from udr.experiments.dvc import failed_experiments
+
+    status = (
+        "Task     Name       Created    Status\n"
+        "3f2a1b0  sweep-79   10:01 AM   Failed\n"
+        "9c8d7e6  sweep-78   10:01 AM   Success\n"
+        "1a2b3c4             10:02 AM   Failed\n"
+    )
+    assert failed_experiments(status) == ["sweep-79", "1a2b3c4"]

@@ -125,6 +125,22 @@ def test_reuse_of_earlier_scores(project, scored, tmp_path):
     assert (round1.filter(pl.col("scored_in") == 1)).height == 12
 
 
+def test_more_queries_score_only_the_new_ones(project, scored, tmp_path):
+    """Growing score.queries_per_task keeps the earlier queries (a seeded prefix) and their scores; only
+    the new queries' pairs run. Another LM precision scores everything again."""
+    from udr.feedback.score import run_score
+
+    root = _copy(project, tmp_path)
+    before = scored["sst2"][1]
+    summary = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
+    after = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
+    assert summary.queries == 9 and summary.reused == len(before) == 30 and summary.scored == 3 * 5
+    both = after.join(before, on=["query_id", "candidate_id"], suffix="_0")
+    assert len(both) == len(before) and (both["score"] == both["score_0"]).all()
+    fresh = run_score(_settings(root, "score.queries_per_task=9", "score.dtype=bf16"), "sst2", 0, progress=False)
+    assert fresh.reused == 0 and fresh.scored == 45
+
+
 def test_resume_after_interruption_gives_identical_output(project, scored, tmp_path):
     root = _copy(project, tmp_path)
     (root / "data/scores").exists() and shutil.rmtree(root / "data/scores")

@@ -8,7 +8,7 @@ from transformers import DynamicCache, MistralConfig
 from transformers.cache_utils import DynamicLayer
 
 from tests.tiny_models import tiny_llama
-from udr.lm.kv_cache import ReservedLayer, reserved_cache
+from udr.lm.kv_cache import ReservedLayer, cache_keyword, reserved_cache
 from udr.lm.scorer import pad_sequences
 
 
@@ -45,7 +45,7 @@ def test_decoding_on_the_reserved_cache_is_bitwise_the_dynamic_caches():
         x, m, p, logits = ids, mask, positions, []
         with torch.inference_mode():
             for _ in range(4):  # the prompt, then 3 single-token steps (one past the room)
-                step = model(input_ids=x, attention_mask=m, position_ids=p, past_key_values=cache, use_cache=True)
+                step = model(input_ids=x, attention_mask=m, position_ids=p, **{cache_keyword(): cache}, use_cache=True)
                 logits.append(step.logits[:, -1])
                 x = step.logits[:, -1].argmax(-1, keepdim=True)
                 m = torch.cat([m, m.new_ones((2, 1))], dim=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unittest.mock
+
 import numpy as np
 
 
@@ -153,3 +155,24 @@ def test_cosine_similarity_trains_unit_embeddings_and_later_rounds_keep_it(loop_
     auto = settings.model_copy(update={"encoder": settings.encoder.model_copy(update={"similarity": "auto"})})
     run_train(auto, 0, init=tmp_path / "r0", out=tmp_path / "r1", log_dir=tmp_path / "log1", progress=False)
     assert BiEncoder.load(tmp_path / "r1").settings.similarity == "cosine"
+
+
+def test_a_huge_text_is_cut_before_tokenising_and_embeds_as_its_start(looped):
+    """A 5 MB query reads only what the encoder reads: the tokenizer gets at most max_length x
+    CHARS_PER_TOKEN characters, and the embedding equals that of the text's start."""
+    from udr.retriever.encoder import CHARS_PER_TOKEN, BiEncoder
+
+    encoder = BiEncoder.load(looped / "models" / "final")
+    seen = []
+    tokenize = encoder.tokenizer.__class__.__call__
+
+    def spy(self, texts, *args, **kwargs):
+        seen.extend(len(t) for t in texts)
+        return tokenize(self, texts, *args, **kwargs)
+
+    huge = "a gripping , funny film " * 220_000  # ~5.3 MB
+    limit = encoder.settings.max_query_length * CHARS_PER_TOKEN
+    with unittest.mock.patch.object(encoder.tokenizer.__class__, "__call__", spy):
+        got = encoder.encode([huge], "query")
+    assert max(seen) == limit < len(huge)
+    assert np.allclose(got, encoder.encode([huge[:5000]], "query"), atol=1e-6)

@@ -43,3 +43,37 @@ def test_stale_metadata_is_detected(tmp_path):
     (tmp_path / "train.npy.json").write_text(meta_text)
     with pytest.raises(UdrError, match=r"does not match its metadata"):
         load_embeddings(path)
+
+
+def test_altered_rows_fail_the_checksum(tmp_path):
+    """Half the rows overwritten with other rows, same shape and dtype: refused, not served."""
+    path = tmp_path / "sst2.npy"
+    emb = np.arange(24, dtype=np.float32).reshape(6, 4)
+    save_embeddings(path, emb, {"ids": list(range(6))})
+    altered = emb.copy()
+    altered[:3] = emb[3:]
+    with path.open("wb") as fh:
+        np.save(fh, altered, allow_pickle=False)
+    with pytest.raises(UdrError, match="fails its checksum"):
+        load_embeddings(path)
+
+
+def test_a_nan_index_names_its_file(tmp_path):
+    path = tmp_path / "trec.npy"
+    emb = np.ones((3, 4), dtype=np.float32)
+    emb[1, 2] = np.nan
+    save_embeddings(path, emb, {})
+    with pytest.raises(UdrError, match=r"index .*trec\.npy holds NaN or infinite values; rerun `udr index`"):
+        load_embeddings(path)
+
+
+def test_a_model_without_its_demonstration_weights_is_named_incomplete(looped, tmp_path):
+    import shutil
+
+    from udr.retriever.index import model_fingerprint
+
+    model = tmp_path / "model"
+    shutil.copytree(looped / "models" / "final", model)
+    (model / "demo" / "model.safetensors").unlink()
+    with pytest.raises(UdrError, match=r"incomplete model .*: no .*demo/model\.safetensors; train it again"):
+        model_fingerprint(model)

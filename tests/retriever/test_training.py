@@ -131,11 +131,13 @@ def test_two_process_training_equals_one_process(looped, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = (looped / "metrics/train/round0/plots/metrics/train/loss.tsv").read_text().splitlines()[1:]
     two = (root / "metrics/train/round0/plots/metrics/train/loss.tsv").read_text().splitlines()[1:]
-    # Losses agree to float summation order; Adam amplifies such differences in near-zero gradients,
-    # so weights are compared loosely.
-    np.testing.assert_allclose(
-        [float(r.split("\t")[1]) for r in two], [float(r.split("\t")[1]) for r in one], rtol=1e-5
-    )
+    # Losses agree to float summation order over the first steps (two of them with updates: a rank that
+    # skipped the gradient sum would drift at once). Adam normalises each gradient, so in near-zero
+    # gradients float-order differences become full-size updates that compound step by step (on one CI
+    # CPU: 1e-5 relative at step 6, 0.7% at step 8): later losses, and the weights, are compared loosely.
+    two_loss, one_loss = ([float(r.split("\t")[1]) for r in rows] for rows in (two, one))
+    np.testing.assert_allclose(two_loss[:4], one_loss[:4], rtol=1e-5)
+    np.testing.assert_allclose(two_loss, one_loss, rtol=2e-2)
     texts = ["some query text", "another one"]
     for side in ("query", "demo"):
         np.testing.assert_allclose(
@@ -143,3 +145,191 @@ def test_two_process_training_equals_one_process(looped, tmp_path):
             BiEncoder.load(looped / "models/rounds/round0").encode(texts, side),
             atol=1e-2,
         )
+
+
+# --- the training recipes: distill loss, frozen E_d, shared encoder --------------------------------------
+
+
+def _project(looped, tmp_path, *overrides):
+    """A copy of the looped project without its models, and its settings with `overrides`."""
+    from udr.config import load_settings
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
+    return root, load_settings(root / "params.yaml", list(overrides))
+
+
+def _train(settings, root, out, init=None, **kw):
+    from udr.retriever.training import run_train
+
+    init = init or root / "models/base/encoder"
+    return run_train(settings, 0, init=init, out=out, log_dir=out.with_name(out.name + "-log"), progress=False, **kw)
+
+
+def _weights(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_scored_queries_carry_the_lm_scores_in_lm_order(looped):
+    from udr.config import load_settings
+    from udr.retriever.training import load_scored_queries
+
+    settings = load_settings(looped / "params.yaml")
+    data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
+    for task, queries in data.items():
+        scores = pl.read_parquet(looped / f"data/scores/round0/{task}.parquet")
+        for sq in queries:
+            rows = scores.filter(pl.col("query_id") == sq.query_id).sort("rank")
+            assert sq.candidate_ids == tuple(rows["candidate_id"]) and sq.candidate_scores == tuple(rows["score"])
+            assert list(sq.candidate_scores) == sorted(sq.candidate_scores, reverse=True)
+
+
+def test_distill_training_logs_the_kl_as_its_rank_part(looped, tmp_path):
+    root, settings = _project(looped, tmp_path, "train.loss=distill", "train.loss_lambda=1.0", "train.epochs_first=1")
+    _train(settings, root, root / "models/rounds/round0")
+    tsv = root / "models/rounds/round0-log/plots/metrics/train"
+    loss = [float(r.split("\t")[1]) for r in (tsv / "loss.tsv").read_text().splitlines()[1:]]
+    kl = [float(r.split("\t")[1]) for r in (tsv / "rank.tsv").read_text().splitlines()[1:]]
+    assert len(loss) == 4 and loss == kl and all(v >= 0 for v in kl)  # lambda 1: the KL alone
+    default = (looped / "metrics/train/round0/plots/metrics/train/loss.tsv").read_text().splitlines()[1:5]
+    assert loss != [float(r.split("\t")[1]) for r in default]
+
+
+def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(looped, tmp_path):
+    import torch
+
+    from udr.data.prepare import read_prepared
+    from udr.retriever.encoder import BiEncoder, demo_texts
+    from udr.retriever.sampling import TaskSampler
+    from udr.retriever.training import _micro_batch_loss, build, load_scored_queries, train_step
+    from udr.util.distributed import Distributed
+
+    root, settings = _project(looped, tmp_path, "train.freeze_demo_encoder=true")
+    init = root / "models/base/encoder"
+    trainer = build(settings, init, tmp_path / "partial", "cpu", 0, 4)
+    enc = trainer.encoder
+    demo_before, query_before = _weights(enc.demo_model), _weights(enc.query_model)
+    assert trainer.params and {id(p) for p in trainer.params} == {id(p) for p in enc.query_model.parameters()}
+    assert not enc.demo_model.training  # the cache is made, and stays valid, without dropout
+
+    # The cache: each task's whole pool as an untouched E_d embeds it.
+    base = BiEncoder.from_base(init, enc.settings)
+    pool_texts = {}
+    for task in TASKS:
+        frame = read_prepared(root, task, "train")
+        pool_texts[task] = demo_texts(settings.task(task), frame["input"], frame["target"], enc.settings)
+        cache = trainer.pools[task]
+        assert cache.emb.shape == (24, 32) and list(cache.row) == [int(i) for i in frame["id"]]
+        np.testing.assert_allclose(cache.emb.numpy(), base.encode(pool_texts[task], "demo"), atol=1e-5)
+
+    # One micro-batch by hand (dropout off): L_ib is a softmax over the task's 23 other pool rows.
+    data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
+    batch = [(data["sst2"][0], [0, 1, 2]), (data["sst2"][1], [1, 3])]
+    enc.query_model.eval()
+    with torch.no_grad():
+        got = _micro_batch_loss(trainer, batch, 0)
+    q = base.encode([sq.text for sq, _ in batch], "query")
+    pool = base.encode(pool_texts["sst2"], "demo")
+    ce = []
+    for qv, (sq, pos) in zip(q, batch):
+        row = trainer.pools["sst2"].row
+        logits = pool @ qv
+        logits[row[sq.query_id]] = -np.inf
+        positive = row[sq.candidate_ids[pos[0]]]
+        ce.append(-(logits[positive] - np.log(np.exp(logits - logits.max()).sum()) - logits.max()))
+    assert got.in_batch.item() == pytest.approx(float(np.mean(ce)), rel=1e-4)
+    enc.query_model.train()
+
+    sampler = TaskSampler({t: len(qs) for t, qs in data.items()}, settings.train.alpha)
+    for step in range(2):
+        assert np.isfinite(train_step(settings, trainer, data, sampler, 0, step, Distributed("cpu"))["loss"])
+    assert all(torch.equal(v, demo_before[k]) for k, v in enc.demo_model.state_dict().items())
+    assert all(p.grad is None for p in enc.demo_model.parameters())
+    assert any(not torch.equal(v, query_before[k]) for k, v in enc.query_model.state_dict().items())
+
+
+def test_frozen_demo_encoder_saves_the_untouched_e_d(looped, tmp_path):
+    from udr.retriever.encoder import BiEncoder
+
+    root, settings = _project(looped, tmp_path, "train.freeze_demo_encoder=true", "train.epochs_first=0.5")
+    out = root / "models/rounds/round0"
+    _train(settings, root, out)
+    trained, base = BiEncoder.load(out), BiEncoder.load(looped / "models/rounds/round0")
+    texts = ["a gripping film", "what is the capital of peru"]
+    fresh = BiEncoder.from_base(root / "models/base/encoder", trained.settings)
+    assert np.array_equal(trained.encode(texts, "demo"), fresh.encode(texts, "demo"))
+    assert not np.allclose(trained.encode(texts, "query"), fresh.encode(texts, "query"))
+    assert not np.allclose(trained.encode(texts, "demo"), base.encode(texts, "demo"))  # the default trains E_d
+
+
+def test_shared_encoder_trains_one_encoder_and_round_trips(looped, tmp_path):
+
+    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder
+
+    root, settings = _project(looped, tmp_path, "train.shared_encoder=true", "train.epochs_first=1")
+    out = root / "models/rounds/round0"
+    _train(settings, root, out)
+    enc = BiEncoder.load(out)
+    assert enc.settings.shared and enc.demo_model is enc.query_model
+    assert len(list(enc.parameters())) == len(list(enc.query_model.parameters()))
+    assert (out / "query/model.safetensors").read_bytes() == (out / "demo/model.safetensors").read_bytes()
+    assert json.loads((out / SETTINGS_NAME).read_text())["shared"] is True
+    assert "shared" not in json.loads((looped / "models/rounds/round0" / SETTINGS_NAME).read_text())
+    texts = ["a gripping film", "what is the capital of peru"]
+    np.testing.assert_array_equal(enc.encode(texts, "query"), enc.encode(texts, "demo"))  # shorter than both limits
+    fresh = BiEncoder.from_base(root / "models/base/encoder", enc.settings)
+    assert fresh.demo_model is fresh.query_model
+    assert not np.allclose(enc.encode(texts, "query"), fresh.encode(texts, "query"))
+
+    enc.save(tmp_path / "again")
+    again = BiEncoder.load(tmp_path / "again")
+    assert again.demo_model is again.query_model and again.settings == enc.settings
+    np.testing.assert_array_equal(again.encode(texts, "demo"), enc.encode(texts, "demo"))
+
+    # Killed after a checkpoint and resumed: the same weights as the uninterrupted run.
+    resumed = root / "models/rounds/resumed"
+    assert _train(settings, root, resumed, stop_after_steps=3) is None
+    manifest = json.loads((resumed.parent / ".resumed.partial/manifest.json").read_text())
+    assert manifest["train"]["shared_encoder"] is True and "distill_temperature" in manifest["train"]
+    _train(settings, root, resumed)
+    for side in ("query", "demo"):
+        np.testing.assert_array_equal(BiEncoder.load(resumed).encode(texts, side), enc.encode(texts, side))
+
+    # A later round without sharing unties it: E_d starts as a copy of the shared encoder and both learn.
+    _, untied = _project(looped, tmp_path / "b", "train.epochs_first=0.5")
+    _train(untied, root, root / "models/rounds/untied", init=out)
+    two = BiEncoder.load(root / "models/rounds/untied")
+    assert not two.settings.shared and two.demo_model is not two.query_model
+    assert not np.allclose(two.encode(texts, "query"), two.encode(texts, "demo"))
+
+
+def test_a_shared_encoder_indexes_and_exports(looped, tmp_path):
+    from udr.config import load_settings
+    from udr.data.prepare import read_prepared
+    from udr.retriever.encoder import BiEncoder, demo_texts
+    from udr.retriever.index import run_index
+
+    root, settings = _project(looped, tmp_path, "train.shared_encoder=true", "train.epochs_first=0.5")
+    model = root / "models/rounds/round0"
+    _train(settings, root, model)
+    enc = BiEncoder.load(model)
+    run_index(load_settings(root / "params.yaml", ["train.later_rounds={}"]), progress=False)
+    final = BiEncoder.load(root / "models/final")
+    assert final.demo_model is final.query_model
+    for task in TASKS:
+        frame = read_prepared(root, task, "train")
+        texts = demo_texts(settings.task(task), frame["input"], frame["target"], enc.settings)
+        np.testing.assert_allclose(
+            np.load(root / f"models/final/index/{task}.npy"), enc.encode(texts, "demo"), atol=1e-6
+        )
+
+    pytest.importorskip("sentence_transformers", reason="the sentence-transformers extra is not installed")
+    from udr.serving.export import export_sentence_transformers
+
+    out = tmp_path / "export"
+    export_sentence_transformers(model, out, {t: settings.task(t) for t in TASKS}, "card")
+    exported = BiEncoder.load(out)
+    assert exported.settings.shared and exported.demo_model is exported.query_model
+    texts = ["a gripping film", "what is the capital of peru"]
+    for side in ("query", "demo"):
+        np.testing.assert_allclose(exported.encode(texts, side), enc.encode(texts, side), atol=1e-6)

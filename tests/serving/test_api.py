@@ -172,6 +172,11 @@ def test_own_pool_file_is_re_embedded_when_it_changes(served, tmp_path):
             "`udr prepare -t trec`",
         ),
         (lambda r: r.retrieve("film"), "no task given"),
+        (lambda r: r.retrieve_batch("abc", task="sst2"), "expected a list of strings, got one string"),
+        *(
+            (lambda r, k=k: r.retrieve("film", task="sst2", k=k), f"k: expected a whole number .*got {k!r}")
+            for k in (2.7, True, "3", None)
+        ),
         (lambda r: r.add_pool([{"input": "a", "target": "b"}]), "needs an instruction"),
         (
             lambda r: r.add_pool([{"input": "a"}], instruction="I: "),
@@ -237,3 +242,12 @@ def test_approximate_search_serves_through_an_ivf_index(served, tmp_path):
     assert all(a.score >= b.score for a, b in zip(demos, demos[1:]))
     with pytest.raises(UdrError, match="bad search 'fuzzy': expected one of exact, approximate"):
         Retriever.load(root=served, cache_dir=tmp_path / "cache", search="fuzzy")
+
+
+def test_a_repeated_pool_record_is_served_once(retriever):
+    rows = [{"input": "the film was great", "target": "positive"}] * 3 + [{"input": "dull", "target": "negative"}]
+    name = retriever.add_pool(rows, instruction="Sentiment: ")
+    got = retriever.retrieve("a great film", task=name, k=2)
+    assert sorted((d.input, d.output) for d in got) == [("dull", "negative"), ("the film was great", "positive")]
+    with pytest.raises(UdrError, match="k out of range: asked for 3 .* pool of 2"):
+        retriever.retrieve("a great film", task=name, k=3)

@@ -85,6 +85,8 @@ def test_export_errors_are_one_line(run_cli, served, tmp_path):
     for args, message in [
         (["export", str(tmp_path / "x"), "--format", "onnx"], "unknown export format 'onnx'"),
         (["export", str(tmp_path / "afile")], "is a file"),
+        (["export", str(tmp_path / "afile" / "sub")], "afile is a file, not a directory"),
+        (["export", "."], "it holds the current directory"),
         (["export", str(tmp_path / "x"), "--model", str(tmp_path / "none")], "missing model"),
     ]:
         code, _, err = run_cli(args, served)
@@ -103,3 +105,53 @@ def test_the_model_cards_usage_snippets_run(exported, capsys):
     for block in blocks:
         exec(compile(block, "model card", "exec"), namespace)
     assert "Demonstration(pool_id=" in capsys.readouterr().out
+
+
+def test_export_replaces_only_an_earlier_export_or_an_empty_directory(run_cli, served, real_model, exported, tmp_path):
+    """The user's folder, the project's models/ and the project itself are refused, untouched; an earlier
+    export and an empty directory are replaced; no staging folder is left beside the export."""
+    import shutil
+
+    mine = tmp_path / "mydocs"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    for target in (mine, served / "models", served):
+        before = sorted(p.name for p in target.iterdir())
+        code, _, err = run_cli(["export", str(target), "--model", str(real_model)], served)
+        refused = "holds the current directory" if target == served else "not an earlier udr export"
+        assert code == 1 and refused in err and len(err.strip().splitlines()) == 1, err
+        assert sorted(p.name for p in target.iterdir()) == before
+    assert (mine / "notes.txt").read_text() == "keep me"
+    again = tmp_path / "again"
+    shutil.copytree(exported, again)
+    (again / "stale.txt").write_text("from the old export")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for target in (again, empty):
+        code, _, err = run_cli(["export", str(target), "--model", str(real_model)], served)
+        assert code == 0, err
+        assert (target / "udr_export.json").is_file() and not (target / "stale.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "empty", "mydocs"]
+
+
+@pytest.mark.parametrize("name", ["query", "document"])
+def test_a_task_named_like_a_sentence_transformers_prompt_is_not_exported(real_model, tmp_path, name):
+    from udr.data.tasks import get_task
+    from udr.errors import UdrError
+    from udr.serving.export import export_sentence_transformers
+
+    with pytest.raises(UdrError, match=f"task '{name}' cannot be exported: .*rename the task"):
+        export_sentence_transformers(real_model, tmp_path / "out", {name: get_task("sst2")}, "card")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plain_encode_of_the_export_raises_instead_of_picking_a_side(exported):
+    """Generic tools call .encode() for queries: the export has no default route, so that is an error
+    naming the fix, never queries silently embedded by the document encoder."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(exported), device="cpu")
+    with pytest.raises(ValueError, match="Could not determine route"):
+        model.encode(["a fine film"])
+    assert np.allclose(model.encode(["a fine film"], task="query"), model.encode_query(["a fine film"]))
+    assert "A plain model.encode() raises" in (exported / "README.md").read_text()

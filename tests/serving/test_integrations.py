@@ -15,23 +15,28 @@ def retriever(served, real_model, tmp_path):
     return Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache")
 
 
-def test_langchain_selector_builds_udrs_own_prompt(retriever):
-    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+def _few_shot(selector):
+    """The README's recipe: a FewShotPromptTemplate over the selector."""
     from langchain_core.prompts import FewShotPromptTemplate
 
-    from udr.serving.langchain_selector import UDRExampleSelector
-
-    selector = UDRExampleSelector(retriever, task="sst2", k=3)
-    chosen = selector.select_examples({"input": QUERY})
-    demos = retriever.retrieve(QUERY, task="sst2", k=3)
-    assert chosen == [{"input": d.input, "output": d.output} for d in reversed(demos)]  # most similar last
-    prompt = FewShotPromptTemplate(
+    return FewShotPromptTemplate(
         example_selector=selector,
         example_prompt=selector.example_prompt,
         suffix=selector.suffix,
         input_variables=["input"],
         example_separator="",
     )
+
+
+def test_langchain_selector_builds_udrs_own_prompt(retriever):
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    selector = UDRExampleSelector(retriever, task="sst2", k=3)
+    chosen = selector.select_examples({"input": QUERY})
+    demos = retriever.retrieve(QUERY, task="sst2", k=3)
+    assert chosen == [{"input": d.input, "output": d.output} for d in reversed(demos)]  # most similar last
+    prompt = _few_shot(selector)
     assert prompt.format(input=QUERY) == retriever.prompt(QUERY, demos, task="sst2")
 
 
@@ -53,6 +58,26 @@ def test_langchain_selector_serves_added_examples(retriever):
     assert len(chosen) == 2 and chosen[-1] == own[2]  # the nearest last
     with pytest.raises(UdrError, match="non-empty string 'answer'"):
         selector.add_example({"question": "q"})
+
+
+def test_langchain_prompt_keeps_braces_of_examples_and_query(retriever):
+    """Code and JSON examples (the python_code task's pool has them) and a query with braces come out of a
+    FewShotPromptTemplate unchanged, not as a KeyError."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    own = [
+        {"input": "a dict of sizes", "output": "sizes = {'size': 3, 'n': {}}"},
+        {"input": "format a name", "output": "f'{name}!'"},
+    ]
+    selector = UDRExampleSelector(retriever, instruction="Write Python: ", examples=own, k=2)
+    prompt = _few_shot(selector)
+    query = "a set {1, 2} of sizes"
+    text = prompt.format(input=query)
+    assert "sizes = {'size': 3, 'n': {}}\n" in text and "f'{name}!'\n" in text and text.endswith(query + "\t")
+    chosen = selector.select_examples({"input": query})
+    expected = "".join(f"{e['input']}\t{e['output']}\n" for e in chosen) + f"{query}\t"
+    assert text == expected
 
 
 def test_dspy_program_gets_udrs_demonstrations(retriever):

@@ -57,3 +57,18 @@ def test_a_served_query_does_not_import_transformers(served):
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [3, False]
+
+
+def test_a_config_that_lies_or_does_not_parse_is_a_one_line_error(served, tmp_path):
+    from udr.errors import UdrError
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(served / "models" / "final", model_dir)
+    config_file = model_dir / "query" / "config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "num_hidden_layers": config["num_hidden_layers"] + 6}))
+    with pytest.raises(UdrError, match=r"does not match its config: config.json says \d+ layers, the weights hold"):
+        _light(model_dir)
+    config_file.write_text("{not json")
+    with pytest.raises(UdrError, match=r"unreadable model config .*config.json: JSONDecodeError"):
+        _light(model_dir)

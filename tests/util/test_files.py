@@ -133,11 +133,22 @@ with files.building_dir(Path({str(dest)!r})) as tmp:
 def test_stale_siblings_of_killed_writers_are_removed(tmp_path):
     dest = tmp_path / "sst2"
     dead = 2**22 + 12345  # above the default pid_max: no such process
-    for tag in ("tmp", "old"):
+    for tag in ("tmp", "old", "staging"):
         (tmp_path / f".sst2.{tag}-{dead}").mkdir()
     with building_dir(dest) as tmp:
         (tmp / "x").write_text("1")
     assert _leftovers(tmp_path) == ["sst2"]
+
+
+def test_a_staging_dir_is_gone_after_its_block_even_on_error(tmp_path):
+    from udr.util.files import staging_dir
+
+    dest = tmp_path / "export"
+    with pytest.raises(RuntimeError), staging_dir(dest) as scratch:
+        (scratch / "big.bin").write_text("x")
+        assert scratch.parent == tmp_path and scratch.name.startswith(".export.staging-")
+        raise RuntimeError
+    assert _leftovers(tmp_path) == []
 
 
 def test_prepared_tasks_never_lists_temporary_directories(tmp_path):

@@ -34,3 +34,25 @@ def test_a_truncated_lm_is_a_one_line_error(tmp_path):
     os.truncate(lm / "model.safetensors", 100)
     with pytest.raises(UdrError, match=r"unreadable model files in .*lm .*udr models --force"):
         load_causal_lm(lm)
+
+
+def test_a_model_folder_asking_to_run_its_code_is_refused_everywhere(tmp_path):
+    """An auto_map in config.json (beside a configuration_*.py) would make transformers run the folder's
+    code: refused when resolving (`udr models`) and when loading, with nothing run or written."""
+    import json
+
+    from udr.lm.models import load_encoder, resolve_model
+
+    src = save_tiny_encoder(tmp_path / "tiny")
+    base = resolve_model(str(src), tmp_path / "base", kind="encoder")
+    for folder in (src, base):
+        config = json.loads((folder / "config.json").read_text())
+        config["auto_map"] = {"AutoConfig": "configuration_evil.EvilConfig"}
+        (folder / "config.json").write_text(json.dumps(config))
+        (folder / "configuration_evil.py").write_text("open('PWNED', 'w').write('x')\n")
+    with pytest.raises(UdrError, match=r"asks to run its own code \(config.json has an auto_map\): refused"):
+        resolve_model(str(src), tmp_path / "other", kind="encoder")
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(UdrError, match="asks to run its own code"):
+        load_encoder(base)
+    assert not (tmp_path / "PWNED").exists() and not os.path.exists("PWNED")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from udr.cli.app import ParamsOpt, app, console, load
+from udr.cli.app import ParamsOpt, SetOpt, TaskOpt, app, console, load
 from udr.errors import UdrError
 
 exp_app = typer.Typer(
@@ -49,7 +49,14 @@ def exp_sweep_cmd(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """A grid (`-S key=v1,v2`): queued with `dvc exp run --queue`, run with `dvc queue start`; waits."""
-    from udr.experiments.dvc import check_overrides, exp_run_args, link_data_for_temp_runs, run_dvc, wait_for_queue
+    from udr.experiments.dvc import (
+        check_overrides,
+        exp_run_args,
+        failed_experiments,
+        link_data_for_temp_runs,
+        run_dvc,
+        wait_for_queue,
+    )
 
     if not set_:
         raise UdrError("a sweep needs at least one -S key=v1,v2")
@@ -61,7 +68,14 @@ def exp_sweep_cmd(
     run_dvc(["queue", "start", "-j", str(jobs)], Path("."), dry=dry)
     if not dry:
         wait_for_queue(Path("."))
-        run_dvc(["queue", "status"], Path("."))
+        status = run_dvc(["queue", "status"], Path("."), capture=True)
+        print(status, end="")
+        failed = failed_experiments(status)
+        if failed:
+            raise UdrError(
+                f"{len(failed)} experiment(s) of the sweep failed: {', '.join(failed)} "
+                f"(why: `dvc queue logs {failed[0]}`)"
+            )
 
 
 @exp_app.command("show")
@@ -146,3 +160,49 @@ def exp_transfer_cmd(
     out = run_transfer(Path("."), scoring_lm, lm or TRANSFER_LM, missing=missing, dry=dry)
     if out is not None:
         console().print(f"-> {out}")
+
+
+CandidatesOpt = Annotated[
+    int, typer.Option("--candidates", "-n", min=2, help="Candidates per validation query, from BM25 ∪ SBERT.")
+]
+
+
+@exp_app.command("ceiling")
+def exp_ceiling_cmd(
+    task: TaskOpt = None,
+    candidates: CandidatesOpt = 32,
+    rerun: Annotated[
+        bool, typer.Option("--rerun", help="Evaluate BM25, SBERT, EPR and UDR again even if up to date.")
+    ] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """The ceiling of the LM's feedback on validation: its own best candidates as demos -> metrics/ceiling.md."""
+    from udr.experiments.oracle import run_ceiling
+
+    out = run_ceiling(load(params, set_), task, candidates, rerun=rerun)
+    console().print(f"-> {out}")
+
+
+@exp_app.command("agreement")
+def exp_agreement_cmd(
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", "-m", help="Another trained model as LABEL=DIR (repeatable), e.g. a curve point."),
+    ] = None,
+    task: TaskOpt = None,
+    candidates: CandidatesOpt = 32,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """How retrievers order validation candidates against the LM's feedback (NDCG@8, top-1) -> metrics/agreement.md."""
+    from udr.experiments.oracle import run_agreement
+
+    models = {}
+    for spec in model or []:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or not path:
+            raise UdrError(f"bad --model {spec!r}: expected LABEL=DIR")
+        models[label] = Path(path)
+    out = run_agreement(load(params, set_), models, task, candidates)
+    console().print(f"-> {out}")

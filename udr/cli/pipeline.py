@@ -187,22 +187,27 @@ def evaluate_cmd(
     split: Annotated[
         str, typer.Option("--split", help="test, or validation (the rows set aside to choose settings on).")
     ] = "test",
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, help="A quick look: the first N rows of each task, printed, nothing written."),
+    ] = None,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
     """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/
-    (validation: metrics/validation/, data/predictions-validation/)."""
+    (validation: metrics/validation/, data/predictions-validation/; --limit: printed only)."""
     from udr.evaluation.evaluate import run_evaluate
 
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
     settings = load(params, set_)
     tasks = selected_tasks(settings, task, unseen=True) if task else None
-    for name, r in run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive()).items():
+    results = run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive(), limit=limit)
+    for name, r in results.items():
         graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
         console().print(
             f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} {split} examples, "
-            f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s"
+            f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s" + (" (--limit: not saved)" if limit else "")
         )
 
 

@@ -60,7 +60,10 @@ def retrieve_cmd(
     ] = False,
     pool: Annotated[
         Path | None,
-        typer.Option("--pool", help="Your own demonstrations (JSON lines) instead of the task's prepared pool."),
+        typer.Option(
+            "--pool",
+            help="Your own demonstrations (.jsonl, .csv, .tsv or .parquet) instead of the task's prepared pool.",
+        ),
     ] = None,
     instruction: Annotated[
         str | None, typer.Option("--instruction", help="The task instruction of your own pool (default: --task's).")
@@ -86,6 +89,10 @@ def retrieve_cmd(
         from udr.util.files import check_output_path
 
         check_output_path(output_file)  # before the model loads and the queries run
+        if output_file.resolve() == input_file.resolve():
+            raise UdrError(
+                f"--output {output_file} is the --input file: the results would replace it; give another path"
+            )
     if query is not None:
         from udr.serving.api import check_query
 
@@ -153,7 +160,9 @@ def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) 
 
 @app.command("export")
 def export_cmd(
-    out_dir: Annotated[Path, typer.Argument(help="Where to write the export (replaced atomically).")],
+    out_dir: Annotated[
+        Path, typer.Argument(help="Where to write the export: a new or empty directory, or an earlier export.")
+    ],
     format_: Annotated[
         str, typer.Option("--format", help="The export format: sentence-transformers (v5+, a Router).")
     ] = "sentence-transformers",
@@ -169,13 +178,12 @@ def export_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Export the trained retriever for other tools, with a model card written from the run's files."""
-    from udr.serving.export import EXPORT_FORMATS, export_sentence_transformers
+    from udr.serving.export import EXPORT_FORMATS, check_export_target, export_sentence_transformers
     from udr.serving.model_card import model_card
 
     if format_ not in EXPORT_FORMATS:
         raise UdrError(f"unknown export format '{format_}' (known: {', '.join(EXPORT_FORMATS)})")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UdrError(f"{out_dir} is a file: give the directory to export into")
+    check_export_target(out_dir)  # before the model card reads the run
     settings = load(params, set_)
     model_dir = model or settings.paths.final_model
     card = model_card(settings, model_dir, name or str(out_dir))

@@ -15,7 +15,8 @@ A declaration is a YAML mapping from task name to its fields (the built-in tasks
       verbalizers: {"1": "It was terrible .", "5": "It was great ."}   # label -> its answer text
 
 `data` is local files (relative to the declaring file), `{mirror: folder, train: split, test: split}`
-(the offline mirror, data.source_dir), `{hub: org/name}` (online users) or `{builder: module:function}`.
+(the offline mirror, data.source_dir), `{hub: org/name}` (online users) or `{builder: module:function}`
+(only udr's own builders, `udr.data.tasks.BUILDERS`: nothing else is imported).
 Multiple choice names the options' column (`choices: options`, a list per row) or columns
 (`choices: [a, b]`) and a label column holding the right option's index; generation names the `target`
 column (a string, or a list of references), optionally `references` (a list column that wins where
@@ -50,12 +51,15 @@ from udr.data.tasks import (
     Source,
     Task,
     TaskKind,
+    check_builder,
     format_fields,
 )
-from udr.errors import UdrError
+from udr.errors import UdrError, shorten
+from udr.util.safe_yaml import load_yaml
 
 BUILTIN_FILE = Path(__file__).with_name("builtin_tasks.yaml")
-TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a file name in data/ and models/: 64 at most
+_COLUMN = re.compile(r"[^.\[\]{}!:]+")  # a column name a format field can name as it is
 _DEFAULT_INPUT = {"classification": "{text}", "multiple_choice": "{question}", "generation": "{input}"}
 # Fields that only one kind of task reads: declaring them for another kind is an error.
 _KIND_FIELDS = {
@@ -83,6 +87,16 @@ class DataDeclaration(_Strict):
     test: str | None = Field(
         None, description="Files: the test file. Mirror / hub: the test split's name. None: carved from train."
     )
+
+    @field_validator("builder")
+    @classmethod
+    def _known_builder(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_builder(value)
+            except UdrError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> DataDeclaration:
@@ -156,8 +170,15 @@ class TaskDeclaration(_Strict):
         if value is None:
             return None
         value = value if "{" in value else "{" + value + "}"  # a bare column name
-        if not format_fields(value):
+        fields = format_fields(value)
+        if not fields:
             raise ValueError("the input must read at least one column")
+        for field in fields:
+            if not _COLUMN.fullmatch(field) or field.isdigit():
+                raise ValueError(
+                    f"column {field!r} cannot be read in a format ('.', '[', digits-only are Python format "
+                    "syntax): rename the column"
+                )
         return value
 
     @field_validator("choices")
@@ -230,7 +251,8 @@ def parse_declarations(raw: Any, base: Path, where: str) -> dict[str, Task]:
     for name, fields in raw.items():
         if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
             raise UdrError(
-                f"bad task declaration ({where}): task name {name!r} must be letters, digits, '_', '.' or '-'"
+                f"bad task declaration ({where}): task name {shorten(repr(name))} must be 1-64 letters, digits, "
+                "'_', '.' or '-'"
             )
         if not isinstance(fields, Mapping):
             raise UdrError(f"bad task declaration '{name}' ({where}): expected a mapping of fields")
@@ -246,7 +268,7 @@ def read_declarations(path: Path, where: str | None = None) -> dict[str, Task]:
     """Tasks declared in one YAML file (relative data paths: relative to the file's directory); `where`
     names the file in errors and listings (default: its path)."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"), f"task declarations {path}")
     except UnicodeDecodeError:
         raise UdrError(f"task declarations {path} are not valid UTF-8") from None
     except yaml.YAMLError as exc:
@@ -277,7 +299,7 @@ def _shown(path: Path, base: Path) -> str:
 @lru_cache(maxsize=1)
 def builtin_registry() -> dict[str, Task]:
     """The tasks udr ships (`builtin_tasks.yaml`)."""
-    raw = yaml.safe_load(BUILTIN_FILE.read_text(encoding="utf-8"))
+    raw = load_yaml(BUILTIN_FILE.read_text(encoding="utf-8"), str(BUILTIN_FILE))
     return parse_declarations(raw, BUILTIN_FILE.parent, "built-in")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.data.sources import Rows, load_task
+from udr.data.sources import Rows, distinct_rows, load_task
 from udr.data.tasks import Task
 from udr.errors import UdrError, first_line
 from udr.paths import Paths
@@ -27,6 +27,9 @@ def seeded_cap(n: int, cap: int, seed: int, task: str, split: str) -> np.ndarray
     if n <= cap:
         return np.arange(n)
     return np.sort(task_rng(seed, task, f"cap/{split}").permutation(n)[:cap])
+
+
+PREPARED_COLUMNS = ("id", "input", "target", "label", "choices", "references")
 
 
 def rows_to_frame(rows: Rows):
@@ -89,9 +92,14 @@ def prepare_task(
     for split, rows in splits:
         if len(rows) == 0:
             raise UdrError(f"task {task.name}: the {split} split is empty")
+        available = len(rows)
+        if split == "train":  # the demonstration pool: identical demonstrations once
+            rows = distinct_rows(rows)
         kept = rows.take(seeded_cap(len(rows), caps[split], seed, task.name, split))
         frames[split] = rows_to_frame(kept)
-        counts[split] = {"available": len(rows), "kept": len(kept), "cap": caps[split]}
+        counts[split] = {"available": available, "kept": len(kept), "cap": caps[split]}
+        if split == "train":
+            counts[split]["repeats_dropped"] = available - len(rows)
     meta = {
         "task": task.name,
         # Everything later stages use of the task's declaration, so that a changed declaration
@@ -122,11 +130,18 @@ def read_prepared(root: Path, task: str, split: str):
     if not path.is_file():
         raise UdrError(f"missing prepared data {path}: run `udr prepare --task {task}` first")
     try:
-        return pl.read_parquet(path)
+        frame = pl.read_parquet(path)
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise UdrError(
             f"unreadable prepared data {path} ({first_line(exc)}): run `udr prepare --task {task}` again"
         ) from None
+    missing = [c for c in PREPARED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UdrError(
+            f"prepared data {path} lacks column {missing[0]!r} (not written by `udr prepare`): "
+            f"run `udr prepare --task {task}` again"
+        )
+    return frame
 
 
 def run_prepare(settings, task_name: str) -> dict:

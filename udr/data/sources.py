@@ -24,6 +24,7 @@ from udr.data.tasks import (
     MirrorSource,
     RowError,
     Task,
+    check_builder,
 )
 from udr.errors import UdrError, first_line
 from udr.util.rng import task_rng
@@ -41,6 +42,18 @@ class Rows:
 
     def take(self, positions) -> Rows:
         return Rows([self.ids[i] for i in positions], [self.examples[i] for i in positions])
+
+
+def distinct_rows(rows: Rows) -> Rows:
+    """`rows` without repeats: a row whose (input, target) an earlier row already has is dropped, so a
+    demonstration pool never spends two prompt slots on the same text."""
+    seen: set[tuple[str, str]] = set()
+    keep = []
+    for i, e in enumerate(rows.examples):
+        if (e.input, e.target) not in seen:
+            seen.add((e.input, e.target))
+            keep.append(i)
+    return rows if len(keep) == len(rows) else rows.take(keep)
 
 
 def seeded_split(n: int, test_fraction: float, seed: int, task: str) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +223,7 @@ def load_task(task: Task, data_dir: Path, seed: int, test_fraction: float) -> Lo
             train, test, prov = _carve(rows, task, seed, test_fraction)
             prov.update(source=source.describe(), files={"all": f"{source.folder}/{name}.jsonl"})
     elif isinstance(source, BuiltinSource):
-        module, func = source.builder.split(":")
+        module, func = check_builder(source.builder).split(":")
         records = getattr(importlib.import_module(module), func)()
         rows = normalize_rows(task, list(enumerate(records)), f"<{source.builder}>")
         train, test, prov = _carve(rows, task, seed, test_fraction)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from udr.errors import UdrError
+from udr.errors import UdrError, shorten
 
 TaskKind = Literal["classification", "multiple_choice", "generation"]
 TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
@@ -87,11 +87,24 @@ class FileSource:
         return f"files:{self.train} (seeded split)"
 
 
+# The record builders a declaration may name (`data: {builder: ...}`): udr's own, nothing else is imported.
+BUILDERS = ("udr.data.python_code:build_python_code_examples",)
+
+
+def check_builder(builder: str) -> str:
+    """A one-line error unless `builder` is one of udr's own registered builders."""
+    if builder not in BUILDERS:
+        raise UdrError(
+            f"unknown builder {shorten(repr(builder))}: only udr's own builders may be named ({', '.join(BUILDERS)})"
+        )
+    return builder
+
+
 @dataclass(frozen=True)
 class BuiltinSource:
     """Records built by a function of this package (no files needed); always carved by a seeded split."""
 
-    builder: str  # "module:function" returning list[dict]
+    builder: str  # one of BUILDERS: "module:function" returning list[dict] (checked before it is called)
 
     def describe(self) -> str:
         return f"builtin:{self.builder}"
@@ -289,8 +302,13 @@ class CodeGeneration(Generation):
             code = row.get(key)
             if not isinstance(code, str) or not code.strip():
                 raise RowError(f"field '{key}' must be a non-empty string")
-            values[key] = code.strip("\n").replace("\\", "\\\\").replace("\t", "    ").replace("\n", "\\n")
+            values[key] = one_line_code(code)
         return self.input_format.format(**values)
+
+
+def one_line_code(code: str) -> str:
+    """Code as one prompt line: backslashes doubled, tabs as 4 spaces, newlines as the two characters \\n."""
+    return code.strip("\n").replace("\\", "\\\\").replace("\t", "    ").replace("\n", "\\n")
 
 
 # ---------------------------------------------------------------- the task
@@ -327,6 +345,13 @@ class Task:
     def render(self, input: str, answer: str) -> str:
         """One demonstration (input and answer) as the LM and the demonstration encoder E_d read it."""
         return self.template.format(input=input, answer=answer)
+
+    def clean_query(self, text: str) -> str:
+        """A user's query written as the pool's inputs are: one line, code escaped as the pool's is,
+        other whitespace collapsed (so a query cannot add lines, e.g. fake demonstrations, to a prompt)."""
+        if isinstance(self.normalize, CodeGeneration):
+            return one_line_code(text)
+        return " ".join(text.split())
 
     def render_query(self, input: str) -> str:
         """The query as it ends a prompt: the template up to where the answer goes."""

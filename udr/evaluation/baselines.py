@@ -122,28 +122,58 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
     if method == "bm25":
         return BM25Retriever(ids, inputs)
 
-    from udr.retriever.encoder import BiEncoder, query_text
-    from udr.retriever.index import embed_pool, load_index
     from udr.util.distributed import resolve_device_type
-    from udr.util.files import file_sha256
 
     model = METHOD_MODELS[method]
     model_dir = model.path(settings.paths)
     if not model_dir.is_dir():
         raise UdrError(f"missing model {model_dir}: run `{model.made_by}` first")
-    device = resolve_device_type(settings.evaluate.device, "evaluate.device")
-    batch = settings.mine.batch_size
     if method == "sbert":
-        encoder = sbert_encoder(model_dir).to(device)
+        batch = settings.mine.batch_size
+        encoder = sbert_encoder(model_dir).to(resolve_device_type(settings.evaluate.device, "evaluate.device"))
         description = f"embedding {task_name} pool (sbert)"
         emb = encoder.encode(inputs, "demo", batch_size=batch, progress=progress, description=description)
         return DenseRetriever(encoder, ids, emb, batch_size=batch)
-    encoder = BiEncoder.load(model_dir).to(device)
-    task = settings.task(task_name)
+    from udr.retriever.encoder import BiEncoder
+    from udr.retriever.index import load_index
+    from udr.util.files import file_sha256
+
+    encoder = BiEncoder.load(model_dir)
     if method == "udr":
         emb = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
-    else:
-        emb = embed_pool(encoder, task, pool, batch, progress)
+        return bi_encoder_retriever(encoder, settings, task_name, pool, embeddings=emb)
+    return bi_encoder_retriever(encoder, settings, task_name, pool, progress=progress)
+
+
+def bi_encoder_retriever(
+    encoder, settings, task_name: str, pool, *, embeddings: np.ndarray | None = None, progress: bool = False
+) -> DenseRetriever:
+    """A UDR-style bi-encoder (UDR, EPR, any round's model, or the initial encoder) over `pool`, reading
+    queries and demonstrations as training does; `embeddings`: the pool's, if already computed."""
+    from udr.retriever.encoder import query_text
+    from udr.retriever.index import embed_pool
+    from udr.util.distributed import resolve_device_type
+
+    batch = settings.mine.batch_size
+    encoder = encoder.to(resolve_device_type(settings.evaluate.device, "evaluate.device"))
+    task = settings.task(task_name)
+    if embeddings is None:
+        embeddings = embed_pool(encoder, task, pool, batch, progress)
     return DenseRetriever(
-        encoder, ids, emb, lambda x: query_text(task.instruction, x, encoder.settings), batch_size=batch
+        encoder,
+        pool["id"].to_list(),
+        embeddings,
+        lambda x: query_text(task.instruction, x, encoder.settings),
+        batch_size=batch,
     )
+
+
+def initial_bi_encoder(settings):
+    """UDR's starting point before any training (:func:`udr.retriever.training.initial_bi_encoder` on the
+    project's base encoder)."""
+    from udr.retriever.training import initial_bi_encoder as from_base
+
+    base = settings.paths.base_model("encoder")
+    if not base.is_dir():
+        raise UdrError(f"missing model {base}: run `udr models` first")
+    return from_base(settings, base)

@@ -61,12 +61,40 @@ class LanguageModel:
         )
 
 
+def check_prepared_caps(settings, task_name: str, split: str) -> None:
+    """A one-line error when the prepared split was cut with another cap than the params' (stale data:
+    `udr prepare` has not run since the cap changed)."""
+    import json
+
+    meta_file = settings.paths.prepared_dir(task_name) / "meta.json"
+    if not meta_file.is_file():
+        return
+    caps = settings.task_caps(task_name)
+    key = {"test": "max_test", "validation": "validation"}[split]
+    want = getattr(caps, key, None)
+    got = json.loads(meta_file.read_text()).get("counts", {}).get(split, {}).get("cap")
+    if want is not None and got is not None and want != got:
+        raise UdrError(
+            f"data/prepared/{task_name} was cut with {key} {got}, the params say {want}: run "
+            f"`udr prepare -t {task_name}` first (or `udr evaluate --limit N` for a quick look)"
+        )
+
+
 class TaskEvaluation:
     """One task's pool, evaluated split (test, or validation to choose settings on), retrieved
     demonstrations and tokenised texts, ready to build prompts at any demonstration count."""
 
     def __init__(
-        self, settings, lm: LanguageModel, method: str, task_name: str, *, split: Split = "test", progress: bool
+        self,
+        settings,
+        lm: LanguageModel,
+        method: str,
+        task_name: str,
+        *,
+        split: Split = "test",
+        progress: bool,
+        retriever=None,
+        limit: int | None = None,
     ):
         from udr.data.prepare import read_prepared
         from udr.evaluation.baselines import build_retriever
@@ -84,7 +112,8 @@ class TaskEvaluation:
                 f"task {task_name} has no validation split: set prepare.tasks.{task_name}.validation "
                 f"to a number of rows and run `udr prepare -t {task_name}`"
             )
-        self.rows = read_prepared(root, task_name, split).to_dicts()
+        check_prepared_caps(settings, task_name, split)
+        self.rows = read_prepared(root, task_name, split).to_dicts()[:limit]
         if not self.rows:
             raise UdrError(f"task {task_name} has no {split} rows: nothing to evaluate")
         self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
@@ -93,7 +122,8 @@ class TaskEvaluation:
 
         want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
         k = min(want, len(pool))
-        retriever = build_retriever(method, settings, task_name, pool, progress=progress)
+        if retriever is None:  # else an instrument's own ranking (e.g. the LM's oracle order)
+            retriever = build_retriever(method, settings, task_name, pool, progress=progress)
         start = time.perf_counter()
         queries = [r["input"] for r in self.rows]
         from udr.retriever.search import DenseRetriever
@@ -210,55 +240,79 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
 
 
 def run_evaluate(
-    settings, method: str, *, tasks: list[str] | None = None, split: Split = "test", progress: bool = True
+    settings,
+    method: str,
+    *,
+    tasks: list[str] | None = None,
+    split: Split = "test",
+    progress: bool = True,
+    limit: int | None = None,
 ) -> dict[str, dict]:
     """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's `split` (test;
     validation: the rows `udr prepare` set aside to choose settings on) for `tasks` (default
     `evaluate.tasks` or every task in params; on validation the unseen tasks are left out). Writes, per task, the result
     (`metrics/<method>/<task>.json`; validation: `metrics/validation/<method>/<task>.json`) and every
     prediction with its demonstration ids (`data/predictions/<method>/<task>.parquet`; validation:
-    `data/predictions-validation/...`); returns {task: result}."""
+    `data/predictions-validation/...`); returns {task: result}. With `limit`, a quick look: the split's
+    first `limit` rows, nothing written."""
     from udr.evaluation.baselines import check_method
-    from udr.util.files import write_json_atomic
-    from udr.util.progress import progress_bar
 
-    cfg = settings.evaluate
     check_method(method)  # before loading the LM
     lm = LanguageModel.load(settings)
-    results = {}
     if not tasks:
         tasks = settings.evaluation_tasks()
         if split == "validation":  # settings are chosen on the trained-on tasks: unseen ones stay unseen
             tasks = [t for t in tasks if t not in settings.evaluate.unseen_tasks]
-    for name in tasks:
-        start = time.perf_counter()
-        ev = TaskEvaluation(settings, lm, method, name, split=split, progress=progress)
-        with progress_bar(progress) as bar:
-            main_demos = None if ev.generation else cfg.max_demos
-            result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}")
-            shots = {}
-            for n in ev.shots():
-                shot = result if n == main_demos else ev.run(n, bar, f"{method} on {name}, {n} demonstrations")[0]
-                shots[str(n)] = _shot_entry(shot)
-        result = {
-            "method": method,
-            "task": name,
-            "kind": ev.task.kind,
-            "family": ev.task.family,
-            **result,
-            "retrieval_seconds": round(ev.retrieval_seconds, 2),
-            "context": cfg.context,
-            "order": cfg.order,
-            "total_seconds": round(time.perf_counter() - start, 2),
-        }
-        if shots:
-            result["shots"] = shots
-        if cfg.lm:
-            result["lm"] = cfg.lm
+    return {
+        name: evaluate_task(settings, lm, method, name, split=split, progress=progress, limit=limit) for name in tasks
+    }
+
+
+def evaluate_task(
+    settings,
+    lm: LanguageModel,
+    method: str,
+    name: str,
+    *,
+    split: Split = "test",
+    progress: bool = True,
+    retriever=None,
+    limit: int | None = None,
+) -> dict:
+    """One task of `udr evaluate` (with `retriever`, that ranking under the name `method`): writes its
+    result and predictions (not with `limit`: the first `limit` rows only, a quick look), returns the result."""
+    from udr.util.files import write_json_atomic
+    from udr.util.progress import progress_bar
+
+    cfg = settings.evaluate
+    start = time.perf_counter()
+    ev = TaskEvaluation(settings, lm, method, name, split=split, progress=progress, retriever=retriever, limit=limit)
+    with progress_bar(progress) as bar:
+        main_demos = None if ev.generation else cfg.max_demos
+        result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}")
+        shots = {}
+        for n in ev.shots() if limit is None else ():
+            shot = result if n == main_demos else ev.run(n, bar, f"{method} on {name}, {n} demonstrations")[0]
+            shots[str(n)] = _shot_entry(shot)
+    result = {
+        "method": method,
+        "task": name,
+        "kind": ev.task.kind,
+        "family": ev.task.family,
+        **result,
+        "retrieval_seconds": round(ev.retrieval_seconds, 2),
+        "context": cfg.context,
+        "order": cfg.order,
+        "total_seconds": round(time.perf_counter() - start, 2),
+    }
+    if shots:
+        result["shots"] = shots
+    if cfg.lm:
+        result["lm"] = cfg.lm
+    if limit is None:
         _write_predictions(settings.paths.predictions(method, name, split), ev, prompts, texts)
         write_json_atomic(settings.paths.method_metrics(method, name, split), result)
-        results[name] = result
-    return results
+    return result
 
 
 def _shot_entry(result: dict) -> dict:

@@ -157,37 +157,39 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
     plt.close(fig)
 
 
+def prediction_scorer(settings, method: str, task: str, examples: list[dict], metric: str, split: str = "test"):
+    """The graded score of `method`'s saved predictions on `task`'s `split` as a function of example
+    indices (:data:`udr.evaluation.bootstrap.ScoreOn`), `examples` being that split's prepared rows."""
+    import polars as pl
+
+    from udr.evaluation.metrics import GradedStatistics
+
+    path = settings.paths.predictions(method, task, split)
+    if not path.is_file():
+        raise UdrError(f"missing predictions {path}: run `udr evaluate --method {method}` first")
+    frame = pl.read_parquet(path, columns=["id", "prediction"])
+    by_id = dict(zip(frame["id"].to_list(), frame["prediction"].to_list()))
+    if set(by_id) != {int(r["id"]) for r in examples}:
+        raise UdrError(f"{path} does not cover the prepared {split} split of {task}: re-run `udr evaluate`")
+    return GradedStatistics(metric, [by_id[int(r["id"])] for r in examples], examples).score
+
+
 def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[str, tuple[dict, object]]:
     """{baseline: ({task: Interval}, Interval of the average)}: UDR's graded score minus the baseline's
     on the same test examples, paired bootstrap (:mod:`udr.evaluation.bootstrap`) from the saved
     predictions. The observed differences are checked against the metrics files."""
     import numpy as np
-    import polars as pl
 
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
-    from udr.evaluation.metrics import GradedStatistics
 
     tasks = list(results[COMPARED])
     examples = {t: read_prepared(settings.root, t, "test").to_dicts() for t in tasks}
-
-    def predictions(method: str, task: str) -> list[str]:
-        path = settings.paths.predictions(method, task)
-        if not path.is_file():
-            raise UdrError(f"missing predictions {path}: run `udr evaluate --method {method}` first")
-        frame = pl.read_parquet(path, columns=["id", "prediction"])
-        by_id = dict(zip(frame["id"].to_list(), frame["prediction"].to_list()))
-        if set(by_id) != {int(r["id"]) for r in examples[task]}:
-            raise UdrError(f"{path} does not cover the prepared test split of {task}: re-run `udr evaluate`")
-        return [by_id[int(r["id"])] for r in examples[task]]
-
-    def scorer(method: str, task: str):
-        metric = results[method][task]["metric"]
-        return GradedStatistics(metric, predictions(method, task), examples[task]).score
-
     # Each method's predictions are read and scored once, UDR's included, however many baselines it
     # meets; resamples only sum per-example statistics (corpus BLEU included).
-    scorers = {(m, t): scorer(m, t) for m in results for t in tasks}
+    scorers = {
+        (m, t): prediction_scorer(settings, m, t, examples[t], results[m][t]["metric"]) for m in results for t in tasks
+    }
     out = {}
     for baseline in (m for m in results if m != COMPARED):
         paired = [PairedTask(len(examples[t]), scorers[COMPARED, t], scorers[baseline, t]) for t in tasks]

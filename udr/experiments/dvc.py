@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -32,7 +33,9 @@ def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = F
     if dry:
         print(" ".join(shlex.quote(a) for a in ["dvc", *args]))
         return ""
-    done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture)
+    # DVC's queue workers start `dvc` and the stages start `udr` by name: this Python's scripts come first.
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture, env=env)
     if done.returncode != 0:
         tail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
         raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {tail[0]}" if tail else ""))
@@ -85,19 +88,46 @@ def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -
     return args + list(targets)
 
 
-def link_data_for_temp_runs(root: Path, settings) -> None:
+TEMP_RUNS = Path(".dvc") / "tmp" / "exps"  # where DVC runs queued experiments, each in a folder of its own
+
+
+def link_data_for_temp_runs(root: Path, settings) -> Path | None:
     """Queued experiments run in `.dvc/tmp/exps/<tmp>/`; a data directory given relative to the
-    project (``../shared/data``) is linked where that relative path then points."""
+    project and outside it (``../shared/data``) is linked where that relative path points from there
+    (`.dvc/tmp/exps/shared` -> the project's `../shared`). Returns the link (None: nothing to link)."""
+    import os
+
     source = Path(settings.data.source_dir)
     if source.is_absolute() or not source.parts or source.parts[0] != "..":
-        return
-    exps = root / ".dvc" / "tmp" / "exps"
-    target = (root / source).resolve()
-    link = (exps / source).parent
-    exps.mkdir(parents=True, exist_ok=True)
+        return None
+    ups = next(i for i, part in enumerate(source.parts) if part != "..") if set(source.parts) != {".."} else 0
+    if not ups:
+        return None
+    run_dir = root / TEMP_RUNS / "run"  # any run folder: its own name never matters to a path out of it
+    link = Path(os.path.normpath(run_dir / Path(*source.parts[: ups + 1])))
+    target = Path(os.path.normpath(root.resolve() / Path(*source.parts[: ups + 1])))
+    if link.is_symlink() and link.resolve() != target.resolve():
+        link.unlink()
     if not link.exists():
         link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(target.parent, target_is_directory=True)
+        link.symlink_to(target, target_is_directory=True)
+    return link
+
+
+def failed_experiments(status: str) -> list[str]:
+    """The experiments `dvc queue status` lists as Failed: their names (their task ids where unnamed),
+    read at the columns of its header (Task, Name, Created, Status)."""
+    lines = status.splitlines()
+    header = next((line for line in lines if "Name" in line and "Status" in line), None)
+    out = []
+    for line in lines:
+        if line is header or " Failed" not in f" {line} " or not line.split():
+            continue
+        name = ""
+        if header is not None and "Created" in header:
+            name = line[header.index("Name") : header.index("Created")].strip()
+        out.append(name or line.split()[0])
+    return out
 
 
 def wait_for_queue(root: Path, poll_seconds: float = 10.0) -> None:

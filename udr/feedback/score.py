@@ -54,6 +54,7 @@ class ScoreSummary:
     device: str
     dtype: str
     top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
+    inputs: str = ""  # what every score depends on (hash): a later run with the same reuses them
 
 
 @dataclass
@@ -62,7 +63,7 @@ class ScoreWork:
 
     task: Task
     round: int
-    train: object  # the prepared train split (polars)
+    train: object  # the rows the pairs name (polars): the prepared train split (an instrument adds its queries)
     candidates_file: Path
     queries: np.ndarray  # the scored query ids
     reused: object  # pairs scored in an earlier round: query_id, candidate_id, score, scored_in
@@ -79,12 +80,29 @@ def run_score(
     which tests use to simulate a kill)."""
     start = time.perf_counter()
     work = load_work(settings, task_name, round_)
+    out = settings.paths.scores(round_, task_name)
+    work = reuse_earlier_run(settings, work, out)
+    return score_work(settings, work, out, start=start, progress=progress, stop_after_shards=stop_after_shards)
+
+
+def score_work(
+    settings,
+    work: ScoreWork,
+    out: Path,
+    *,
+    depends_on: dict | None = None,
+    start: float | None = None,
+    progress: bool = True,
+    stop_after_shards: int | None = None,
+) -> ScoreSummary | None:
+    """Steps 2-3 for any `work` (the stage's, or an instrument's pairs): score in resumable shards
+    and write `out` with its summary. `depends_on` adds to what the shards' fingerprint records."""
+    start = time.perf_counter() if start is None else start
     device_type, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     dist = Distributed(device_type)
-    out = settings.paths.scores(round_, task_name)
     partial = partial_dir(out)
     if dist.rank == 0:
-        open_partial(partial, _fingerprint(settings, work, dtype))
+        open_partial(partial, {**_fingerprint(settings, work, dtype), **(depends_on or {})})
     dist.barrier()
     n_shards = -(-len(work.todo) // settings.score.shard_pairs)
     mine = [s for s in range(n_shards) if s % dist.world == dist.rank and not _shard_file(partial, s).is_file()]
@@ -95,7 +113,8 @@ def run_score(
     if dist.rank != 0:
         dist.close()
         return None
-    summary = finish(work, n_shards, partial, out, start, dist.world, device_type, dtype)
+    inputs = score_inputs(settings, work, dtype)
+    summary = finish(work, n_shards, partial, out, start, dist.world, device_type, dtype, inputs)
     dist.close()
     return summary
 
@@ -136,20 +155,59 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
     return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo)
 
 
-def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
-    """Everything finished shards depend on (a partial run with another fingerprint is discarded)."""
+def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
+    """What a pair's score depends on: the task, round, data, candidates, LM, prompt settings and
+    precision; not which queries are scored, nor speed settings."""
     lm_record = settings.paths.base_model("lm") / RECORD_NAME
     return {
         "task": work.task.name,
         "round": work.round,
-        "todo": len(work.todo),
-        "shard_pairs": settings.score.shard_pairs,
-        "shard_order": ["candidate_id", "query_id"],
         "candidates": file_sha256(work.candidates_file),
         "train": file_sha256(settings.paths.prepared(work.task.name, "train")),
         "lm": json.loads(lm_record.read_text()) if lm_record.is_file() else None,
-        "score": settings.score.model_dump(exclude={"batch_tokens", "device"}),
+        "score": settings.score.model_dump(include={"max_length", "instruction"}),
         "dtype": dtype,
+    }
+
+
+def score_inputs(settings, work: ScoreWork, dtype: str) -> str:
+    """A hash of :func:`_pair_inputs`, kept in the summary: a later run with the same reuses the scores."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(_pair_inputs(settings, work, dtype), sort_keys=True).encode()).hexdigest()
+
+
+def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
+    """Pairs an earlier run of the same round already wrote to `out` with the same inputs (e.g. before
+    `score.queries_per_task` grew: a larger number keeps the smaller one's queries) join the reused ones."""
+    import polars as pl
+
+    summary = summary_file(out)
+    if not (out.is_file() and summary.is_file()):
+        return work
+    _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
+    try:
+        same = json.loads(summary.read_text()).get("inputs") == score_inputs(settings, work, dtype)
+    except (json.JSONDecodeError, AttributeError):
+        same = False
+    if not same:
+        return work
+    earlier = pl.read_parquet(out, columns=list(work.reused.columns)).cast(work.reused.schema)
+    earlier = earlier.join(work.todo, on=["query_id", "candidate_id"], how="semi")
+    reused = pl.concat([work.reused, earlier])
+    todo = work.todo.join(earlier, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
+    return ScoreWork(work.task, work.round, work.train, work.candidates_file, work.queries, reused, todo)
+
+
+def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
+    """Everything finished shards depend on (a partial run with another fingerprint is discarded): the
+    pairs' inputs, which pairs and how they are cut into shards, and every score setting but speed."""
+    return {
+        **_pair_inputs(settings, work, dtype),
+        "todo": len(work.todo),
+        "shard_pairs": settings.score.shard_pairs,
+        "shard_order": ["candidate_id", "query_id"],
+        "score": settings.score.model_dump(exclude={"batch_tokens", "device"}),
         "seed": settings.seed,
     }
 
@@ -218,7 +276,9 @@ def score_shards(
     return True
 
 
-def finish(work: ScoreWork, n_shards: int, partial: Path, out: Path, start: float, world, device_type, dtype):
+def finish(
+    work: ScoreWork, n_shards: int, partial: Path, out: Path, start: float, world, device_type, dtype, inputs: str = ""
+):
     """Step 3 (rank 0): merge the shards with the reused pairs, rank, write the output and its summary."""
     import polars as pl
 
@@ -253,6 +313,7 @@ def finish(work: ScoreWork, n_shards: int, partial: Path, out: Path, start: floa
         device_type,
         dtype,
         round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6),
+        inputs,
     )
     write_json_atomic(summary_file(out), asdict(summary))
     return summary

@@ -9,6 +9,9 @@ the concatenated ones. Import lazily: it subclasses a transformers class.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 
@@ -68,3 +71,15 @@ def reserved_cache(config, room: int) -> DynamicCache:
     if all(type(layer) is DynamicLayer for layer in cache.layers):
         cache.layers = [ReservedLayer(room) for _ in cache.layers]
     return cache
+
+
+@functools.cache
+def cache_keyword() -> str:
+    """The keyword this transformers takes a key/value cache by in decoder forwards and
+    `create_causal_mask`: `cache` in recent releases (where `past_key_values` is deprecated), else
+    `past_key_values`."""
+    try:
+        from transformers.masking_utils import create_causal_mask
+    except ImportError:
+        return "past_key_values"
+    return "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"

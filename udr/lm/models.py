@@ -129,7 +129,9 @@ def _build(spec: str, tmp: Path, kind: str) -> dict[str, Any]:
         src = local.resolve()
         _check_model_dir(src, spec)
         _copy_model_files(src, tmp)
-        return {"source": str(src), "format": "safetensors"}
+        # The record identifies the weights (their hashes), not the folder they were copied from, so that
+        # a resolved model (and every DVC stage hashing it) is the same wherever the project lives.
+        return {"source": "local directory", "format": "safetensors"}
     if HUB_ID_RE.match(spec):
         return _build_hub(spec, tmp)
     raise UdrError(f"unknown model spec {spec!r}: expected pypi:<package>, a local directory, or a hub id org/name")
@@ -169,12 +171,12 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
             return record
         if not (src / gguf_file).is_file():
             raise UdrError(f"model {spec!r}: {src / gguf_file} is missing from the installed package")
-        record["source"] = str(src / gguf_file)
+        record["source"] = f"{entry.module}/{gguf_file}"  # within the package: not where it is installed
         record["verification"] = _convert_gguf(src, gguf_file, tmp)
     else:
         _check_model_dir(src, spec)
         _copy_model_files(src, tmp)
-        record["source"] = str(src)
+        record["source"] = entry.module
     return record
 
 
@@ -223,7 +225,7 @@ def _load_gguf(src: Path, gguf_file: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf_file)
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=gguf_file, trust_remote_code=False)
     # dequantize=True gives ordinary float modules and drops the quantizer, which is what makes the
     # model serializable; without it transformers may keep GGUF blocks and refuse save_pretrained.
     model = AutoModelForCausalLM.from_pretrained(
@@ -231,6 +233,7 @@ def _load_gguf(src: Path, gguf_file: str) -> tuple[Any, Any]:
         gguf_file=gguf_file,
         dtype=torch.float32,
         quantization_config=GgufConfig(gguf_file=gguf_file, dequantize=True),
+        trust_remote_code=False,
     )
     model.eval()
     return model, tokenizer
@@ -247,8 +250,10 @@ def _convert_gguf(src: Path, gguf_file: str, tmp: Path) -> dict[str, Any]:
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
 
-    converted = AutoModelForCausalLM.from_pretrained(tmp, use_safetensors=True, dtype=torch.float32).eval()
-    converted_tokenizer = AutoTokenizer.from_pretrained(tmp)
+    converted = AutoModelForCausalLM.from_pretrained(
+        tmp, use_safetensors=True, dtype=torch.float32, trust_remote_code=False
+    ).eval()
+    converted_tokenizer = AutoTokenizer.from_pretrained(tmp, trust_remote_code=False)
     _check_same_weights(model, converted, gguf_file)
 
     ll_gguf = sequence_log_likelihood(model, tokenizer, VERIFY_TEXT)
@@ -291,8 +296,11 @@ def _check_same_weights(original: Any, reloaded: Any, label: str) -> None:
 
 
 def _check_model_dir(path: Path, spec: str) -> None:
+    from udr.util.weights import refuse_remote_code
+
     if not (path / "config.json").is_file():
         raise UdrError(f"model {spec!r}: {path} has no config.json")
+    refuse_remote_code(path)
     if any(path.glob("*.safetensors")):
         return
     pickled = sorted(p.name for p in path.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES)
@@ -379,10 +387,12 @@ def _load(path: Path, kind: str, auto_cls: Any) -> tuple[Any, Any]:
 
     rebuild = "resolve it again with `udr models --force`"
     model = load_weights(
-        lambda: auto_cls.from_pretrained(path, use_safetensors=True, dtype=torch.float32), path, rebuild
+        lambda: auto_cls.from_pretrained(path, use_safetensors=True, dtype=torch.float32, trust_remote_code=False),
+        path,
+        rebuild,
     )
     model.eval()
-    tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(path), path, rebuild)
+    tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=False), path, rebuild)
     return model, tokenizer
 
 

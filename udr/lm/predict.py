@@ -127,7 +127,7 @@ class GreedyGenerator:
     def generate_ids(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
         """One batch: each prompt's greedy continuation up to and including its first stop token (or
         `max_new_tokens` tokens)."""
-        from udr.lm.kv_cache import reserved_cache
+        from udr.lm.kv_cache import cache_keyword, reserved_cache
         from udr.lm.ragged import decoder_forward
         from udr.lm.scorer import pad_sequences
 
@@ -150,7 +150,7 @@ class GreedyGenerator:
                         input_ids=ids,
                         attention_mask=mask,
                         position_ids=positions,
-                        past_key_values=cache,
+                        **{cache_keyword(): cache},
                         use_cache=True,
                         logits_to_keep=1,
                     ).logits

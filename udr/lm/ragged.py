@@ -105,6 +105,8 @@ def decoder_forward(
     (B, P) marks its real positions, and the rows run as one group (the groups would split it)."""
     import torch
 
+    from udr.lm.kv_cache import cache_keyword
+
     if past_mask is not None:
         full_mask = torch.cat([past_mask, mask], dim=1)
         chunk_tokens = None
@@ -116,7 +118,7 @@ def decoder_forward(
             input_ids=ids,
             attention_mask=full_mask,
             position_ids=position_ids,
-            past_key_values=cache,
+            **{cache_keyword(): cache},
             use_cache=use_cache,
         ).last_hidden_state
     from transformers.masking_utils import create_causal_mask
@@ -132,7 +134,7 @@ def decoder_forward(
         config=decoder.config,
         inputs_embeds=embeds,
         attention_mask=full_mask,
-        past_key_values=cache,
+        **{cache_keyword(): cache},
         position_ids=position_ids,
     )
     groups = row_groups(mask.sum(1).tolist(), chunk_tokens) if chunk_tokens else [slice(0, batch)]

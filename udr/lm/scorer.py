@@ -243,6 +243,8 @@ class LMScorer:
         each token sees the prompt and its own continuation's earlier tokens (a custom 4D mask) at the
         positions it would have right after the prompt. The cache is extended once, never copied per
         continuation. Returns each continuation's summed log-probability of those tokens."""
+        from udr.lm.kv_cache import cache_keyword
+
         torch = self._torch
         n_items, width = mask.shape
         per_row: list[list[tuple[int, int]]] = [[] for _ in range(n_items)]  # (flat index, token offset)
@@ -271,7 +273,7 @@ class LMScorer:
             input_ids=ids.to(self.device),
             attention_mask=attention.to(self.device),
             position_ids=positions.to(self.device),
-            past_key_values=cache,
+            **{cache_keyword(): cache},
             use_cache=True,
         ).last_hidden_state
         lp = self._logprobs(
@@ -283,6 +285,8 @@ class LMScorer:
     def _continuations_expanded(self, flat, rest, conts, cache, mask, lengths, stats):
         """The same as :meth:`_continuations_packed`, for any model: the prompt's cache is copied once
         per continuation and each continuation runs in its own row."""
+        from udr.lm.kv_cache import cache_keyword
+
         torch = self._torch
         owner = torch.tensor([r for r, _ in flat], device=self.device)
         keep = [i for i, r in enumerate(rest) if r]
@@ -294,7 +298,11 @@ class LMScorer:
         start = torch.tensor([lengths[r] for r in sel.tolist()], device=self.device)
         positions = start[:, None] + torch.arange(c_ids.shape[1], device=self.device)[None, :]
         h = self.decoder(
-            input_ids=c_ids, attention_mask=full_mask, position_ids=positions, past_key_values=cache, use_cache=True
+            input_ids=c_ids,
+            attention_mask=full_mask,
+            position_ids=positions,
+            **{cache_keyword(): cache},
+            use_cache=True,
         ).last_hidden_state
         rows, cols, targets = _continuation_targets(conts, keep)
         lp = self._logprobs(

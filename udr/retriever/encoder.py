@@ -9,16 +9,20 @@ leaves test queries bare. `instruction: false` drops it from both sides (an abla
 
 On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrained`, safetensors),
 ``tokenizer/``, and ``udr_encoder.json`` with the settings below. `BiEncoder.load(path)` reads it back.
+A shared bi-encoder (``shared: true``, `train.shared_encoder`: E_q is E_d, one set of weights) is saved
+the same way, its one encoder in both directories, so every reader of the two keeps working; `load`
+ties them again.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError, model_validator
+from pydantic import ValidationError, model_serializer, model_validator
 
 from udr.config import EncoderSettings, Pooling, Similarity
 from udr.data.tasks import Task
@@ -35,6 +39,7 @@ class BiEncoderSettings(EncoderSettings):
     pooling: Pooling = "cls"  # resolved: cls (the paper) or mean (e.g. all-MiniLM's own), see base_pooling
     similarity: Similarity = "dot"  # resolved: cosine L2-normalises every embedding (see base_similarity)
     base: str = ""  # the base model directory or spec it was initialised from (provenance only)
+    shared: bool = False  # one encoder for both sides (E_q is E_d), see train.shared_encoder
 
     @model_validator(mode="before")
     @classmethod
@@ -43,6 +48,15 @@ class BiEncoderSettings(EncoderSettings):
         if isinstance(data, dict) and "normalize" in data:
             data = dict(data)
             data.setdefault("similarity", "cosine" if data.pop("normalize") else "dot")
+        return data
+
+    @model_serializer(mode="wrap")
+    def _omit_unshared(self, handler):
+        # Two-encoder models (the default) keep writing the settings they always wrote, so their
+        # udr_encoder.json, export metadata and model fingerprints stay byte-identical.
+        data = handler(self)
+        if isinstance(data, dict) and not self.shared:
+            data.pop("shared", None)
         return data
 
     @property
@@ -113,6 +127,11 @@ def demo_texts(task: Task, inputs: Sequence[str], answers: Sequence[str], settin
     return [instruction + task.render(i, a) for i, a in zip(inputs, answers)]
 
 
+# Characters kept per token an encoder reads before tokenising (far above any real token's length, so the
+# kept tokens are those of the whole text).
+CHARS_PER_TOKEN = 1000
+
+
 def encode_batches(texts: Sequence[str], batch_size: int) -> list[list[int]]:
     """The positions of `texts` in the batches inference embeds them in: cut from the texts sorted by
     (character length, position), so padding stays small and the batching depends on the texts only."""
@@ -136,7 +155,8 @@ def pool_hidden(hidden, attention_mask, settings: EncoderSettings):
 
 
 class BiEncoder:
-    """Two transformers encoders sharing one tokenizer. `embed` keeps gradients (training);
+    """Two transformers encoders sharing one tokenizer (or one encoder for both sides where
+    ``settings.shared``: then ``demo_model is query_model``). `embed` keeps gradients (training);
     `encode` is batched, length-sorted inference returning numpy float32."""
 
     def __init__(self, query_model: Any, demo_model: Any, tokenizer: Any, settings: BiEncoderSettings):
@@ -149,11 +169,12 @@ class BiEncoder:
 
     @classmethod
     def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> BiEncoder:
-        """Both encoders initialised from the same resolved base encoder (two independent copies)."""
+        """Both encoders initialised from the same resolved base encoder (two independent copies, or
+        one encoder for both where ``settings.shared``)."""
         from udr.lm.models import load_encoder
 
         query_model, tokenizer = load_encoder(base_dir)
-        demo_model, _ = load_encoder(base_dir)
+        demo_model = query_model if settings.shared else load_encoder(base_dir)[0]
         return cls(query_model, demo_model, tokenizer, settings)
 
     @staticmethod
@@ -213,12 +234,28 @@ class BiEncoder:
         query_dir, demo_dir, tokenizer_dir = cls.part_dirs(path)
         models = [
             load_weights(
-                lambda d=d: AutoModel.from_pretrained(d, use_safetensors=True, dtype=torch.float32), d, rebuild
+                lambda d=d: AutoModel.from_pretrained(
+                    d, use_safetensors=True, dtype=torch.float32, trust_remote_code=False
+                ),
+                d,
+                rebuild,
             ).eval()
-            for d in (query_dir, demo_dir)
+            for d in ((query_dir,) if settings.shared else (query_dir, demo_dir))
         ]
-        tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(tokenizer_dir), tokenizer_dir, rebuild)
-        return cls(models[0], models[1], tokenizer, settings)
+        tokenizer = load_weights(
+            lambda: AutoTokenizer.from_pretrained(tokenizer_dir, trust_remote_code=False), tokenizer_dir, rebuild
+        )
+        return cls(models[0], models[-1], tokenizer, settings)
+
+    def share(self, shared: bool) -> BiEncoder:
+        """Tie E_d to E_q (one encoder for both sides: E_q's weights; E_d's are dropped) or untie a shared
+        encoder (E_d becomes an independent copy of it); records the choice in the settings."""
+        if shared:
+            self.demo_model = self.query_model
+        elif self.demo_model is self.query_model:
+            self.demo_model = copy.deepcopy(self.query_model)
+        self.settings = self.settings.model_copy(update={"shared": shared})
+        return self
 
     def save(self, path: Path) -> None:
         """Write the bi-encoder to `path` (replaced atomically: built beside it, then swapped in)."""
@@ -245,7 +282,8 @@ class BiEncoder:
 
     def parameters(self):
         yield from self.query_model.parameters()
-        yield from self.demo_model.parameters()
+        if self.demo_model is not self.query_model:  # a shared encoder's parameters once
+            yield from self.demo_model.parameters()
 
     @property
     def device(self):
@@ -284,8 +322,11 @@ class BiEncoder:
         return torch.cat(parts)[inverse.to(parts[0].device)]
 
     def _tokenize(self, texts: list[str], side: str, padding: bool):
+        # Only the first max_length tokens are read: a text is cut long before tokenising it, so a
+        # megabyte query costs what its start does (CHARS_PER_TOKEN leaves every kept token intact).
+        limit = self._max_length(side) * CHARS_PER_TOKEN
         return self.tokenizer(
-            texts,
+            [t[:limit] for t in texts],
             padding=padding,
             truncation=True,
             max_length=self._max_length(side),

@@ -27,18 +27,32 @@ def _meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
+def embeddings_sha256(emb: np.ndarray) -> str:
+    """A checksum of embeddings: their shape, dtype and bytes (a well-formed but altered file, a NaN or a
+    wrong width fails it)."""
+    import hashlib
+
+    emb = np.ascontiguousarray(emb)
+    digest = hashlib.sha256(f"{emb.shape}{emb.dtype.str}".encode())
+    digest.update(emb.tobytes())
+    return digest.hexdigest()
+
+
 def save_embeddings(path, emb: np.ndarray, meta: dict) -> None:
     """Write `emb` to `path` (.npy, no pickle) and `meta` to `<path>.json`, each atomically.
 
-    The sidecar stores {"shape", "dtype", "meta"}; `load_embeddings` checks shape and dtype
-    against the array so that a half-replaced pair is caught.
+    The sidecar stores {"shape", "dtype", "sha256", "meta"}; `load_embeddings` checks them against the
+    array, so that a half-replaced pair or altered rows are caught.
     """
     path = Path(path)
     emb = np.asarray(emb)
     if emb.ndim != 2:
         raise UdrError(f"embeddings must be a 2-D (rows, dim) array, got shape {emb.shape}")
     try:
-        sidecar = json_text({"shape": list(emb.shape), "dtype": emb.dtype.str, "meta": meta}, sort_keys=True)
+        sidecar = json_text(
+            {"shape": list(emb.shape), "dtype": emb.dtype.str, "sha256": embeddings_sha256(emb), "meta": meta},
+            sort_keys=True,
+        )
     except (TypeError, ValueError) as exc:
         raise UdrError(f"embedding metadata for {path} is not JSON-serialisable: {exc}") from None
 
@@ -72,6 +86,10 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
             f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
             f"metadata {shape} {dtype}); rerun `udr index`"
         )
+    if not np.isfinite(emb).all():
+        raise UdrError(f"index {path} holds NaN or infinite values; rerun `udr index`")
+    if "sha256" not in sidecar or sidecar["sha256"] != embeddings_sha256(emb):
+        raise UdrError(f"index {path} fails its checksum (altered, or written by an older udr); rerun `udr index`")
     return emb, meta
 
 
@@ -85,6 +103,10 @@ def model_fingerprint(model_dir: Path) -> str:
     from udr.retriever.encoder import BiEncoder
 
     model_dir = Path(model_dir)
+    query_dir, demo_dir, _ = BiEncoder.part_dirs(model_dir)
+    for weights in (query_dir / "model.safetensors", demo_dir / "model.safetensors"):
+        if not weights.is_file():
+            raise UdrError(f"incomplete model {model_dir}: no {weights}; train it again or pass another --model")
     parts = [file_sha256(BiEncoder.settings_file(model_dir))]
     parts += [file_sha256(p) for p in sorted(model_dir.glob("*/model.safetensors"))]
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]

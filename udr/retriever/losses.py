@@ -3,16 +3,20 @@ ranking of each query's sampled candidates into the retriever (:class:`RankLoss`
 LambdaRank), the in-batch negative loss over every candidate of the batch (:class:`InBatchLoss`, which
 with one positive and one hard negative per query is DPR's / EPR's contrastive loss), and their
 combination (:class:`UDRLoss`), either as the paper writes it, lambda * L_rank + (1 - lambda) * L_ib,
-or as the published KaiLv69/UDR code computes it, 4 * L_rank + L_ib. Similarities are dot products
-of query and candidate embeddings (times `scale`, for cosine similarities); losses are computed in
-float32 (or float64 if given) whatever the embeddings' dtype.
+or as the published KaiLv69/UDR code computes it, 4 * L_rank + L_ib. A third mode distils the LM's
+scores instead of its ranks (:class:`DistillLoss`, LLM-R's KL loss), and the in-batch loss can run over
+a task's whole pool of cached demonstration embeddings instead of the batch (:class:`PoolNegatives`,
+for a frozen E_d). Similarities are dot products of query and candidate embeddings (times `scale`, for
+cosine similarities); losses are computed in float32 (or float64 if given) whatever the embeddings' dtype.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -23,6 +27,17 @@ from udr.errors import UdrError
 
 def _compute_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _list_mask(loss: str, sim: Tensor, other: Tensor, name: str, mask: Tensor | None) -> Tensor:
+    """Check a list-wise loss's (B, l) inputs; the mask of real candidates as bool (all True if None)."""
+    if sim.dim() != 2 or other.shape != sim.shape:
+        raise ValueError(f"{loss}: sim and {name} must both be (B, l), got {tuple(sim.shape)} and {tuple(other.shape)}")
+    if mask is None:
+        return torch.ones_like(sim, dtype=torch.bool)
+    if mask.shape != sim.shape:
+        raise ValueError(f"{loss}: mask must be (B, l) like sim, got {tuple(mask.shape)}")
+    return mask.to(torch.bool)
 
 
 class RankLoss(nn.Module):
@@ -51,15 +66,7 @@ class RankLoss(nn.Module):
     """
 
     def forward(self, sim: Tensor, ranks: Tensor, mask: Tensor | None = None) -> Tensor:
-        if sim.dim() != 2 or ranks.shape != sim.shape:
-            raise ValueError(
-                f"RankLoss: sim and ranks must both be (B, l), got {tuple(sim.shape)} and {tuple(ranks.shape)}"
-            )
-        if mask is None:
-            mask = torch.ones_like(sim, dtype=torch.bool)
-        elif mask.shape != sim.shape:
-            raise ValueError(f"RankLoss: mask must be (B, l) like sim, got {tuple(mask.shape)}")
-        mask = mask.to(torch.bool)
+        mask = _list_mask("RankLoss", sim, ranks, "ranks", mask)
         if bool((ranks[mask] < 1).any()):
             raise UdrError("bad ranks: every real candidate needs a rank >= 1 (1 = most helpful)")
         dtype = _compute_dtype(sim)
@@ -83,7 +90,8 @@ class InBatchLoss(nn.Module):
             and the other queries').
         positive: LongTensor (B,), index into ``cand_emb`` of each query's rank-1 candidate z*.
         cand_mask: optional BoolTensor (N,), True for real candidates; padded ones are left out of
-            every softmax (their logits are set to -inf).
+            every softmax (their logits are set to -inf). Or (B, N): a mask per query (e.g. a query
+            left out of its own softmax when the candidates are its task's whole pool).
 
     Output: a scalar,
 
@@ -109,14 +117,97 @@ class InBatchLoss(nn.Module):
         dtype = _compute_dtype(query_emb)
         logits = query_emb.to(dtype) @ cand_emb.to(dtype).T
         if cand_mask is not None:
-            if cand_mask.shape != (cand_emb.shape[0],):
-                raise ValueError(f"InBatchLoss: cand_mask must be (N,), got {tuple(cand_mask.shape)}")
-            logits = logits.masked_fill(~cand_mask.to(torch.bool)[None, :], float("-inf"))
+            n = cand_emb.shape[0]
+            if cand_mask.shape not in ((n,), (query_emb.shape[0], n)):
+                raise ValueError(f"InBatchLoss: cand_mask must be (N,) or (B, N), got {tuple(cand_mask.shape)}")
+            logits = logits.masked_fill(~cand_mask.to(torch.bool).expand_as(logits), float("-inf"))
         return F.cross_entropy(logits, positive.to(torch.long))
 
 
+def standardize(scores: Sequence[float]) -> np.ndarray:
+    """A query's LM scores as z-scores over its whole scored list: (s - mean) / std (population std),
+    all zeros where the scores are all equal. :class:`DistillLoss`'s targets in training."""
+    s = np.asarray(scores, dtype=np.float64)
+    if not np.isfinite(s).all():
+        raise UdrError("bad scores: every LM score must be finite")
+    std = float(s.std()) if s.size else 0.0
+    return (s - s.mean()) / std if std > 1e-12 else np.zeros_like(s)
+
+
+class DistillLoss(nn.Module):
+    """Distils the LM's preferences among each query's candidates into the retriever: KL(p_LM || p_ret).
+
+    Args:
+        temperature: tau > 0 of the LM side's softmax (lower: a sharper target).
+
+    Inputs:
+        sim: FloatTensor (B, l), ``sim[b, j] = sim(x_b, z_bj)`` for each of query b's l candidates.
+        scores: FloatTensor (B, l), the LM's score of each candidate (higher = more helpful); targets,
+            no gradient reaches them.
+        mask: optional BoolTensor (B, l), True where a candidate is real; padded places leave both
+            softmaxes (whatever ``sim`` and ``scores`` hold there).
+
+    Output: a scalar,
+
+        L_KL = mean_b sum_j p_LM(j) * (log p_LM(j) - log p_ret(j)),
+        p_LM = softmax_j(scores[b, j] / tau),  p_ret = softmax_j(sim[b, j]),
+
+    over each query's real candidates; 0 exactly where the retriever's softmax equals the LM's.
+
+    The scores: UDR's LM scores are a probability in [0, 1] for classification (s_cls) and a mean
+    token log-likelihood (<= 0) for generation (s_gen), with per-query spreads that differ by task
+    (standard deviations of ~0.15 to ~0.46 on the default data), so one tau on raw scores would mean
+    a sharp target for one task and a near-uniform one for another. Training therefore passes each
+    candidate's score standardised over its query's whole scored list (:func:`standardize`, over all
+    K candidates rather than the l sampled, which for l = 2 would always give -1 and +1): tau is then
+    in standard deviations of that list, the same for every task: candidates one standard deviation
+    apart get target probabilities in the ratio e^(1/tau).
+
+    Reference: Wang, Yang and Wei, "Learning to Retrieve In-Context Examples for Large Language Models"
+    (LLM-R, 2023, arXiv:2307.07164), whose retriever is distilled with this KL (there from a reward
+    model's scores; here from the LM's own).
+    """
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        if not (isinstance(temperature, int | float) and math.isfinite(temperature) and temperature > 0):
+            raise UdrError(f"bad parameter temperature: must be a finite number > 0, got {temperature!r}")
+        self.temperature = float(temperature)
+
+    def forward(self, sim: Tensor, scores: Tensor, mask: Tensor | None = None) -> Tensor:
+        mask = _list_mask("DistillLoss", sim, scores, "scores", mask)
+        if not bool(mask.any(dim=1).all()):
+            raise UdrError("bad batch: every query needs at least one real candidate")
+        dtype = _compute_dtype(sim)
+        target = scores.detach().to(dtype) / self.temperature
+        if not bool(torch.isfinite(target[mask]).all()):
+            raise UdrError("bad scores: every real candidate needs a finite LM score")
+        zero = torch.zeros((), dtype=dtype, device=sim.device)
+        log_p_ret = F.log_softmax(sim.to(dtype).masked_fill(~mask, float("-inf")), dim=1)
+        log_p_lm = F.log_softmax(target.masked_fill(~mask, float("-inf")), dim=1)
+        # Padded places: -inf in both; zero them so that they add 0 (not nan) to the sum and the gradient.
+        log_p_ret = torch.where(mask, log_p_ret, zero)
+        log_p_lm = torch.where(mask, log_p_lm, zero)
+        kl = torch.where(mask, log_p_lm.exp() * (log_p_lm - log_p_ret), zero)
+        return kl.sum(dim=1).mean()
+
+
+class PoolNegatives(NamedTuple):
+    """A task's whole pool as the in-batch loss's candidates (cached embeddings of a frozen E_d).
+
+    emb: FloatTensor (N, d), the pool's demonstration embeddings.
+    rows: LongTensor (B, l), the pool row of each query's sampled candidates (any value where padded).
+    exclude: LongTensor (B,), the pool row of each query itself, left out of its own softmax (-1: none).
+    """
+
+    emb: Tensor
+    rows: Tensor
+    exclude: Tensor
+
+
 class LossParts(NamedTuple):
-    """The training loss and its two parts (scalar tensors; ``total`` is the one to backpropagate)."""
+    """The training loss and its two parts (scalar tensors; ``total`` is the one to backpropagate).
+    ``rank`` holds L_rank, or L_KL in distill mode (the training log keeps the key ``rank`` for both)."""
 
     total: Tensor
     rank: Tensor
@@ -124,32 +215,41 @@ class LossParts(NamedTuple):
 
 
 class UDRLoss(nn.Module):
-    """UDR's training loss: the rank loss plus the in-batch negative loss.
+    """UDR's training loss: the rank loss (or the distillation loss) plus the in-batch negative loss.
 
     Args:
-        lambda_: weight of L_rank in "paper" mode, in [0, 1] (ignored in "published" mode).
+        lambda_: weight of L_rank (L_KL) in "paper" ("distill") mode, in [0, 1] (ignored in "published" mode).
         mode: "paper": L = lambda * L_rank + (1 - lambda) * L_ib (the paper's formula);
-            "published": L = 4 * L_rank + L_ib (what the published KaiLv69/UDR code computes).
+            "published": L = 4 * L_rank + L_ib (what the published KaiLv69/UDR code computes);
+            "distill": L = lambda * L_KL + (1 - lambda) * L_ib, L_KL = :class:`DistillLoss` of the
+            candidates' LM scores (so lambda = 1 is the KL alone).
         scale: every similarity enters both losses multiplied by it, sim = scale * (q . z) (1 / temperature;
             1 for the paper's dot products, e.g. 20 for cosine similarities of L2-normalised embeddings).
+        distill_temperature: tau of :class:`DistillLoss` (distill mode only).
 
     Inputs (forward):
         query_emb: FloatTensor (B, d), query embeddings.
         cand_emb: FloatTensor (B, l, d), embeddings of each query's l sampled candidates.
         ranks: LongTensor (B, l), the LM rank of each candidate in its query's list (1 = best).
         mask: optional BoolTensor (B, l), True where a candidate is real.
+        scores: FloatTensor (B, l), the candidates' LM scores (distill mode only; see :class:`DistillLoss`).
+        pool: optional :class:`PoolNegatives`: L_ib's softmax runs over the task's whole pool instead of
+            the batch's candidates.
 
     Output: :class:`LossParts` (total, rank, in_batch). With ``sim[b, j] = scale * query_emb[b] . cand_emb[b, j]``,
-    rank = :class:`RankLoss` (sim, ranks, mask); in_batch = :class:`InBatchLoss` over all B * l
-    candidates of the batch (padded ones left out of the softmax), the positive of query b being its
-    best-ranked real candidate (smallest rank, the first on ties). Every query needs at least one
-    real candidate.
+    rank = :class:`RankLoss` (sim, ranks, mask) (distill mode: :class:`DistillLoss` (sim, scores, mask));
+    in_batch = :class:`InBatchLoss` over all B * l candidates of the batch (padded ones left out of the
+    softmax), the positive of query b being its best-ranked real candidate (smallest rank, the first on
+    ties); with ``pool``, over the N pool rows instead (all but the query's own row), the positive being
+    the pool row of that same candidate. Every query needs at least one real candidate.
 
     Reference: Li et al., "Unified Demonstration Retriever for In-Context Learning" (ACL 2023),
     section "Loss Function"; https://github.com/KaiLv69/UDR for the "published" weighting.
     """
 
-    def __init__(self, lambda_: float = 0.8, mode: str = "paper", scale: float = 1.0) -> None:
+    def __init__(
+        self, lambda_: float = 0.8, mode: str = "paper", scale: float = 1.0, distill_temperature: float = 1.0
+    ) -> None:
         super().__init__()
         try:
             lam = float(lambda_)
@@ -158,16 +258,25 @@ class UDRLoss(nn.Module):
         if not 0.0 <= lam <= 1.0:  # also rejects nan
             raise UdrError(f"bad parameter lambda_: must be in [0, 1], got {lambda_!r}")
         if mode not in LOSS_MODES:
-            raise UdrError(f"bad parameter mode: must be 'paper' or 'published', got {mode!r}")
+            raise UdrError(f"bad parameter mode: must be one of {', '.join(LOSS_MODES)}, got {mode!r}")
         if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
             raise UdrError(f"bad parameter scale: must be a finite number > 0, got {scale!r}")
         self.lambda_ = lam
         self.mode = mode
         self.scale = float(scale)
         self.rank_loss = RankLoss()
+        self.distill_loss = DistillLoss(distill_temperature)
         self.in_batch_loss = InBatchLoss()
 
-    def forward(self, query_emb: Tensor, cand_emb: Tensor, ranks: Tensor, mask: Tensor | None = None) -> LossParts:
+    def forward(
+        self,
+        query_emb: Tensor,
+        cand_emb: Tensor,
+        ranks: Tensor,
+        mask: Tensor | None = None,
+        scores: Tensor | None = None,
+        pool: PoolNegatives | None = None,
+    ) -> LossParts:
         if (
             query_emb.dim() != 2
             or cand_emb.dim() != 3
@@ -188,6 +297,9 @@ class UDRLoss(nn.Module):
         mask = mask.to(torch.bool)
         if not bool(mask.any(dim=1).all()):
             raise UdrError("bad batch: every query needs at least one real candidate")
+        if self.mode == "distill" and (scores is None or scores.shape != (b, l)):
+            got = None if scores is None else tuple(scores.shape)
+            raise UdrError(f"bad batch: loss distill needs the candidates' LM scores, (B, l) = {(b, l)}, got {got}")
         if self.scale != 1.0:
             query_emb = query_emb * self.scale  # scales every similarity q . z below
 
@@ -195,16 +307,41 @@ class UDRLoss(nn.Module):
         zero = torch.zeros((), dtype=cand_emb.dtype, device=cand_emb.device)
         cand_emb = torch.where(mask[:, :, None], cand_emb, zero)
         sim = (query_emb[:, None, :] * cand_emb).sum(-1)
-        rank = self.rank_loss(sim, ranks, mask)
+        if self.mode == "distill":
+            rank = self.distill_loss(sim, scores, mask)
+        else:
+            rank = self.rank_loss(sim, ranks, mask)
 
         # Positive: the best-ranked real candidate of each query (argmin returns the first on ties).
         sentinel = torch.full_like(ranks, torch.iinfo(torch.long).max, dtype=torch.long)
         best = torch.where(mask, ranks.to(torch.long), sentinel).argmin(dim=1)
-        positive = torch.arange(b, device=cand_emb.device) * l + best
-        in_batch = self.in_batch_loss(query_emb, cand_emb.reshape(b * l, d), positive, mask.reshape(b * l))
-
-        if self.mode == "paper":
-            total = self.lambda_ * rank + (1.0 - self.lambda_) * in_batch
+        if pool is None:
+            positive = torch.arange(b, device=cand_emb.device) * l + best
+            in_batch = self.in_batch_loss(query_emb, cand_emb.reshape(b * l, d), positive, mask.reshape(b * l))
         else:
+            in_batch = self._pool_in_batch(query_emb, pool, best)
+
+        if self.mode == "published":
             total = 4.0 * rank + in_batch
+        else:
+            total = self.lambda_ * rank + (1.0 - self.lambda_) * in_batch
         return LossParts(total=total, rank=rank, in_batch=in_batch)
+
+    def _pool_in_batch(self, query_emb: Tensor, pool: PoolNegatives, best: Tensor) -> Tensor:
+        """L_ib over the whole pool: each query against every pool row but its own."""
+        b = best.shape[0]
+        if pool.emb.dim() != 2 or pool.emb.shape[1] != query_emb.shape[1]:
+            raise ValueError(f"UDRLoss: pool.emb must be (N, d), got {tuple(pool.emb.shape)}")
+        if pool.rows.dim() != 2 or pool.rows.shape[0] != b or pool.exclude.shape != (b,):
+            raise ValueError(
+                f"UDRLoss: pool.rows must be (B, l) and pool.exclude (B,), "
+                f"got {tuple(pool.rows.shape)} and {tuple(pool.exclude.shape)}"
+            )
+        positive = pool.rows.to(torch.long).gather(1, best[:, None]).squeeze(1)
+        exclude = pool.exclude.to(torch.long)
+        if bool((positive == exclude).any()):
+            raise UdrError("bad batch: a query's best candidate is the query itself")
+        keep = torch.ones((b, pool.emb.shape[0]), dtype=torch.bool, device=pool.emb.device)
+        has = exclude >= 0
+        keep[torch.arange(b, device=keep.device)[has], exclude[has]] = False
+        return self.in_batch_loss(query_emb, pool.emb, positive, keep)

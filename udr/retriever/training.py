@@ -3,9 +3,15 @@
 Every optimiser step takes `train.batch_size` scored queries from ONE task, the task drawn with
 p(T) ~ q_T^alpha (q_T = T's share of the scored queries); each query brings l candidates sampled
 from its LM-ranked list and ranked 1..l by the LM's scores (:mod:`udr.retriever.sampling`). The loss
-is :class:`udr.retriever.losses.UDRLoss`. The batch is processed in micro-batches of
-`train.micro_batch` queries with gradient accumulation (in-batch negatives are the micro-batch's
-candidates).
+is :class:`udr.retriever.losses.UDRLoss` (`train.loss`; distill: the KL to the LM's scores). The batch
+is processed in micro-batches of `train.micro_batch` queries with gradient accumulation (in-batch
+negatives are the micro-batch's candidates).
+
+Recipes: `train.shared_encoder` trains one encoder for both sides (E_q is E_d);
+`train.freeze_demo_encoder` keeps E_d as it was initialised: each training task's pool is embedded once
+(no gradient, dropout off) when training starts, only E_q learns, the candidates' embeddings are read
+from that cache and the in-batch loss runs over the query's whole task pool (the query's own row left
+out), independent of the micro-batch.
 
 Determinism and resume: everything random in step s (task, queries, candidates, dropout) is drawn
 from generators seeded by (seed, round, s), so a run resumed from a checkpoint continues exactly as
@@ -42,6 +48,16 @@ class ScoredQuery:
     text: str
     candidate_ids: tuple[int, ...]
     candidate_texts: tuple[str, ...]
+    candidate_scores: tuple[float, ...] = ()  # the LM's scores, same order (loss distill reads them)
+
+
+@dataclass(frozen=True)
+class TaskPool:
+    """A task's pool embedded once by a frozen E_d: embeddings (N, d) on the training device, and each
+    pool item's row by its id."""
+
+    emb: object
+    row: dict[int, int]
 
 
 @dataclass
@@ -69,6 +85,7 @@ class Trainer:
     device: object
     history: list[dict] = field(default_factory=list)
     bf16: bool = False  # forwards under bf16 autocast (train.dtype)
+    pools: dict[str, TaskPool] = field(default_factory=dict)  # train.freeze_demo_encoder's cached pools
 
     @property
     def first_step(self) -> int:
@@ -101,7 +118,12 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
             )
             queries.append(
                 ScoredQuery(
-                    name, int(qid), query_text(task.instruction, q["input"], encoder_settings), cids, tuple(texts)
+                    name,
+                    int(qid),
+                    query_text(task.instruction, q["input"], encoder_settings),
+                    cids,
+                    tuple(texts),
+                    tuple(float(s) for s in group["score"]),
                 )
             )
         out[name] = queries
@@ -110,11 +132,13 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
 
 def epr_settings(settings):
     """The EPR baseline's recipe on UDR's budget: round-0 (BM25) scores only, one positive of the
-    top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone, and as
-    many epochs as all of UDR's rounds together; same encoder init, batch, lr and inputs."""
+    top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone over the
+    batch's candidates, two encoders both trained, and as many epochs as all of UDR's rounds together;
+    same encoder init, batch, lr and inputs."""
     cfg = settings.train
     epochs = cfg.epochs_first + cfg.epochs_later * len(cfg.later_rounds)
-    train = cfg.model_copy(update={"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs})
+    update = {"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs}
+    train = cfg.model_copy(update={**update, "freeze_demo_encoder": False, "shared_encoder": False})
     return settings.model_copy(update={"train": train})
 
 
@@ -211,19 +235,37 @@ def run_train(
     return summary
 
 
+def bi_encoder_settings(settings, pooling: str, similarity: str):
+    """The bi-encoder settings of this project's training (encoder.*, train.shared_encoder) with the given
+    pooling and similarity."""
+    from udr.retriever.encoder import BiEncoderSettings
+
+    return BiEncoderSettings(
+        **settings.encoder.model_dump(exclude={"pooling", "similarity"}),
+        pooling=pooling,
+        similarity=similarity,
+        base=str(settings.models.encoder),
+        shared=settings.train.shared_encoder,
+    )
+
+
+def initial_bi_encoder(settings, base_dir: Path):
+    """UDR before any training: the base encoder at `base_dir` on both sides, read with the project's
+    encoder settings (auto pooling and similarity: the base model's own)."""
+    from udr.retriever.encoder import BiEncoder, resolve_pooling, resolve_similarity
+
+    enc = settings.encoder
+    pooling, similarity = resolve_pooling(enc.pooling, base_dir), resolve_similarity(enc.similarity, base_dir)
+    return BiEncoder.from_base(base_dir, bi_encoder_settings(settings, pooling, similarity))
+
+
 def build(settings, init: Path, partial: Path, device_type: str, local_rank: int, steps: int) -> Trainer:
     """Step 2: the bi-encoder (from the checkpoint in `partial` if there is one, else from `init`), the
     optimiser, the warmup / linear-decay schedule and the loss."""
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from udr.retriever.encoder import (
-        SETTINGS_NAME,
-        BiEncoder,
-        BiEncoderSettings,
-        resolve_pooling,
-        resolve_similarity,
-    )
+    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder
     from udr.retriever.losses import UDRLoss
     from udr.util.distributed import resolve_lm_precision
 
@@ -232,25 +274,23 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
     state_file = partial / "state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
     enc = settings.encoder
-    params = enc.model_dump(exclude={"pooling", "similarity"})
-
-    def bi_settings(pooling: str, similarity: str) -> BiEncoderSettings:
-        return BiEncoderSettings(**params, pooling=pooling, similarity=similarity, base=str(settings.models.encoder))
-
     if state is not None:
         encoder = BiEncoder.load(partial / "encoder")
     elif (init / SETTINGS_NAME).is_file():  # a later round continues the previous round's model (auto: its own)
         encoder = BiEncoder.load(init)
         old = encoder.settings
-        encoder.settings = bi_settings(
+        encoder.settings = bi_encoder_settings(
+            settings,
             old.pooling if enc.pooling == "auto" else enc.pooling,
             old.similarity if enc.similarity == "auto" else enc.similarity,
         )
     else:
-        encoder = BiEncoder.from_base(
-            init, bi_settings(resolve_pooling(enc.pooling, init), resolve_similarity(enc.similarity, init))
-        )
-    encoder.to(device).train()
+        encoder = initial_bi_encoder(settings, init)
+    encoder.share(cfg.shared_encoder).to(device).train()
+    pools = {}
+    if cfg.freeze_demo_encoder:
+        encoder.demo_model.requires_grad_(False).eval()
+        pools = embed_pools(settings, encoder, device)
     params = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = adamw(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, min(cfg.warmup_steps, steps), steps)
@@ -260,9 +300,27 @@ def build(settings, init: Path, partial: Path, device_type: str, local_rank: int
         optimizer.load_state_dict(opt_state["optimizer"])
         scheduler.load_state_dict(opt_state["scheduler"])
         history = state["history"]
-    loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss, scale=cfg.cosine_scale if encoder.settings.normalize else 1.0)
+    scale = cfg.cosine_scale if encoder.settings.normalize else 1.0
+    loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss, scale=scale, distill_temperature=cfg.distill_temperature)
     _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
-    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history, bf16=dtype == "bf16")
+    return Trainer(encoder, params, optimizer, scheduler, loss_fn, device, history, dtype == "bf16", pools)
+
+
+def embed_pools(settings, encoder, device) -> dict[str, TaskPool]:
+    """Every training task's pool (its prepared train split) embedded once by E_d, without gradients,
+    `mine.batch_size` texts a batch as every pool embedding is."""
+    import torch
+
+    from udr.data.prepare import read_prepared
+    from udr.retriever.index import embed_pool
+
+    pools = {}
+    for name in settings.training_tasks():
+        frame = read_prepared(settings.root, name, "train")
+        emb = embed_pool(encoder, settings.task(name), frame, settings.mine.batch_size, progress=False)
+        row = {int(i): r for r, i in enumerate(frame["id"])}
+        pools[name] = TaskPool(torch.from_numpy(emb).to(device), row)
+    return pools
 
 
 def adamw(params, **options):
@@ -279,7 +337,8 @@ def adamw(params, **options):
 
 def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: int, step: int, dp) -> dict:
     """Step 3, once per optimiser step: draw a task, its queries and their candidates, accumulate the
-    loss's gradients over micro-batches, step; returns the step's log record."""
+    loss's gradients over micro-batches, step; returns the step's log record (its "rank" is L_KL
+    with loss distill)."""
     import torch
 
     cfg = settings.train
@@ -317,8 +376,11 @@ def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: i
 
 
 def _micro_batch_loss(trainer: Trainer, micro_batch, length_chunk: int):
-    """UDRLoss of one micro-batch of (ScoredQuery, candidate positions), candidates ranked 1..l in LM order."""
+    """UDRLoss of one micro-batch of (ScoredQuery, candidate positions), candidates ranked 1..l in LM order
+    (with a frozen E_d: their cached embeddings, and the task's whole pool as in-batch negatives)."""
     import torch
+
+    from udr.retriever.losses import PoolNegatives
 
     encoder, device = trainer.encoder, trainer.device
     q = encoder.embed([sq.text for sq, _ in micro_batch], "query")
@@ -328,11 +390,43 @@ def _micro_batch_loss(trainer: Trainer, micro_batch, length_chunk: int):
         texts += [sq.candidate_texts[p] for p in pos]
         mask.append([True] * len(pos) + [False] * (width - len(pos)))
         ranks.append(list(range(1, len(pos) + 1)) + [0] * (width - len(pos)))
-    d = encoder.embed(texts, "demo", chunk=length_chunk)
     flat_mask = torch.tensor(mask, device=device)
+    ranks = torch.tensor(ranks, device=device)
+    scores = _teacher_scores(micro_batch, width, device) if trainer.loss_fn.mode == "distill" else None
+    if trainer.pools:
+        pool = trainer.pools[micro_batch[0][0].task]
+        rows = torch.tensor([_pool_rows(pool, sq, pos, width) for sq, pos in micro_batch], device=device)
+        exclude = torch.tensor([pool.row.get(sq.query_id, -1) for sq, _ in micro_batch], device=device)
+        negatives = PoolNegatives(pool.emb, rows, exclude)
+        return trainer.loss_fn(q.float(), pool.emb[rows], ranks, flat_mask, scores, negatives)
+    d = encoder.embed(texts, "demo", chunk=length_chunk)
     cand = torch.zeros(len(micro_batch), width, d.shape[1], dtype=d.dtype, device=device)
     cand[flat_mask] = d
-    return trainer.loss_fn(q.float(), cand.float(), torch.tensor(ranks, device=device), flat_mask)
+    return trainer.loss_fn(q.float(), cand.float(), ranks, flat_mask, scores)
+
+
+def _teacher_scores(micro_batch, width: int, device):
+    """The sampled candidates' LM scores, each standardised over its query's whole scored list (B, l)."""
+    import torch
+
+    from udr.retriever.losses import standardize
+
+    rows = []
+    for sq, pos in micro_batch:
+        if len(sq.candidate_scores) != len(sq.candidate_ids):
+            raise UdrError(f"missing scores: {sq.task} query {sq.query_id} has no LM score per candidate")
+        z = standardize(sq.candidate_scores)
+        rows.append([float(z[p]) for p in pos] + [0.0] * (width - len(pos)))
+    return torch.tensor(rows, dtype=torch.float64, device=device)
+
+
+def _pool_rows(pool: TaskPool, sq: ScoredQuery, positions, width: int) -> list[int]:
+    """The pool rows of a query's sampled candidates, padded with row 0 to `width`."""
+    try:
+        rows = [pool.row[sq.candidate_ids[p]] for p in positions]
+    except KeyError as exc:
+        raise UdrError(f"{sq.task}: candidate {exc.args[0]} of query {sq.query_id} is not in the task's pool") from None
+    return rows + [0] * (width - len(rows))
 
 
 def finish(trainer: Trainer, out: Path, round_, steps, data, sampler, start, world, device_type) -> TrainSummary:

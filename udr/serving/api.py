@@ -165,6 +165,9 @@ class Retriever:
         from udr.retriever.search import check_diversity
 
         check_diversity(diversity)
+        k = check_count(k)
+        if isinstance(queries, (str, bytes)):
+            raise UdrError("queries: expected a list of strings, got one string (use retrieve() for a single query)")
         queries = list(queries)
         for i, query in enumerate(queries):
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
@@ -208,7 +211,7 @@ class Retriever:
             spec,
             spec.instruction if instruction else None,
             [(d.input, d.output) for d in demonstrations],
-            query,
+            spec.clean_query(query),
             order=order,
             rng=rng,
         )
@@ -326,6 +329,16 @@ def _download(repo_id: str) -> Path:
             f"missing model {repo_id}: not a local directory, and the hub did not give it "
             f"({exc.__class__.__name__}); are you offline?"
         ) from None
+
+
+def check_count(k, what: str = "k") -> int:
+    """A one-line error unless `k` is a whole number (not a bool, float, string or None); the range is
+    checked against the pool (:func:`udr.retriever.search.check_k`)."""
+    import numbers
+
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise UdrError(f"{what}: expected a whole number of demonstrations, got {k!r}")
+    return int(k)
 
 
 def check_query(query, what: str = "query") -> None:

@@ -16,11 +16,14 @@ from pathlib import Path
 
 from udr.errors import UdrError
 from udr.retriever.encoder import EXPORT_NAME as EXPORT_META
-from udr.util.files import building_dir, json_text
+from udr.util.files import building_dir, json_text, staging_dir
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # Where sentence-transformers' Router keeps each route's Transformer module in the export.
 ROUTE_DIRS = {"query": "query_0_Transformer", "demo": "document_0_Transformer"}
+# Prompt names sentence-transformers itself uses (encode_query / encode_document and the Router's routes):
+# a task of one of these names would silently change every plain encode_query() / encode_document().
+RESERVED_PROMPT_NAMES = ("query", "document", "passage", "corpus")
 
 
 def _sentence_transformers():
@@ -43,12 +46,15 @@ def build_sentence_transformer(model_dir: Path, prompts: dict[str, str], staging
     import shutil
 
     from udr.retriever.encoder import BiEncoder
+    from udr.util.weights import refuse_remote_code
 
     st = _sentence_transformers()
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Router, Transformer
 
     settings = BiEncoder.load_settings(model_dir)
     query_dir, demo_dir, tokenizer_dir = BiEncoder.part_dirs(model_dir)
+    for part in (query_dir, demo_dir, tokenizer_dir):
+        refuse_remote_code(part)
     routes = {}
     for side, source, length in (
         ("query", query_dir, settings.max_query_length),
@@ -64,7 +70,11 @@ def build_sentence_transformer(model_dir: Path, prompts: dict[str, str], staging
         if settings.similarity == "cosine":
             modules.append(Normalize())
         routes[side] = modules
-    router = Router.for_query_document(query_modules=routes["query"], document_modules=routes["document"])
+    # No default route: a plain encode() (what generic tools call) raises instead of silently embedding
+    # queries with the document encoder; encode_query / encode_document (or task=) choose the side.
+    router = Router.for_query_document(
+        query_modules=routes["query"], document_modules=routes["document"], default_route=None, allow_empty_key=False
+    )
     return st.SentenceTransformer(
         modules=[router],
         device=device,
@@ -76,11 +86,16 @@ def build_sentence_transformer(model_dir: Path, prompts: dict[str, str], staging
 def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, card: str) -> dict:
     """Write the export of the udr bi-encoder at `model_dir` to `out_dir` (atomically: built beside it,
     then swapped in): the sentence-transformers model, `udr_export.json` and the model card `card`
-    (README.md). `tasks`: {name: Task} whose instructions become named prompts. Returns the metadata."""
-    import tempfile
-
+    (README.md). `tasks`: {name: Task} whose instructions become named prompts. Returns the metadata.
+    `out_dir` must be new, empty, or an earlier export (:func:`check_export_target`)."""
     from udr.retriever.encoder import BiEncoder
 
+    clash = sorted(set(tasks) & set(RESERVED_PROMPT_NAMES))
+    if clash:
+        raise UdrError(
+            f"task {clash[0]!r} cannot be exported: its prompt would replace sentence-transformers' own "
+            f"{clash[0]!r} prompt ({', '.join(RESERVED_PROMPT_NAMES)} are reserved); rename the task"
+        )
     settings = BiEncoder.load_settings(model_dir)
     prompts = {name: task.instruction for name, task in tasks.items()} if settings.instruction else {}
     meta = {
@@ -95,14 +110,38 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
         "query_prompts": bool(settings.instruction and settings.query_instruction),
         "document_prompts": bool(settings.instruction),
     }
-    with building_dir(Path(out_dir)) as tmp, tempfile.TemporaryDirectory() as staging:
-        build_sentence_transformer(Path(model_dir), prompts, Path(staging)).save(str(tmp))
+    check_export_target(Path(out_dir))
+    with building_dir(Path(out_dir)) as tmp, staging_dir(Path(out_dir)) as staging:
+        build_sentence_transformer(Path(model_dir), prompts, staging).save(str(tmp))
         for folder in ROUTE_DIRS.values():
             if not (tmp / folder / "config.json").is_file():
                 raise UdrError(f"unexpected sentence-transformers layout: no {folder}/config.json in the export")
         (tmp / EXPORT_META).write_text(json_text(meta))
         (tmp / "README.md").write_text(card)
     return meta
+
+
+def check_export_target(out_dir: Path) -> None:
+    """An export replaces only an earlier export (it holds `udr_export.json`) or an empty directory;
+    anything else (the user's files, `models/`, a project) is a one-line error and stays untouched."""
+    out_dir = Path(out_dir)
+    if not out_dir.exists() and not out_dir.is_symlink():
+        parent = out_dir.absolute().parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise UdrError(f"cannot export to {out_dir}: {parent} is a file, not a directory")
+        return
+    if out_dir.resolve() == Path.cwd().resolve() or out_dir.resolve() in Path.cwd().resolve().parents:
+        raise UdrError(f"cannot export to {out_dir}: it holds the current directory")
+    if not out_dir.is_dir():
+        raise UdrError(f"{out_dir} is a file: give the directory to export into")
+    if (out_dir / EXPORT_META).is_file() or not any(out_dir.iterdir()):
+        return
+    raise UdrError(
+        f"{out_dir} holds other files and is not an earlier udr export (no {EXPORT_META}): "
+        "give a new or empty directory; nothing was written"
+    )
 
 
 def read_export(path: Path) -> dict | None:

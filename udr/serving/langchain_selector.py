@@ -24,6 +24,13 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 from udr.errors import UdrError
 
 
+class _BracesKept(PromptTemplate):
+    """A PromptTemplate whose formatted text is escaped for one more f-string formatting."""
+
+    def format(self, **kwargs: Any) -> str:
+        return super().format(**kwargs).replace("{", "{{").replace("}", "}}")
+
+
 class UDRExampleSelector(BaseExampleSelector):
     """Select the k demonstrations UDR retrieves for a prompt's input, most similar last (the order
     UDR's prompts use; `ascending=False` gives most similar first). diversity: maximal marginal
@@ -70,8 +77,10 @@ class UDRExampleSelector(BaseExampleSelector):
 
     @property
     def example_prompt(self) -> PromptTemplate:
-        """A PromptTemplate rendering one example with the task's template, one per line."""
-        return PromptTemplate.from_template(self._template() + "\n")
+        """A PromptTemplate rendering one example with the task's template, one per line. Its output has
+        its braces doubled: `FewShotPromptTemplate` formats the joined examples and suffix once more,
+        which turns them back, so text with braces (code, JSON, the user's own) passes through unchanged."""
+        return _BracesKept.from_template(self._template() + "\n")
 
     @property
     def suffix(self) -> str:

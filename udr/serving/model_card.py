@@ -12,6 +12,7 @@ from sentence_transformers import SentenceTransformer
 
 model = SentenceTransformer("{where}")
 # Queries and demonstrations go through their own encoders; the task's instruction is a named prompt.
+# A plain model.encode() raises (no default side): tools that call .encode need encode_query / encode_document.
 query = model.encode_query([{query!r}], prompt_name="{task}")
 demos = model.encode_document(["{demo}"], prompt_name="{task}")
 print(model.similarity(query, demos))

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
+from udr.retriever.index import embeddings_sha256
 
 
 def default_cache_dir() -> Path:
@@ -35,15 +36,6 @@ def cache_path(cache_dir: Path, fingerprint: str, texts) -> Path:
         content.update(b"\0")
     key = hashlib.sha256(f"{fingerprint}\0{content.hexdigest()}".encode()).hexdigest()[:32]
     return Path(cache_dir) / "pools" / f"{key}.npy"
-
-
-def embeddings_sha256(emb: np.ndarray) -> str:
-    """The checksum stored with a cache entry: its shape, dtype and bytes (a well-formed but altered
-    file, a NaN or a wrong width, fails it and is embedded again)."""
-    emb = np.ascontiguousarray(emb)
-    digest = hashlib.sha256(f"{emb.shape}{emb.dtype.str}".encode())
-    digest.update(emb.tobytes())
-    return digest.hexdigest()
 
 
 def cached_pool_embeddings(

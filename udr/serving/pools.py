@@ -117,9 +117,9 @@ def own_task(
 
 
 def records_pool(records: Iterable[dict], task: Task, *, where: str = "records", numbered: bool = False) -> Pool:
-    """A pool of own records read with `task`'s row shape. `numbered`: `records` are
-    (line number, record) pairs (from a file); otherwise ids are list positions."""
-    from udr.data.sources import normalize_rows
+    """A pool of own records read with `task`'s row shape, each distinct (input, output) once. `numbered`:
+    `records` are (line number, record) pairs (from a file); otherwise ids are list positions."""
+    from udr.data.sources import distinct_rows, normalize_rows
 
     pairs = list(records) if numbered else list(enumerate(records))
     for lineno, record in pairs:
@@ -127,7 +127,7 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
             raise UdrError(
                 f"{where}:{lineno + 1}: malformed row: expected an object (dict), got {type(record).__name__}"
             )
-    rows = normalize_rows(task, pairs, where)
+    rows = distinct_rows(normalize_rows(task, pairs, where))  # a repeated record is served once
     if not rows.examples:
         raise UdrError(f"{where}: no demonstrations (the pool is empty)")
     return Pool(
@@ -140,10 +140,13 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
 
 
 def file_pool(path: Path, task: Task) -> Pool:
-    """A pool from a JSON-lines file of own records; a malformed line fails with file:line."""
-    from udr.data.sources import read_jsonl
+    """A pool from a file of own records in any format task declarations read (.jsonl, .csv, .tsv,
+    .parquet); a malformed row fails with file:line."""
+    from udr.data.sources import FILE_FORMATS, read_records
 
     path = Path(path)
     if not path.is_file():
         raise UdrError(f"pool file not found: {path}")
-    return records_pool(read_jsonl(path), task, where=str(path), numbered=True)
+    if path.suffix.lower() not in FILE_FORMATS:
+        raise UdrError(f"pool file {path}: unsupported format '{path.suffix}' (use {', '.join(FILE_FORMATS)})")
+    return records_pool(read_records(path, task.name), task, where=str(path), numbered=True)

@@ -42,7 +42,12 @@ class LightQueryEncoder:
         tokenizer_file = tokenizer_dir / "tokenizer.json"
         if not (config_file.is_file() and weights_file.is_file() and tokenizer_file.is_file()):
             return None
-        config = json.loads(config_file.read_text())
+        try:
+            config = json.loads(config_file.read_text())
+        except ValueError as exc:
+            raise UdrError(f"unreadable model config {config_file}: {exc.__class__.__name__}: not valid JSON") from None
+        if not isinstance(config, dict):
+            raise UdrError(f"unreadable model config {config_file}: expected a JSON object")
         if (
             config.get("model_type") != "bert"
             or config.get("position_embedding_type", "absolute") != "absolute"
@@ -63,6 +68,13 @@ class LightQueryEncoder:
         weights = {k[len(prefix) :]: v.float() for k, v in weights.items() if k.startswith(prefix)}
         if "embeddings.word_embeddings.weight" not in weights:
             return None
+        layers = int(config.get("num_hidden_layers", 0))
+        stored = {int(k.split(".")[2]) for k in weights if k.startswith("encoder.layer.")}
+        if stored != set(range(layers)):
+            raise UdrError(
+                f"model {query_dir} does not match its config: config.json says {layers} layers, "
+                f"the weights hold {len(stored)}; train it again or pass another --model"
+            )
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
         tokenizer.enable_truncation(max_length=settings.max_query_length)
         pad_id = int(config.get("pad_token_id") or 0)

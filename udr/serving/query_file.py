@@ -58,6 +58,10 @@ def retrieve_lines(
     """One JSON result line per query line, in input order; queries of a task are embedded together."""
     from udr.util.progress import progress_bar
 
+    for line in lines:  # the result fields would silently replace the user's own
+        for field in ("demonstrations", "prompt") if prompt else ("demonstrations",):
+            if field in line.record:
+                raise UdrError(f"{line.where}: the query line has a field '{field}', where results go: rename it")
     by_task: dict[str | None, list[int]] = {}
     for i, line in enumerate(lines):
         by_task.setdefault(line.task, []).append(i)

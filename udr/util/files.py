@@ -108,12 +108,12 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def remove_stale_siblings(dest: Path) -> None:
-    """Delete the temporary siblings (`.NAME.tmp-PID`, `.NAME.old-PID`) that killed writers of `dest`
-    left behind (a live writer's own sibling, with this process's PID, is kept)."""
+    """Delete the temporary siblings (`.NAME.tmp-PID`, `.NAME.old-PID`, `.NAME.staging-PID`) that killed
+    writers of `dest` left behind (a live writer's own sibling, with this process's PID, is kept)."""
     dest = Path(dest)
     if not dest.parent.is_dir():
         return
-    for tag in ("tmp", "old"):
+    for tag in ("tmp", "old", "staging"):
         for stale in dest.parent.glob(f".{dest.name}.{tag}-*"):
             pid = stale.name.rsplit("-", 1)[-1]
             if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
@@ -154,17 +154,26 @@ def replace_dir(new: Path, dest: Path) -> None:
 
 
 @contextlib.contextmanager
-def building_dir(dest: Path) -> Iterator[Path]:
-    """An empty temporary directory beside `dest` to fill; it replaces `dest` (:func:`replace_dir`) when
-    the block ends without an error, and is deleted otherwise, leaving `dest` as it was."""
+def staging_dir(dest: Path, tag: str = "staging") -> Iterator[Path]:
+    """An empty scratch directory beside `dest` (`.NAME.<tag>-PID`), deleted when the block ends; one a
+    killed writer left behind goes with the next :func:`building_dir` of `dest`."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_siblings(dest)
-    tmp = _sibling(dest, "tmp")
+    tmp = _sibling(dest, tag)
     remove(tmp)
     tmp.mkdir()
     try:
         yield tmp
-        replace_dir(tmp, dest)
     finally:
         remove(tmp)
+
+
+@contextlib.contextmanager
+def building_dir(dest: Path) -> Iterator[Path]:
+    """An empty temporary directory beside `dest` to fill; it replaces `dest` (:func:`replace_dir`) when
+    the block ends without an error, and is deleted otherwise, leaving `dest` as it was."""
+    dest = Path(dest)
+    remove_stale_siblings(dest)
+    with staging_dir(dest, "tmp") as tmp:
+        yield tmp
+        replace_dir(tmp, dest)

@@ -1,0 +1,68 @@
+"""YAML for files a user hands udr (params, task declarations, `-S` values), read with bounds: aliases that
+expand past a number of values ("billion laughs"), recursive aliases and deep nesting are one-line
+errors instead of a hang, a memory blow-up or a RecursionError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from udr.errors import UdrError
+
+MAX_VALUES = 100_000  # scalars, lists and mappings after expanding every alias
+MAX_DEPTH = 64  # nesting of lists and mappings
+
+
+def load_yaml(text: str, what: str) -> Any:
+    """`yaml.safe_load(text)` within the bounds above; `what` names the source in errors. A syntax error
+    stays a `yaml.YAMLError` for the caller to report with its line."""
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise UdrError(f"{what}: nested too deeply (more than {MAX_DEPTH} levels)") from None
+        if node is None:
+            return None
+        _check_size(node, what)
+        return loader.construct_document(node)  # the checked node: the text is parsed once
+    finally:
+        loader.dispose()
+
+
+def _check_size(root: yaml.Node, what: str) -> None:
+    """Count the values and levels `root` expands to (each node once: an alias shares its anchor's
+    node), without recursion."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
+            if size[key] > MAX_VALUES:
+                raise UdrError(f"{what}: YAML aliases expand to more than {MAX_VALUES} values: refused")
+            if depth[key] > MAX_DEPTH:
+                raise UdrError(f"{what}: nested too deeply (more than {MAX_DEPTH} levels)")
+            continue
+        if key in size:
+            continue
+        if key in open_:
+            raise UdrError(f"{what}: a YAML alias refers to itself: refused")
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in size)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []

@@ -305,6 +305,9 @@ class Settings(_Strict):
 
     # Where params.yaml lives: relative paths in it are relative to this directory.
     root: Path = Field(Path("."), exclude=True)
+    # The params file's name (in `root`): trained models record it, so a run from another params file
+    # cannot replace them unasked.
+    params_file: str = Field("params.yaml", exclude=True)
     _registry: dict = PrivateAttr(default_factory=dict)
 
     @property
@@ -413,12 +416,12 @@ def _format_validation_error(exc: ValidationError) -> str:
     return f"bad parameter {key}: {msg} (got {shorten(repr(first.get('input')))})"
 
 
-def settings_from_mapping(raw: Any, root: Path = Path(".")) -> Settings:
+def settings_from_mapping(raw: Any, root: Path = Path("."), params_file: str = "params.yaml") -> Settings:
     """Validate a raw mapping (as read from params.yaml) into :class:`Settings`."""
     if not isinstance(raw, dict):
         raise UdrError("bad parameters: params.yaml must hold a mapping at the top level")
     try:
-        settings = Settings.model_validate({**raw, "root": root})
+        settings = Settings.model_validate({**raw, "root": root, "params_file": params_file})
     except ValidationError as exc:
         raise UdrError(_format_validation_error(exc)) from None
     from udr.data.declarations import project_registry  # late import: reads the declarations
@@ -456,4 +459,4 @@ def load_settings(path: Path | str | None = None, overrides: list[str] | None = 
         if not isinstance(raw, dict):
             raise UdrError("bad parameters: params.yaml must hold a mapping at the top level")
         raw = apply_overrides(raw, overrides)
-    return settings_from_mapping(raw, root=path.resolve().parent)
+    return settings_from_mapping(raw, root=path.resolve().parent, params_file=path.name)

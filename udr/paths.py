@@ -93,6 +93,16 @@ class Paths:
         """A model's embeddings of a task's pool (`udr index`)."""
         return Path(model_dir) / "index" / f"{task}.npy"
 
+    @staticmethod
+    def model_pool(model_dir: Path, task: str) -> Path:
+        """The pool a model's index embeds (a copy of the prepared train split), so the folder serves alone."""
+        return Path(model_dir) / "pools" / f"{task}.parquet"
+
+    @staticmethod
+    def model_tasks(model_dir: Path) -> Path:
+        """The declarations of the tasks whose pools a model folder carries ({name: fields})."""
+        return Path(model_dir) / "pools" / "tasks.json"
+
     # ---------------------------------------------------------------- metrics
     def train_log(self, name: str) -> Path:
         """Training logs of a round (round<N>) or of the EPR baseline (epr)."""

@@ -63,3 +63,13 @@ def test_unseen_task_gets_its_own_table_row_and_stays_out_of_the_averages(evalua
     assert not (evaluated / "data" / "scores" / "round0" / f"{UNSEEN_TASK}.parquet").exists()
     assert not (evaluated / "data" / "candidates" / "round0" / f"{UNSEEN_TASK}.parquet").exists()
     assert any(UNSEEN_TASK in p.name for p in (evaluated / "models" / "final").rglob("*"))
+
+
+def test_wilson_interval_matches_a_known_value_and_stays_in_range():
+    from udr.evaluation.report import wilson_interval
+
+    low, high = wilson_interval(0.8, 80)  # 64 / 80: Wilson, z = 1.96, gives [0.6995, 0.8730]
+    assert (round(low, 4), round(high, 4)) == (0.6995, 0.8730)
+    assert wilson_interval(1.0, 10)[1] == pytest.approx(1.0) and wilson_interval(0.0, 10)[0] == pytest.approx(0.0)
+    assert wilson_interval(0.99, 5)[0] >= 0.0 and wilson_interval(0.99, 5)[1] <= 1.0
+    assert wilson_interval(0.5, 0) == (0.0, 1.0)

@@ -28,6 +28,17 @@ TaskOpt = Annotated[
     typer.Option("--task", "-t", help="Only this task (repeatable); default: every task in params."),
 ]
 
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", help="A model directory of its own (e.g. models/news) instead of the pipeline's.", show_default=False
+    ),
+]
+ReplaceOpt = Annotated[
+    bool,
+    typer.Option("--replace", help="Overwrite a model that another params file made (refused without it)."),
+]
+
 
 def _parse_round(value: str) -> int:
     from udr.paths import parse_round

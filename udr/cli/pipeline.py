@@ -9,8 +9,21 @@ from typing import Annotated
 
 import typer
 
-from udr.cli.app import ParamsOpt, RoundOpt, SetOpt, TaskOpt, app, console, interactive, load, selected_tasks
+from udr.cli.app import (
+    OutOpt,
+    ParamsOpt,
+    ReplaceOpt,
+    RoundOpt,
+    SetOpt,
+    TaskOpt,
+    app,
+    console,
+    interactive,
+    load,
+    selected_tasks,
+)
 from udr.errors import UdrError
+from udr.util.files import shown_path
 
 
 @app.command("tasks")
@@ -102,7 +115,7 @@ def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml")
         out, field = run_candidates(settings, name, progress=interactive())
         console().print(
             f"candidates {name}: top-{settings.candidates.k} by BM25 over {field}s -> "
-            f"{out.relative_to(settings.root)} ({time.perf_counter() - start:.1f}s)"
+            f"{shown_path(out, settings.root)} ({time.perf_counter() - start:.1f}s)"
         )
 
 
@@ -135,19 +148,32 @@ def train_cmd(
     epr: Annotated[
         bool, typer.Option("--epr", help="Train the EPR baseline on round 0's scores -> models/epr/.")
     ] = False,
+    out: OutOpt = None,
+    init: Annotated[
+        Path | None,
+        typer.Option(
+            "--init",
+            help="Start from this trained udr bi-encoder (default: the base encoder for round 0 and --epr, "
+            "round N-1's model for round N).",
+            show_default=False,
+        ),
+    ] = None,
+    replace: ReplaceOpt = False,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
-    """Train the bi-encoder on round N's scores -> models/rounds/round<N>/ (resumable; runs under torchrun)."""
+    """Train the bi-encoder on round N's scores -> models/rounds/round<N>/ or --out (resumable; runs under torchrun)."""
     from udr.retriever.training import run_train_stage
 
     settings = load(params, set_)
-    summary, out = run_train_stage(settings, round_, epr=epr, progress=interactive())
+    summary, out = run_train_stage(
+        settings, round_, epr=epr, out=out, init=init, replace=replace, progress=interactive()
+    )
     if summary is not None:
         name = "EPR baseline" if epr else f"round {round_}"
         console().print(
             f"trained {name}: {summary.steps} steps, loss {summary.loss_start:.4f} -> "
-            f"{summary.loss_end:.4f}, {summary.seconds}s -> {out.relative_to(settings.root)}"
+            f"{summary.loss_end:.4f}, {summary.seconds}s -> {shown_path(out, settings.root)}"
         )
 
 
@@ -170,14 +196,31 @@ def mine_cmd(
 
 
 @app.command("index")
-def index_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
-    """Copy the last round's retriever to models/final/ and embed every task's pool with it."""
+def index_cmd(
+    task: TaskOpt = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="The bi-encoder to index (default: the last round's model); without --out it is indexed in place.",
+            show_default=False,
+        ),
+    ] = None,
+    out: OutOpt = None,
+    replace: ReplaceOpt = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Copy the last round's retriever to models/final/ (or --out) and embed every task's pool with it
+    (-t: only these tasks' pools, into the folder an earlier `udr index` made)."""
     from udr.retriever.index import run_index
 
     settings = load(params, set_)
-    report = run_index(settings, progress=interactive())
-    pools = ", ".join(f"{t} {r['pool']}" for t, r in report["tasks"].items())
-    console().print(f"indexed with round {report['round']}'s model ({report['model']}): {pools}")
+    chosen = selected_tasks(settings, task, unseen=True) if task else None
+    report = run_index(settings, tasks=chosen, model=model, out=out, replace=replace, progress=interactive())
+    pools = ", ".join(f"{t} {r['pool']}" for t, r in report["tasks"].items() if chosen is None or t in chosen)
+    which = f"round {report['round']}'s model" if isinstance(report["round"], int) else f"model {report['round']}"
+    console().print(f"indexed with {which} ({report['model']}): {pools}")
 
 
 @app.command("evaluate")
@@ -191,6 +234,15 @@ def evaluate_cmd(
         int | None,
         typer.Option("--limit", min=1, help="A quick look: the first N rows of each task, printed, nothing written."),
     ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            help="The bi-encoder to evaluate (epr / udr; default: models/epr / models/final); with --model the "
+            "results are printed, not written over the pipeline's.",
+            show_default=False,
+        ),
+    ] = None,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
@@ -202,12 +254,13 @@ def evaluate_cmd(
         raise UdrError(f"bad split {split!r}: expected test or validation")
     settings = load(params, set_)
     tasks = selected_tasks(settings, task, unseen=True) if task else None
-    results = run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive(), limit=limit)
+    results = run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive(), limit=limit, model=model)
     for name, r in results.items():
         graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
         console().print(
             f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} {split} examples, "
-            f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s" + (" (--limit: not saved)" if limit else "")
+            f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s"
+            + (" (--limit: not saved)" if limit else " (--model: not saved)" if model else "")
         )
 
 

@@ -69,6 +69,16 @@ def retrieve_cmd(
         str | None, typer.Option("--instruction", help="The task instruction of your own pool (default: --task's).")
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    params: Annotated[
+        Path | None,
+        typer.Option(
+            "--params",
+            "-p",
+            help="The project's params file: its pools, declared tasks and models/final "
+            "(default: params.yaml here, if any).",
+            show_default=False,
+        ),
+    ] = None,
     search: Annotated[
         str,
         typer.Option(
@@ -103,7 +113,7 @@ def retrieve_cmd(
     from udr.serving.api import Retriever
 
     watched = interactive()
-    retriever = Retriever.load(model, device=device, progress=watched, search=search)
+    retriever = Retriever.load(model, params=params, device=device, progress=watched, search=search)
     if pool is not None:
         task = retriever.add_pool(pool, instruction=instruction, task=task)
     if input_file is not None:
@@ -177,9 +187,9 @@ def export_cmd(
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
-    """Export the trained retriever for other tools, with a model card written from the run's files."""
+    """Export the trained retriever for other tools, with a model card written from the model's own record."""
     from udr.serving.export import EXPORT_FORMATS, check_export_target, export_sentence_transformers
-    from udr.serving.model_card import model_card
+    from udr.serving.model_card import card_tasks, model_card
 
     if format_ not in EXPORT_FORMATS:
         raise UdrError(f"unknown export format '{format_}' (known: {', '.join(EXPORT_FORMATS)})")
@@ -187,8 +197,7 @@ def export_cmd(
     settings = load(params, set_)
     model_dir = model or settings.paths.final_model
     card = model_card(settings, model_dir, name or str(out_dir))
-    tasks = {n: settings.task(n) for n in settings.prepared_task_names()}
-    meta = export_sentence_transformers(model_dir, out_dir, tasks, card)
+    meta = export_sentence_transformers(model_dir, out_dir, card_tasks(settings, model_dir), card)
     import os
 
     shown = os.path.relpath(model_dir) if Path(model_dir).is_absolute() else model_dir

@@ -55,6 +55,7 @@ from udr.data.tasks import (
     format_fields,
 )
 from udr.errors import UdrError, shorten
+from udr.util.files import shown_path
 from udr.util.safe_yaml import load_yaml
 
 BUILTIN_FILE = Path(__file__).with_name("builtin_tasks.yaml")
@@ -225,6 +226,7 @@ class TaskDeclaration(_Strict):
             template=self.template,
             group_test_references=self.group_test_references,
             declared_in=declared_in,
+            declaration=self.model_dump(mode="json", exclude_unset=True),
         )
 
 
@@ -288,14 +290,6 @@ def merge(registries: list[dict[str, Task]]) -> dict[str, Task]:
     return out
 
 
-def _shown(path: Path, base: Path) -> str:
-    """`path` relative to the project (`base`) where it lies inside it, else as it is."""
-    try:
-        return str(path.resolve().relative_to(base.resolve()))
-    except ValueError:
-        return str(path)
-
-
 @lru_cache(maxsize=1)
 def builtin_registry() -> dict[str, Task]:
     """The tasks udr ships (`builtin_tasks.yaml`)."""
@@ -309,6 +303,6 @@ def project_registry(tasks_dir: Path | None, inline: Any = None, inline_base: Pa
     registries = [builtin_registry()]
     if tasks_dir is not None and tasks_dir.is_dir():
         files = sorted(p for p in tasks_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
-        registries += [read_declarations(p, _shown(p, inline_base)) for p in files]
+        registries += [read_declarations(p, shown_path(p, inline_base)) for p in files]
     registries.append(parse_declarations(inline, inline_base.resolve(), "params.yaml tasks"))
     return merge(registries)

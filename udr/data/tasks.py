@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -336,6 +336,9 @@ class Task:
     group_test_references: bool = False
     # Where the task was declared (the built-in declarations, a file of the project, params.yaml).
     declared_in: str = "built-in"
+    # The declaration's fields as written (JSON types): what a model folder stores to serve the task
+    # without its project (`udr index`).
+    declaration: Mapping | None = field(default=None, compare=False, repr=False)
 
     @property
     def generation(self) -> bool:

@@ -112,8 +112,11 @@ def sbert_encoder(base_dir: Path):
     return BiEncoder(model.eval(), model, tokenizer, settings)
 
 
-def build_retriever(method: str, settings, task_name: str, pool, *, progress: bool = False) -> PoolRetriever:
-    """The retriever `method` over `pool` (a prepared train frame) of `task_name`."""
+def build_retriever(
+    method: str, settings, task_name: str, pool, *, progress: bool = False, model_dir: Path | None = None
+) -> PoolRetriever:
+    """The retriever `method` over `pool` (a prepared train frame) of `task_name`; `model_dir`: the
+    bi-encoder of epr / udr (default: the pipeline's), whose pool is embedded here where it has no index."""
     check_method(method)
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
     inputs = pool["input"].to_list()
@@ -125,7 +128,8 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
     from udr.util.distributed import resolve_device_type
 
     model = METHOD_MODELS[method]
-    model_dir = model.path(settings.paths)
+    own = model_dir is not None
+    model_dir = Path(model_dir) if own else model.path(settings.paths)
     if not model_dir.is_dir():
         raise UdrError(f"missing model {model_dir}: run `{model.made_by}` first")
     if method == "sbert":
@@ -139,7 +143,7 @@ def build_retriever(method: str, settings, task_name: str, pool, *, progress: bo
     from udr.util.files import file_sha256
 
     encoder = BiEncoder.load(model_dir)
-    if method == "udr":
+    if method == "udr" and not (own and not Paths.index(model_dir, task_name).is_file()):
         emb = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
         return bi_encoder_retriever(encoder, settings, task_name, pool, embeddings=emb)
     return bi_encoder_retriever(encoder, settings, task_name, pool, progress=progress)

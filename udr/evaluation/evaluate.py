@@ -95,6 +95,7 @@ class TaskEvaluation:
         progress: bool,
         retriever=None,
         limit: int | None = None,
+        model: Path | None = None,
     ):
         from udr.data.prepare import read_prepared
         from udr.evaluation.baselines import build_retriever
@@ -123,7 +124,7 @@ class TaskEvaluation:
         want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
         k = min(want, len(pool))
         if retriever is None:  # else an instrument's own ranking (e.g. the LM's oracle order)
-            retriever = build_retriever(method, settings, task_name, pool, progress=progress)
+            retriever = build_retriever(method, settings, task_name, pool, progress=progress, model_dir=model)
         start = time.perf_counter()
         queries = [r["input"] for r in self.rows]
         from udr.retriever.search import DenseRetriever
@@ -247,6 +248,7 @@ def run_evaluate(
     split: Split = "test",
     progress: bool = True,
     limit: int | None = None,
+    model: Path | None = None,
 ) -> dict[str, dict]:
     """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's `split` (test;
     validation: the rows `udr prepare` set aside to choose settings on) for `tasks` (default
@@ -254,17 +256,24 @@ def run_evaluate(
     (`metrics/<method>/<task>.json`; validation: `metrics/validation/<method>/<task>.json`) and every
     prediction with its demonstration ids (`data/predictions/<method>/<task>.parquet`; validation:
     `data/predictions-validation/...`); returns {task: result}. With `limit`, a quick look: the split's
-    first `limit` rows, nothing written."""
+    first `limit` rows, nothing written; with `model`, that bi-encoder (epr, udr) instead of the
+    pipeline's, nothing written either."""
     from udr.evaluation.baselines import check_method
 
     check_method(method)  # before loading the LM
+    if model is not None:
+        if method not in ("epr", "udr"):
+            raise UdrError(f"--model goes with -m epr or -m udr (a trained bi-encoder), not {method}")
+        if not Path(model).is_dir():
+            raise UdrError(f"missing model {model}: give a trained udr bi-encoder directory")
     lm = LanguageModel.load(settings)
     if not tasks:
         tasks = settings.evaluation_tasks()
         if split == "validation":  # settings are chosen on the trained-on tasks: unseen ones stay unseen
             tasks = [t for t in tasks if t not in settings.evaluate.unseen_tasks]
     return {
-        name: evaluate_task(settings, lm, method, name, split=split, progress=progress, limit=limit) for name in tasks
+        name: evaluate_task(settings, lm, method, name, split=split, progress=progress, limit=limit, model=model)
+        for name in tasks
     }
 
 
@@ -278,15 +287,20 @@ def evaluate_task(
     progress: bool = True,
     retriever=None,
     limit: int | None = None,
+    model: Path | None = None,
 ) -> dict:
-    """One task of `udr evaluate` (with `retriever`, that ranking under the name `method`): writes its
-    result and predictions (not with `limit`: the first `limit` rows only, a quick look), returns the result."""
+    """One task of `udr evaluate` (with `retriever`, that ranking under the name `method`; with `model`,
+    that bi-encoder's): writes its result and predictions (not with `limit`, the first `limit` rows only, a
+    quick look, nor with `model`), returns the result. A learned method's result names its model's
+    fingerprint (`model`), so a model card finds the results of its own model."""
     from udr.util.files import write_json_atomic
     from udr.util.progress import progress_bar
 
     cfg = settings.evaluate
     start = time.perf_counter()
-    ev = TaskEvaluation(settings, lm, method, name, split=split, progress=progress, retriever=retriever, limit=limit)
+    ev = TaskEvaluation(
+        settings, lm, method, name, split=split, progress=progress, retriever=retriever, limit=limit, model=model
+    )
     with progress_bar(progress) as bar:
         main_demos = None if ev.generation else cfg.max_demos
         result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}")
@@ -309,7 +323,12 @@ def evaluate_task(
         result["shots"] = shots
     if cfg.lm:
         result["lm"] = cfg.lm
-    if limit is None:
+    if retriever is None and method in ("epr", "udr"):
+        from udr.evaluation.baselines import METHOD_MODELS
+        from udr.retriever.index import model_fingerprint
+
+        result["model"] = model_fingerprint(model or METHOD_MODELS[method].path(settings.paths))
+    if limit is None and model is None:
         _write_predictions(settings.paths.predictions(method, name, split), ev, prompts, texts)
         write_json_atomic(settings.paths.method_metrics(method, name, split), result)
     return result

@@ -124,6 +124,19 @@ def shots_table(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict
     return out
 
 
+# Metrics that are a share of examples (percent), for which a point's interval follows from its n alone.
+PROPORTION_METRICS = ("accuracy", "exact_match")
+
+
+def wilson_interval(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of a proportion `p` observed on `n` examples."""
+    if n <= 0:
+        return (0.0, 1.0)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
 def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out_dir: Path) -> None:
     """metrics/plots/shots.png and metrics/plots/shots/<task>.csv (demos, one column per method)."""
     import matplotlib
@@ -141,15 +154,20 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
         csv = ["demos," + ",".join(methods)]
         csv += [f"{n}," + ",".join(f"{by_method[m].get(n, float('nan')):.4f}" for m in methods) for n in counts]
         write_text_atomic(out_dir / "shots" / f"{task}.csv", "\n".join(csv) + "\n")
+        r = next(iter(results.values()))[task]
+        proportion = r["graded"]["name"] in PROPORTION_METRICS
         for m in methods:
             xs = sorted(by_method[m])
-            ax.plot(xs, [by_method[m][x] for x in xs], marker="o", label=m)
-        r = next(iter(results.values()))[task]
+            ys = [by_method[m][x] for x in xs]
+            line = ax.plot(xs, ys, marker="o", label=m)[0]
+            if proportion:  # a 95% interval per point: the test set is small
+                low, high = zip(*(wilson_interval(y / 100, r["n"]) for y in ys))
+                ax.fill_between(xs, [100 * v for v in low], [100 * v for v in high], color=line.get_color(), alpha=0.12)
         ax.set_xscale("log", base=2)
         ax.set_xticks(counts, [str(c) for c in counts])
-        ax.set_xlabel("demonstrations (at most; generation is also capped by the context)")
+        ax.set_xlabel("demonstrations (at most; generation:\nalso capped by the context)")
         ax.set_ylabel(r["graded"]["name"])
-        ax.set_title(f"{task} (n={r['n']})")
+        ax.set_title(f"{task} (n={r['n']}" + (", bands: 95% Wilson intervals)" if proportion else ")"), fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()

@@ -33,6 +33,7 @@ import numpy as np
 
 from udr.errors import UdrError
 from udr.paths import round_label
+from udr.retriever.record import check_replace, training_record, write_record
 from udr.retriever.sampling import TaskSampler, sample_candidates, step_rng
 from udr.util.distributed import Distributed, resolve_device_type
 from udr.util.files import file_sha256, remove, write_atomic, write_text_atomic
@@ -142,19 +143,48 @@ def epr_settings(settings):
     return settings.model_copy(update={"train": train})
 
 
-def run_train_stage(settings, round_: int, *, epr: bool = False, progress: bool = True):
-    """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder) into the
-    round's model directory and training log; returns (summary or None off rank 0, output directory)."""
+def run_train_stage(
+    settings,
+    round_: int,
+    *,
+    epr: bool = False,
+    out: Path | None = None,
+    init: Path | None = None,
+    replace: bool = False,
+    progress: bool = True,
+):
+    """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder; `init`: from
+    that bi-encoder instead) into the round's model directory (`out`: a named model directory instead,
+    its log under metrics/train/<its name>) and training log; returns (summary or None off rank 0,
+    output directory). A model recorded from another params file is not replaced unless `replace`."""
     paths = settings.paths
     settings.train.check_round(round_)
     if epr and round_ != 0:
         raise UdrError("the EPR baseline trains on round 0's scores only: drop --round")
-    init = paths.base_model("encoder") if round_ == 0 else paths.round_model(round_ - 1)
+    from udr.retriever.encoder import SETTINGS_NAME
+
+    if init is None:
+        init = paths.base_model("encoder") if round_ == 0 else paths.round_model(round_ - 1)
+    elif not (Path(init) / SETTINGS_NAME).is_file():
+        raise UdrError(f"missing model {init}: --init takes a trained udr bi-encoder directory")
     if epr:
-        settings, out, log_dir = epr_settings(settings), paths.epr_model, paths.train_log("epr")
+        settings = epr_settings(settings)
+        default_out, log_name = paths.epr_model, "epr"
     else:
-        out, log_dir = paths.round_model(round_), paths.train_log(round_label(round_))
-    summary = run_train(settings, round_, init=init, out=out, log_dir=log_dir, progress=progress)
+        default_out, log_name = paths.round_model(round_), round_label(round_)
+    if out is not None:
+        log_name = Path(out).name
+    out = Path(out) if out is not None else default_out
+    check_replace(out, settings, replace)
+    summary = run_train(
+        settings,
+        round_,
+        init=Path(init),
+        out=out,
+        log_dir=paths.train_log(log_name),
+        progress=progress,
+        method="epr" if epr else "udr",
+    )
     return summary, out
 
 
@@ -167,6 +197,7 @@ def run_train(
     log_dir: Path,
     progress: bool = True,
     stop_after_steps: int | None = None,
+    method: str = "udr",
 ) -> TrainSummary | None:
     """Train one round from `init` (a base encoder directory, or a saved bi-encoder) into `out`.
 
@@ -229,7 +260,8 @@ def run_train(
         dp.close()
         return None
     summary = finish(trainer, out, round_, steps, data, sampler, start, dp.world, device_type)
-    live.finish(summary, f"training round {round_}")
+    write_record(out, training_record(settings, method=method, round_=round_, init=Path(init), summary=summary))
+    live.finish(summary, "training the EPR baseline" if method == "epr" else f"training round {round_}")
     remove(partial)
     dp.close()
     return summary

@@ -9,9 +9,11 @@
     own = Retriever.from_pool([{"input": "...", "target": "..."}, ...], instruction="Summarize the text: ")
     own.retrieve("some text", k=4)
 
-Pipeline tasks retrieve from their prepared train split under `root` (``data/prepared``), with
-the model's `udr index` embeddings when it has them and the on-disk cache (:mod:`udr.serving.pool_cache`)
-otherwise; own pools always go through the cache. `udr retrieve` is a thin shell over this class.
+Pipeline tasks retrieve from the pools the model folder carries (`udr index` puts a copy of each
+pool and its task declaration beside the index, so the folder serves from anywhere), else from their
+prepared train split in the project at `root` (``data/prepared``), with the model's index embeddings
+when it has them and the on-disk cache (:mod:`udr.serving.pool_cache`) otherwise; own pools always go
+through the cache. `udr retrieve` is a thin shell over this class.
 """
 
 from __future__ import annotations
@@ -49,12 +51,14 @@ class Retriever:
         model_dir: Path,
         *,
         root: Path | str = ".",
+        params: Path | str | None = None,
         cache_dir: Path | None = None,
         batch_size: int = 64,
         progress: bool = False,
         search: str = "exact",
     ):
         self.encoder = encoder
+        self.params = None if params is None else Path(params)
         self.search = check_search(search, encoder.device.type)
         self.model_dir = Path(model_dir)
         self.root = Path(root)
@@ -74,13 +78,15 @@ class Retriever:
         path: Path | str | None = None,
         *,
         root: Path | str = ".",
+        params: Path | str | None = None,
         device: str = "auto",
         cache_dir: Path | None = None,
         batch_size: int = 64,
         progress: bool = False,
         search: str = "exact",
     ) -> Retriever:
-        """The bi-encoder saved at `path` (default: the pipeline's final model under `root`): a udr model
+        """The bi-encoder saved at `path` (default: the pipeline's final model under `root`, which is the
+        directory of `params` when that is given: the project's params file, default root/params.yaml): a udr model
         directory, a `udr export` of one (a sentence-transformers directory), or the hub id of such an
         export (`org/name`, for users who are online). search: "exact" (every demonstration scored), or
         "approximate" (CPU: a faiss IVF index whose recall@8 against exact search is calibrated to 0.99 on
@@ -89,6 +95,10 @@ class Retriever:
 
         from udr.serving.query_encoder import ServingEncoder
 
+        if params is not None:
+            if not Path(params).is_file():
+                raise UdrError(f"params file not found: {params}")
+            root = Path(params).parent
         model_dir = Path(path) if path is not None else Paths(Path(root)).final_model
         if path is not None and not model_dir.exists() and _looks_like_hub_id(str(path)):
             model_dir = _download(str(path))
@@ -99,7 +109,14 @@ class Retriever:
             )
         encoder = ServingEncoder(model_dir, torch.device(_device(device)))
         return cls(
-            encoder, model_dir, root=root, cache_dir=cache_dir, batch_size=batch_size, progress=progress, search=search
+            encoder,
+            model_dir,
+            root=root,
+            params=params,
+            cache_dir=cache_dir,
+            batch_size=batch_size,
+            progress=progress,
+            search=search,
         )
 
     @classmethod
@@ -220,17 +237,32 @@ class Retriever:
 
     @cached_property
     def project(self):
-        """The settings of the project at `root` (its params.yaml, read once), or None without one."""
+        """The settings of the project at `root` (its params file, read once), or None without one."""
         from udr.serving.pools import project_settings
 
-        return project_settings(self.root)
+        return project_settings(self.root, self.params)
+
+    @cached_property
+    def model_tasks(self) -> dict:
+        """{name: Task}: the tasks whose pools the model folder carries, as they were declared then."""
+        from udr.serving.pools import model_tasks
+
+        return model_tasks(self.model_dir)
+
+    @cached_property
+    def model_pools(self) -> list[str]:
+        """The tasks whose pools the model folder carries (`udr index`)."""
+        from udr.serving.pools import model_pool_tasks
+
+        return model_pool_tasks(self.model_dir)
 
     @property
     def registry(self) -> dict:
-        """{name: Task}: the built-in tasks and those the project at `root` declares."""
+        """{name: Task}: the model folder's tasks, the built-in ones and those the project at `root`
+        declares (the project's win on a name both have)."""
         from udr.data.tasks import builtin_tasks
 
-        return builtin_tasks() if self.project is None else self.project.registry
+        return {**self.model_tasks, **(builtin_tasks() if self.project is None else self.project.registry)}
 
     @property
     def fingerprint(self) -> str:
@@ -242,24 +274,34 @@ class Retriever:
         return self._fingerprint
 
     def tasks(self) -> list[str]:
-        """The tasks this retriever can serve now: own pools and the prepared pipeline tasks."""
-        return sorted(set(self._pools) | set(Paths(self.root).prepared_tasks()))
+        """The tasks this retriever can serve now: own pools, the model folder's and the prepared pipeline tasks."""
+        return sorted(set(self._pools) | set(self._pipeline_tasks()))
+
+    def _pipeline_tasks(self) -> list[str]:
+        return sorted(set(self.model_pools) | set(Paths(self.root).prepared_tasks()))
 
     def resolve_task(self, task: str | None) -> str:
-        """The pool `task` names, loading a pipeline pool on first use. None: the only own pool or,
-        with no own pool, the only prepared task; where several are possible it is an error (a pool
-        loaded for an earlier query does not make the choice)."""
+        """The pool `task` names, loading a pipeline pool on first use: the model folder's, else the
+        project's prepared one. None: the only own pool or, with no own pool, the only pipeline task;
+        where several are possible it is an error (a pool loaded for an earlier query does not make the
+        choice)."""
         if task is None:
-            possible = self._own or Paths(self.root).prepared_tasks()
+            possible = self._own or self._pipeline_tasks()
             if len(possible) == 1:
                 return self.resolve_task(possible[0])
             raise UdrError(
                 f"no task given: name the task to retrieve for (known here: {', '.join(self.tasks()) or 'none'})"
             )
         if task not in self._pools:
-            from udr.serving.pools import prepared_pool
+            from udr.serving.pools import model_pool, prepared_pool
 
-            self._pools[task] = prepared_pool(self.root, task, self.project)
+            if task in self.model_pools:  # the project is not read: a broken declaration elsewhere cannot stop it
+                from udr.data.tasks import get_task
+
+                spec = self.model_tasks.get(task) or get_task(task)
+                self._pools[task] = model_pool(self.model_dir, spec)
+            else:
+                self._pools[task] = prepared_pool(self.root, task, self.project)
         return task
 
     def _searcher(self, name: str):

@@ -1,6 +1,7 @@
-"""The model card of a `udr export`, written from the run's own files: params.yaml (models, training),
-the prepared data's meta.json (tasks, sources, counts) and metrics/results.md (results with their n and
-bootstrap intervals)."""
+"""The model card of a `udr export`, written from the model's own files: its record (udr_record.json: the
+models, tasks, feedback sizes and training of every round behind it), the pools and task declarations
+`udr index` put beside it, and the project's results of this very model (metrics/, matched by the model's
+fingerprint; metrics/results.md with its n and bootstrap intervals where every UDR result is this model's)."""
 
 from __future__ import annotations
 
@@ -57,50 +58,151 @@ def _yaml_front_matter(base: str) -> str:
     return "\n".join([*lines, "---", ""])
 
 
-def _task_rows(settings) -> list[str]:
+def _base_encoder(record: dict) -> str:
+    """The base encoder the first training run started from."""
+    while isinstance(record.get("init"), dict) and "base" not in record["init"]:
+        record = record["init"]
+    return str(record.get("init", {}).get("base", record["models"]["encoder"]))
+
+
+def _pool_rows(settings, model_dir: Path, name: str) -> str:
+    """The rows of a task's pool: the copy the model folder carries, else the project's prepared split."""
+    from udr.paths import Paths
+
+    carried = Paths.model_pool(model_dir, name)
+    if carried.is_file():
+        import polars as pl
+
+        return str(pl.scan_parquet(carried).select(pl.len()).collect().item())
+    meta_path = settings.paths.prepared_dir(name) / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return str(meta.get("counts", {}).get("train", {}).get("kept", "?"))
+
+
+def card_tasks(settings, model_dir: Path) -> dict:
+    """{name: Task} the card and the export's prompts describe: the tasks whose pools the model folder
+    carries (`udr index`), else the project's."""
+    from udr.serving.pools import model_tasks
+
+    return model_tasks(model_dir) or {n: settings.task(n) for n in settings.prepared_task_names()}
+
+
+def _task_rows(settings, model_dir: Path, tasks: dict, record: dict | None) -> list[str]:
+    from udr.retriever.record import trained_tasks
+
+    trained = trained_tasks(record) if record else {}
     rows = [
-        "| task | role | kind | instruction | template | pool (train rows) | test rows | source |",
-        "| --- | --- | --- | --- | --- | ---: | ---: | --- |",
+        "| task | role | kind | instruction | template | pool (rows) | source |",
+        "| --- | --- | --- | --- | --- | ---: | --- |",
     ]
-    unseen = set(settings.unseen_task_names())
-    for name in settings.prepared_task_names():
-        task = settings.task(name)
-        meta_path = settings.paths.prepared_dir(name) / "meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-        counts = meta.get("counts", {})
-        role = "unseen (evaluated only)" if name in unseen else "trained on"
+    for name, task in tasks.items():
+        if record is None:
+            role = "in the project (training not recorded)"
+        elif name in trained:
+            role = f"trained on ({trained[name]} scored queries)"
+        else:
+            role = "served, never trained on"
         template = task.template.replace("\t", "\\t")
         rows.append(
             f"| {name} | {role} | {task.kind} | `{task.instruction}` | `{template}` | "
-            f"{counts.get('train', {}).get('kept', '?')} | {counts.get('test', {}).get('kept', '?')} | "
-            f"{meta.get('source', task.source.describe())} |"
+            f"{_pool_rows(settings, model_dir, name)} | {task.source.describe()} |"
         )
     return rows
 
 
-def _examples(settings, task: str) -> list[tuple[str, str]]:
-    """Two (input, target) rows of a task's prepared pool, for the usage snippets."""
-    from udr.data.prepare import read_prepared
+def _examples(settings, model_dir: Path, task: str) -> list[tuple[str, str]]:
+    """Two (input, target) rows of a task's pool, for the usage snippets."""
+    import polars as pl
 
-    if not settings.paths.prepared(task, "train").is_file():
-        return [("a query", "an answer"), ("a demonstration", "its answer")]
-    rows = read_prepared(settings.root, task, "train").head(2).to_dicts()
-    return [(r["input"], r["target"]) for r in rows] * (2 if len(rows) == 1 else 1)
+    from udr.paths import Paths
+
+    for path in (Paths.model_pool(model_dir, task), settings.paths.prepared(task, "train")):
+        if path.is_file():
+            rows = pl.read_parquet(path, columns=["input", "target"]).head(2).to_dicts()
+            return [(r["input"], r["target"]) for r in rows] * (2 if len(rows) == 1 else 1)
+    return [("a query", "an answer"), ("a demonstration", "its answer")]
+
+
+def _model_lines(record: dict | None, encoder) -> list[str]:
+    from udr.retriever.record import rounds, trained_tasks
+
+    head = f"({encoder.pooling} pooling, {encoder.similarity} similarity); " + (
+        "one encoder for queries and demonstrations."
+        if encoder.shared
+        else "two copies, one for queries (E_q) and one for demonstrations (E_d), as a sentence-transformers `Router`."
+    )
+    if record is None:
+        return [
+            f"- **Base encoder**: `{encoder.base or 'not recorded'}` {head}",
+            "- **Training**: not recorded in the model folder (no udr_record.json: a model made by an older udr "
+            "or by hand), so the tasks below are those of the project it was exported from.",
+        ]
+    queries = ", ".join(f"{t} {n}" for t, n in trained_tasks(record).items())
+    lines = [
+        f"- **Base encoder**: `{_base_encoder(record)}` {head}",
+        f"- **Feedback LM**: `{record['models']['lm']}` scored {record['candidates']['k']} candidates per train "
+        f"query; scored queries per task: {queries}.",
+    ]
+    for run in rounds(record):
+        t = run["train"]
+        what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
+        lines.append(
+            f"- **Training, {what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
+            f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` "
+            f"(lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query, batch "
+            f"{t['batch_size']}, lr {t['lr']}, seed {run['seed']}."
+        )
+    return lines
+
+
+def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
+    """The evaluations the project holds of this very model (their results name its fingerprint): the
+    whole results.md where every UDR result is this model's, else a table of its own results."""
+    from udr.retriever.index import model_fingerprint
+
+    fingerprint = model_fingerprint(model_dir)
+    own, udr_all = [], True
+    for method in ("udr", "epr"):
+        for name in tasks:
+            path = settings.paths.method_metrics(method, name)
+            result = json.loads(path.read_text()) if path.is_file() else {}
+            mine = result.get("model") == fingerprint
+            if method == "udr":
+                udr_all &= mine
+            if mine:
+                own.append((name, method, result))
+    results = settings.paths.results
+    if own and udr_all and results.is_file():
+        text = results.read_text().replace("# In-context learning results", "").replace("# Unseen tasks", "### Unseen")
+        return [text.replace("\n## ", "\n### ").strip(), ""]
+    if own:
+        rows = ["| task | evaluated as | metric | n | score |", "| --- | --- | --- | ---: | ---: |"]
+        for name, method, r in own:
+            rows.append(f"| {name} | {method} | {r['metric']} | {r['n']} | {r['score']:.1f} |")
+        return [*rows, ""]
+    return [
+        "No evaluation of this model was found in the project it was exported from (no result in metrics/ names "
+        "its fingerprint): evaluate it with `udr evaluate -m udr --model DIR`.",
+        "",
+    ]
 
 
 def model_card(settings, model_dir: Path, where: str) -> str:
-    """The README.md of an export of the bi-encoder at `model_dir`, for the project of `settings`;
-    `where` is how its usage snippets name the export (a path or a hub id)."""
+    """The README.md of an export of the bi-encoder at `model_dir`, written from the model's own record
+    (what it was trained on and how), the pools it carries and the project's evaluations of this very
+    model; `where` is how its usage snippets name the export (a path or a hub id)."""
     from udr.retriever.encoder import BiEncoder
+    from udr.retriever.record import read_record
 
     encoder = BiEncoder.load_settings(model_dir)
-    train = settings.train
-    first = settings.prepared_task_names()[0]
-    first_task = settings.task(first)
-    example = _examples(settings, first)
-    results = settings.paths.results
+    record = read_record(model_dir)
+    tasks = card_tasks(settings, model_dir)
+    first = next(iter(tasks))
+    first_task = tasks[first]
+    example = _examples(settings, model_dir, first)
+    lm = record["models"]["lm"] if record else "the project's LM"
     lines = [
-        _yaml_front_matter(settings.models.encoder),
+        _yaml_front_matter(_base_encoder(record) if record else encoder.base),
         "# UDR demonstration retriever",
         "",
         "A Unified Demonstration Retriever ([Li et al., 2023](https://arxiv.org/abs/2305.04320)) trained with "
@@ -110,15 +212,7 @@ def model_card(settings, model_dir: Path, where: str) -> str:
         "",
         "## Model",
         "",
-        f"- **Base encoder**: `{settings.models.encoder}` ({encoder.pooling} pooling, {encoder.similarity} "
-        "similarity); two copies, one for queries (E_q) and one for demonstrations (E_d), as a "
-        "sentence-transformers `Router`.",
-        f"- **Feedback LM**: `{settings.models.lm}` scored {settings.candidates.k} BM25 candidates for "
-        f"{settings.score.queries_per_task} train queries per task.",
-        f"- **Training**: rounds {', '.join(f'round{r}' for r in train.rounds)}; loss `{train.loss}` "
-        f"(lambda {train.loss_lambda}), {train.candidates_per_query} candidates per query, batch "
-        f"{train.batch_size}, lr {train.lr}, {train.epochs_first} epochs (later rounds {train.epochs_later}), "
-        f"seed {settings.seed}.",
+        *_model_lines(record, encoder),
         f"- **Inputs**: queries up to {encoder.max_query_length} tokens, demonstrations up to "
         f"{encoder.max_demo_length}. A demonstration is rendered with its task's template and read after "
         "the task instruction"
@@ -130,27 +224,20 @@ def model_card(settings, model_dir: Path, where: str) -> str:
         "",
         "## Tasks and data",
         "",
-        *_task_rows(settings),
+        *_task_rows(settings, model_dir, tasks, record),
         "",
         "## Results",
         "",
-    ]
-    if results.is_file():
-        text = results.read_text().replace("# In-context learning results", "").replace("# Unseen tasks", "### Unseen")
-        lines += [text.replace("\n## ", "\n### ").strip(), ""]
-    else:
-        lines += ["No evaluation was found beside the model (metrics/results.md): run `dvc repro`.", ""]
-    lines += [
+        *_results(settings, model_dir, tasks),
         "## Limitations",
         "",
         "- Small test sets: read differences through the paired bootstrap intervals above, not the point "
         "estimates; a difference is real only where its interval excludes 0.",
-        f"- The feedback came from one small LM (`{settings.models.lm}`); what it rewards (often a "
+        f"- The feedback came from one small LM (`{lm}`); what it rewards (often a "
         "demonstration sharing the query's label) may not carry over to other LMs.",
         "- Retrieval is within one task's pool; give each task's demonstrations with that task's "
         "instruction (prompt) and template, as above.",
-        "- Trained on the tasks above only; other tasks are out of its training distribution (see the "
-        "unseen tasks, where there are any).",
+        "- Trained on the tasks marked above only; other tasks are out of its training distribution.",
         "",
         "## Usage",
         "",

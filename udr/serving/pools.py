@@ -1,7 +1,8 @@
 """Demonstration pools: the rows a retriever can return for a task, and the texts E_d reads for them.
 
-A pool is either a pipeline task's prepared train split (``data/prepared/<task>/train.parquet``)
-or a user's own records, for tasks UDR never saw in training. Own records follow the row shapes
+A pool is either a pipeline task's prepared train split (``data/prepared/<task>/train.parquet``, or
+the copy of it that `udr index` puts in the model folder, ``pools/<task>.parquet``) or a user's own
+records, for tasks UDR never saw in training. Own records follow the row shapes
 of the task registry (:mod:`udr.data.tasks`): with a registered task named, that task's shape (sst2:
 ``{"text", "label"}``); without one, the generation shape ``{"input": ..., "target": ...}``.
 Pool ids are the prepared ids for pipeline pools and 0-based line (or list) positions for own
@@ -50,12 +51,54 @@ class Pool:
         return {int(pid): row for row, pid in enumerate(self.ids)}
 
 
-def project_settings(root: Path):
-    """The settings of the project at `root` (its params.yaml), or None where it has none."""
+def project_settings(root: Path, params: Path | None = None):
+    """The settings of the project at `root` (its params file: `params`, default root/params.yaml), or
+    None where it has none."""
     from udr.config import load_settings
 
-    params = Path(root) / "params.yaml"
+    params = Path(params) if params is not None else Path(root) / "params.yaml"
     return load_settings(params) if params.is_file() else None
+
+
+def model_tasks(model_dir: Path) -> dict[str, Task]:
+    """The tasks whose pools a model folder carries, as declared when `udr index` wrote them ({} if none)."""
+    import json
+
+    from udr.data.declarations import parse_declarations
+
+    path = Paths.model_tasks(model_dir)
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UdrError(f"unreadable task declarations {path}: {exc}; run `udr index` again") from None
+    return parse_declarations(raw, Path(model_dir), str(path))
+
+
+def model_pool_tasks(model_dir: Path) -> list[str]:
+    """The tasks whose pools a model folder carries."""
+    folder = Paths.model_pool(model_dir, "x").parent
+    return sorted(p.stem for p in folder.glob("*.parquet")) if folder.is_dir() else []
+
+
+def model_pool(model_dir: Path, task: Task) -> Pool:
+    """The pool of `task` that a model folder carries (`udr index` wrote it beside the index)."""
+    import polars as pl
+
+    path = Paths.model_pool(model_dir, task.name)
+    try:
+        frame = pl.read_parquet(path, columns=["id", "input", "target"])
+    except Exception as exc:  # a missing column, a truncated file: all one line
+        raise UdrError(f"unreadable pool {path} ({exc.__class__.__name__}); run `udr index` again") from None
+    return Pool(
+        task,
+        np.asarray(frame["id"].to_list(), dtype=np.int64),
+        tuple(frame["input"].to_list()),
+        tuple(frame["target"].to_list()),
+        str(path),
+        prepared=True,
+    )
 
 
 _READ = object()  # prepared_pool's settings not given: read them
@@ -72,8 +115,14 @@ def prepared_pool(root: Path, task_name: str, settings=_READ) -> Pool:
     task = get_task(task_name, None if settings is None else settings.registry)
     path = Paths(Path(root)).prepared(task_name, "train")
     if not path.is_file():
+        if settings is None:
+            raise UdrError(
+                f"task '{task_name}' has no pool here: the model has none for it and {Path(root).resolve()} is "
+                "not a udr project (no params.yaml); run from the project, pass -p its params.yaml, "
+                "or give your own demonstrations with --pool"
+            )
         step = f"run `udr prepare -t {task_name}`"
-        if settings is None or task_name not in settings.prepared_task_names():  # prepare reads params' tasks
+        if task_name not in settings.prepared_task_names():  # prepare reads params' tasks
             step = f"add `{task_name}: {{}}` under prepare.tasks in params.yaml, then {step}"
         raise UdrError(
             f"task '{task_name}' has no prepared pool at {path}: {step} in the project, "

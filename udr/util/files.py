@@ -177,3 +177,11 @@ def building_dir(dest: Path) -> Iterator[Path]:
     with staging_dir(dest, "tmp") as tmp:
         yield tmp
         replace_dir(tmp, dest)
+
+
+def shown_path(path: Path, base: Path) -> str:
+    """`path` relative to `base` (e.g. the project) where it lies inside it, else as it is."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(base).resolve()))
+    except ValueError:
+        return str(path)

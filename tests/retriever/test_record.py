@@ -1,0 +1,98 @@
+"""udr.retriever.record and named runs: every trained model carries its record, `--out` / `--init` train a
+model of one's own, a run from another params file never replaces the pipeline's models unasked, and the
+model card of an export is written from the model's record (udr.serving.model_card)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+
+@pytest.fixture
+def project(looped, tmp_path):
+    """A private copy of the looped project, with a second params file training on break only."""
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["train"]["tasks"] = ["break"]
+    params["train"]["later_rounds"] = {}
+    (root / "params-news.yaml").write_text(yaml.safe_dump(params))
+    return root
+
+
+def _record(model_dir):
+    return json.loads((model_dir / "udr_record.json").read_text())
+
+
+def test_every_trained_model_records_what_it_learned_from(looped):
+    from udr.retriever.record import rounds, trained_tasks
+
+    r0, r1, final = (_record(looped / p) for p in ("models/rounds/round0", "models/rounds/round1", "models/final"))
+    assert r0["method"] == "udr" and r0["round"] == 0 and r0["params_file"] == "params.yaml"
+    assert r0["tasks"] == {"sst2": 8, "break": 8} and r0["init"] == {"base": r0["models"]["encoder"]}
+    assert r0["score"]["queries_per_task"] == 8 and r0["candidates"]["k"] == 5 and r0["steps"] > 0
+    assert r1["round"] == 1 and r1["init"] == r0  # a later round keeps the record of the one it continued
+    assert [r["round"] for r in rounds(final)] == [0, 1] and trained_tasks(final) == {"sst2": 8, "break": 8}
+    assert final["index"] == {"pools": {"sst2": 24, "break": 24}}
+
+
+def test_another_params_file_cannot_replace_the_pipelines_models(project, run_cli):
+    before = (project / "models/final/query/model.safetensors").read_bytes()
+    for args in (["train", "-r", "0", "-p", "params-news.yaml"], ["index", "-p", "params-news.yaml"]):
+        code, _, err = run_cli(args, project)
+        assert code == 1 and "made from params.yaml, and this run reads params-news.yaml" in err, err
+        assert "--out DIR" in err and len(err.strip().splitlines()) == 1
+    assert (project / "models/final/query/model.safetensors").read_bytes() == before
+    assert _record(project / "models/rounds/round0")["params_file"] == "params.yaml"
+
+
+def test_a_named_run_trains_indexes_and_evaluates_beside_the_default(project, run_cli):
+    final = project / "models/final"
+    before = {p: p.read_bytes() for p in final.rglob("*") if p.is_file()}
+    code, _, err = run_cli(["train", "-r", "0", "-p", "params-news.yaml", "--out", "models/news"], project)
+    assert code == 0, err
+    news = project / "models/news"
+    record = _record(news)
+    assert record["tasks"] == {"break": 8} and record["params_file"] == "params-news.yaml"
+    assert (project / "metrics/train/news/summary.json").is_file()
+    code, _, err = run_cli(["index", "-p", "params-news.yaml", "--model", "models/news", "-t", "break"], project)
+    assert code == 1 and "run `udr index` (every task) first" in err
+    code, out, err = run_cli(["index", "-p", "params-news.yaml", "--model", "models/news"], project)
+    assert code == 0, err
+    assert (news / "index/break.npy").is_file() and _record(news)["index"]["pools"] == {"sst2": 24, "break": 24}
+    code, _, err = run_cli(["evaluate", "-m", "udr", "-t", "break", "--model", "models/news", "--limit", "2"], project)
+    assert code == 0 and "over 2 test examples" in err, err
+    assert {p: p.read_bytes() for p in final.rglob("*") if p.is_file()} == before  # the default model untouched
+
+
+def test_init_continues_a_trained_model(project, run_cli):
+    code, _, err = run_cli(
+        ["train", "-r", "0", "-p", "params-news.yaml", "--out", "models/more", "--init", "models/final"], project
+    )
+    assert code == 0, err
+    record = _record(project / "models/more")
+    assert record["init"]["round"] == 1 and record["init"]["index"]["pools"]["sst2"] == 24
+    code, _, err = run_cli(["train", "-r", "0", "--out", "models/x", "--init", "models/base/encoder"], project)
+    assert code == 1 and "--init takes a trained udr bi-encoder directory" in err
+
+
+def test_replace_overwrites_when_asked(project, run_cli):
+    code, _, err = run_cli(["train", "-r", "0", "-p", "params-news.yaml", "--replace"], project)
+    assert code == 0, err
+    assert _record(project / "models/rounds/round0")["params_file"] == "params-news.yaml"
+
+
+def test_the_card_describes_the_exported_model_not_the_project(project, run_cli, tmp_path):
+    pytest.importorskip("sentence_transformers", reason="the sentence-transformers extra is not installed")
+    code, _, err = run_cli(["train", "-r", "0", "-p", "params-news.yaml", "--out", "models/news"], project)
+    assert code == 0, err
+    code, _, err = run_cli(["export", str(tmp_path / "news-st"), "--model", "models/news"], project)
+    assert code == 0, err
+    card = (tmp_path / "news-st/README.md").read_text()
+    assert "| break | trained on (8 scored queries) | generation |" in card
+    assert "| sst2 | served, never trained on | classification |" in card  # the project's task, not trained on
+    assert "No evaluation of this model was found" in card
+    assert "from `params-news.yaml`" in card

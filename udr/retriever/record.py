@@ -1,0 +1,95 @@
+"""A trained model's record: what it was trained on and how, kept in the model folder beside its weights.
+
+``udr_record.json`` holds the method (udr or epr), the round, the params file and project it came from,
+the models, candidate, scoring, encoder and training settings, the scored queries per training task, the
+steps and losses, and where training started (the base encoder, or the record of the model it
+continued). `udr index` adds the pools it indexed. The model card of `udr export` is written from it,
+and a run from another params file refuses to replace a recorded model unless told to (:func:`check_replace`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from udr.errors import UdrError
+from udr.util.files import shown_path, write_json_atomic
+
+RECORD_FILE = "udr_record.json"
+
+
+def record_path(model_dir: Path) -> Path:
+    return Path(model_dir) / RECORD_FILE
+
+
+def read_record(model_dir: Path) -> dict | None:
+    """The record of the model at `model_dir`, or None where it has none (a base encoder, an older model)."""
+    path = record_path(model_dir)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UdrError(f"unreadable model record {path}: {exc}") from None
+    if not isinstance(record, dict):
+        raise UdrError(f"unreadable model record {path}: expected a JSON object")
+    return record
+
+
+def write_record(model_dir: Path, record: dict) -> None:
+    write_json_atomic(record_path(model_dir), record)
+
+
+def training_record(settings, *, method: str, round_: int, init: Path, summary) -> dict:
+    """The record of a model `run_train` just trained from `init` (its TrainSummary: `summary`)."""
+    previous = read_record(init)
+    return {
+        "method": method,
+        "round": round_,
+        "params_file": settings.params_file,
+        "project": str(Path(settings.root).resolve()),
+        "seed": settings.seed,
+        "models": settings.models.model_dump(mode="json"),
+        "candidates": settings.candidates.model_dump(mode="json"),
+        "score": settings.score.model_dump(mode="json", exclude={"batch_tokens", "shard_pairs", "device"}),
+        "encoder": settings.encoder.model_dump(mode="json"),
+        "train": settings.train.model_dump(mode="json", exclude={"checkpoint_steps", "device"}),
+        "tasks": dict(summary.queries),
+        "steps": summary.steps,
+        "loss": {"start": summary.loss_start, "end": summary.loss_end},
+        "init": previous if previous is not None else {"base": str(settings.models.encoder)},
+    }
+
+
+def check_replace(out: Path, settings, replace: bool, option: str = "--out") -> None:
+    """A one-line error, before any work, where `out` holds a model recorded from another params file than
+    `settings`' (a run the user did not ask to replace it), unless `replace`."""
+    if replace or not Path(out).is_dir():
+        return
+    record = read_record(out)
+    if record is None or record.get("params_file", settings.params_file) == settings.params_file:
+        return
+    raise UdrError(
+        f"{shown_path(out, settings.root)} holds a model made from {record['params_file']}, "
+        f"and this run reads {settings.params_file}: "
+        f"give {option} DIR for a model of its own, or --replace to overwrite it"
+    )
+
+
+def trained_tasks(record: dict) -> dict[str, int]:
+    """{task: scored queries} of every training round the record holds, the latest round's counts first."""
+    out: dict[str, int] = {}
+    while isinstance(record, dict) and "tasks" in record:
+        for task, n in record["tasks"].items():
+            out.setdefault(task, n)
+        record = record.get("init")
+    return out
+
+
+def rounds(record: dict) -> list[dict]:
+    """The training runs behind a model, first to last (each a record without its `init`)."""
+    out = []
+    while isinstance(record, dict) and "method" in record:
+        out.append({k: v for k, v in record.items() if k != "init"})
+        record = record.get("init")
+    return out[::-1]

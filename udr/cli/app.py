@@ -68,6 +68,13 @@ def console():
     return Console(stderr=True)
 
 
+def console_out():
+    """The console for results (stdout), wrapping long lines at the terminal's width."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
 def interactive() -> bool:
     """Progress bars only when a person watches (stderr is a terminal)."""
     return sys.stderr.isatty()

@@ -18,6 +18,7 @@ from udr.cli.app import (
     TaskOpt,
     app,
     console,
+    console_out,
     interactive,
     load,
     selected_tasks,
@@ -272,6 +273,52 @@ def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
     settings = load(params, set_)
     run_report(settings)
     print(settings.paths.results.read_text(), end="")
+
+
+@app.command("show")
+def show_cmd(
+    method: Annotated[str, typer.Option("--method", "-m", help="random, bm25, sbert, epr or udr.")],
+    task: Annotated[str, typer.Option("--task", "-t", help="The task whose examples to show.")],
+    n: Annotated[int, typer.Option("-n", help="How many examples (the first ones).")] = 3,
+    wrong: Annotated[bool, typer.Option("--wrong", help="Only examples the LM got wrong.")] = False,
+    split: Annotated[str, typer.Option("--split", help="test, or validation.")] = "test",
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines (one per example).")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """An evaluation's examples: each input, the demonstrations in its prompt, the gold answer and the prediction."""
+    from udr.evaluation.baselines import check_method
+    from udr.evaluation.show import read_examples, select_examples
+
+    check_method(method)
+    if split not in ("test", "validation"):
+        raise UdrError(f"bad split {split!r}: expected test or validation")
+    settings = load(params, set_)
+    examples = read_examples(settings, method, task, split)
+    shown = select_examples(examples, n, wrong=wrong)
+    if as_json:
+        import json
+
+        for e in shown:
+            print(json.dumps(e.to_dict(), ensure_ascii=False))
+        return
+    from rich.markup import escape
+
+    out = console_out()
+    right = sum(e.correct for e in examples)
+    out.print(
+        f"[bold]{method} on {task}[/] ({split}): {len(shown)} of {len(examples)} examples"
+        f"{' the LM got wrong' if wrong else ''}; {right} of {len(examples)} predictions equal the gold answer. "
+        f"Demonstrations in prompt order ({settings.evaluate.order})."
+    )
+    for e in shown:
+        mark = "[green]right[/]" if e.correct else "[red]wrong[/]"
+        out.print(f"\n[bold]example {e.id}[/] ({mark})")
+        for i, (pid, x, y) in enumerate(e.demonstrations, 1):
+            out.print(f"  {i:>2}. [dim]pool {pid}[/]  {escape(x)}  ->  {escape(y)}")
+        out.print(f"  [bold]input[/]       {escape(e.input)}")
+        out.print(f"  [bold]gold[/]        {escape(e.gold)}")
+        out.print(f"  [bold]prediction[/]  {escape(e.prediction)}")
 
 
 @app.command("rounds")

@@ -227,15 +227,24 @@ def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]
 
     from udr.util.files import write_parquet_atomic
 
+    # The texts too (the input, each demonstration's input and output in prompt order): `udr show` reads
+    # the file alone, on a clone that has the predictions but not the prepared data.
     frame = pl.DataFrame(
         {
             "id": [int(r["id"]) for r in ev.rows],
+            "input": [r["input"] for r in ev.rows],
             "prediction": texts,
             "gold": [r["target"] for r in ev.rows],
             "demo_ids": [list(p.demo_ids) for p in prompts],
+            "demo_inputs": [[ev.pool[i][0] for i in p.demo_ids] for p in prompts],
+            "demo_outputs": [[ev.pool[i][1] for i in p.demo_ids] for p in prompts],
             "prompt_tokens": [len(p.token_ids) for p in prompts],
         },
-        schema_overrides={"demo_ids": pl.List(pl.Int64)},
+        schema_overrides={
+            "demo_ids": pl.List(pl.Int64),
+            "demo_inputs": pl.List(pl.String),
+            "demo_outputs": pl.List(pl.String),
+        },
     )
     write_parquet_atomic(frame, path)
 

@@ -2,6 +2,8 @@
 :mod:`udr.cli.serve` `udr retrieve`, :mod:`udr.cli.exp` `udr exp`; :mod:`udr.cli.app` the app itself."""
 
 from udr.cli import exp, pipeline, serve  # noqa: F401  (each registers its commands on the app)
-from udr.cli.app import app, main
+from udr.cli.app import app, main, unwrap_help
+
+unwrap_help(app)
 
 __all__ = ["app", "main"]

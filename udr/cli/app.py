@@ -61,6 +61,25 @@ RoundOpt = Annotated[
 ]
 
 
+def unwrapped(text: str) -> str:
+    """`text` with the line breaks inside its paragraphs joined (a docstring's wrapping is not the terminal's)."""
+    paragraphs = [" ".join(line.strip() for line in p.splitlines()) for p in text.strip().split("\n\n")]
+    return "\n\n".join(p for p in paragraphs if p)
+
+
+def unwrap_help(typer_app: typer.Typer) -> None:
+    """Give every command of `typer_app` (and of its sub-apps) its docstring as help, unwrapped: Typer
+    keeps a docstring's line breaks, which then break lines in the middle of the terminal's."""
+    import inspect
+
+    for info in typer_app.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__:
+            info.help = unwrapped(inspect.getdoc(info.callback))
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            unwrap_help(group.typer_instance)
+
+
 def console():
     """The console for messages (stderr; stdout carries results)."""
     from rich.console import Console

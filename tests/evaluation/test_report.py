@@ -73,3 +73,17 @@ def test_wilson_interval_matches_a_known_value_and_stays_in_range():
     assert wilson_interval(1.0, 10)[1] == pytest.approx(1.0) and wilson_interval(0.0, 10)[0] == pytest.approx(0.0)
     assert wilson_interval(0.99, 5)[0] >= 0.0 and wilson_interval(0.99, 5)[1] <= 1.0
     assert wilson_interval(0.5, 0) == (0.0, 1.0)
+
+
+def test_headline_is_flat_and_agrees_with_the_summary(evaluated):
+    summary = json.loads((evaluated / "metrics/summary.json").read_text())
+    head = json.loads((evaluated / "metrics/headline.json").read_text())
+    assert all(isinstance(v, float) for v in head.values()) and len(head) <= 20
+    for method, averages in summary["averages"].items():
+        assert head[method] == round(averages["all"], 1)
+    best = max(
+        (m for m in summary["averages"] if m not in ("udr", "random")), key=lambda m: summary["averages"][m]["all"]
+    )
+    assert head["udr-best"] == round(summary["udr_minus"][best]["all"]["difference"], 1)
+    assert head["udr-best_low"] <= head["udr-best"] <= head["udr-best_high"]
+    assert head["unseen_udr"] == round(summary["unseen"]["averages"]["udr"]["all"], 1)

@@ -81,10 +81,11 @@ def unwrap_help(typer_app: typer.Typer) -> None:
 
 
 def console():
-    """The console for messages (stderr; stdout carries results)."""
+    """The console for messages (stderr; stdout carries results); a message is one line however long,
+    so logs keep paths whole."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)
 
 
 def console_out():

@@ -287,10 +287,28 @@ def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, 
     return seen, new
 
 
+def headline(summary: dict) -> dict[str, float]:
+    """The few flat numbers `dvc exp show` compares experiments by: each method's all-task average, UDR minus
+    the best baseline with its interval, and each method's unseen-task average (one decimal)."""
+    out: dict[str, float] = {}
+    for scope, part in (("", summary), ("unseen_", summary.get("unseen", {}))):
+        averages = part.get("averages", {})
+        for method, a in averages.items():
+            out[f"{scope}{method}"] = round(a["all"], 1)
+        baselines = {m: a["all"] for m, a in averages.items() if m not in (COMPARED, "random")}
+        if scope == "" and baselines and COMPARED in averages:
+            best = max(baselines, key=baselines.get)
+            diff = part["udr_minus"][best]["all"]
+            out[f"{COMPARED}-best"] = round(diff["difference"], 1)
+            out[f"{COMPARED}-best_low"] = round(diff["low"], 1)
+            out[f"{COMPARED}-best_high"] = round(diff["high"], 1)
+    return out
+
+
 def run_report(settings) -> dict:
-    """`udr report`: write metrics/summary.json, metrics/results.md (the results table and UDR against
-    each baseline with bootstrap intervals, then the same two for the unseen tasks) and the shots plot;
-    returns the summary."""
+    """`udr report`: write metrics/summary.json (its flat headline: metrics/headline.json),
+    metrics/results.md (the results table and UDR against each baseline with bootstrap intervals, then
+    the same two for the unseen tasks) and the shots plot; returns the summary."""
     from udr.util.files import write_json_atomic, write_text_atomic
 
     paths = settings.paths
@@ -318,6 +336,7 @@ def run_report(settings) -> dict:
             scope=scope,
         )
     write_json_atomic(paths.summary, summary)
+    write_json_atomic(paths.headline, headline(summary))
     write_text_atomic(paths.results, markdown)
     if shots:
         write_shots_plot(shots, seen, paths.plots)

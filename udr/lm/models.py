@@ -84,6 +84,9 @@ def resolve_model(spec: str, dest: Path, *, kind: ModelKind, force: bool = False
         return dest
 
     _status(f"resolving model {spec} -> {dest}")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # conversion, load and shard-writing bars are noise in stage logs
     with building_dir(dest) as tmp:
         record = {"spec": spec, "kind": kind, **_build(spec, tmp, kind)}
         _check_model_dir(tmp, spec)

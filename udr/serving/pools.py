@@ -91,6 +91,11 @@ def model_pool(model_dir: Path, task: Task) -> Pool:
         frame = pl.read_parquet(path, columns=["id", "input", "target"])
     except Exception as exc:  # a missing column, a truncated file: all one line
         raise UdrError(f"unreadable pool {path} ({exc.__class__.__name__}); run `udr index` again") from None
+    return _frame_pool(task, frame, path)
+
+
+def _frame_pool(task: Task, frame, path: Path) -> Pool:
+    """A pipeline pool from a prepared train frame (id, input, target) read from `path`."""
     return Pool(
         task,
         np.asarray(frame["id"].to_list(), dtype=np.int64),
@@ -128,15 +133,7 @@ def prepared_pool(root: Path, task_name: str, settings=_READ) -> Pool:
             f"task '{task_name}' has no prepared pool at {path}: {step} in the project, "
             "or give your own demonstrations with --pool"
         )
-    frame = read_prepared(Path(root), task_name, "train")
-    return Pool(
-        task,
-        np.asarray(frame["id"].to_list(), dtype=np.int64),
-        tuple(frame["input"].to_list()),
-        tuple(frame["target"].to_list()),
-        str(path),
-        prepared=True,
-    )
+    return _frame_pool(task, read_prepared(Path(root), task_name, "train"), path)
 
 
 def own_task(

@@ -84,3 +84,19 @@ def test_transfer_table():
     ).splitlines()
     assert lines[0] == "| inference LM | method | sst2 | e2e | average |"
     assert lines[2] == "| lm-a | udr | 60.0 | 20.0 | 40.0 |" and "not run" in lines[3]
+
+
+def test_the_metrics_udr_exp_show_reads_are_declared_to_dvc():
+    """`dvc exp show --json` carries only the top-level `metrics:` files of dvc.yaml; `udr exp show` and the
+    analyses look their keys up there, in the committed summary's layout."""
+    import json
+
+    import yaml
+
+    from tests.conftest import REPO
+    from udr.experiments.tables import DEFAULT_METRICS, lookup
+
+    declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["metrics"]
+    assert "metrics/summary.json" in declared and declared[0] == "metrics/headline.json"
+    summary = json.loads((REPO / "metrics/summary.json").read_text())
+    assert all(isinstance(lookup(summary, key), float) for key in DEFAULT_METRICS)

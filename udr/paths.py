@@ -94,14 +94,19 @@ class Paths:
         return Path(model_dir) / "index" / f"{task}.npy"
 
     @staticmethod
+    def model_pools(model_dir: Path) -> Path:
+        """Where a model folder carries its pools and their tasks' declarations (`udr index`)."""
+        return Path(model_dir) / "pools"
+
+    @staticmethod
     def model_pool(model_dir: Path, task: str) -> Path:
         """The pool a model's index embeds (a copy of the prepared train split), so the folder serves alone."""
-        return Path(model_dir) / "pools" / f"{task}.parquet"
+        return Paths.model_pools(model_dir) / f"{task}.parquet"
 
     @staticmethod
     def model_tasks(model_dir: Path) -> Path:
         """The declarations of the tasks whose pools a model folder carries ({name: fields})."""
-        return Path(model_dir) / "pools" / "tasks.json"
+        return Paths.model_pools(model_dir) / "tasks.json"
 
     # ---------------------------------------------------------------- metrics
     def train_log(self, name: str) -> Path:

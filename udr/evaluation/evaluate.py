@@ -280,10 +280,34 @@ def run_evaluate(
         tasks = settings.evaluation_tasks()
         if split == "validation":  # settings are chosen on the trained-on tasks: unseen ones stay unseen
             tasks = [t for t in tasks if t not in settings.evaluate.unseen_tasks]
+    fingerprint = learned_model_fingerprint(settings, method, model)  # once, not per task
     return {
-        name: evaluate_task(settings, lm, method, name, split=split, progress=progress, limit=limit, model=model)
+        name: evaluate_task(
+            settings,
+            lm,
+            method,
+            name,
+            split=split,
+            progress=progress,
+            limit=limit,
+            model=model,
+            fingerprint=fingerprint,
+        )
         for name in tasks
     }
+
+
+def learned_model_fingerprint(settings, method: str, model: Path | None = None) -> str | None:
+    """The fingerprint of the bi-encoder an EPR / UDR evaluation reads (`model`, default the pipeline's);
+    None for the methods that read none of their own, and where the model is missing (building the
+    retriever then says so)."""
+    if method not in ("epr", "udr"):
+        return None
+    from udr.evaluation.baselines import METHOD_MODELS
+    from udr.retriever.index import model_fingerprint
+
+    model_dir = Path(model) if model is not None else METHOD_MODELS[method].path(settings.paths)
+    return model_fingerprint(model_dir) if model_dir.is_dir() else None
 
 
 def evaluate_task(
@@ -297,11 +321,13 @@ def evaluate_task(
     retriever=None,
     limit: int | None = None,
     model: Path | None = None,
+    fingerprint: str | None = None,
 ) -> dict:
     """One task of `udr evaluate` (with `retriever`, that ranking under the name `method`; with `model`,
     that bi-encoder's): writes its result and predictions (not with `limit`, the first `limit` rows only, a
     quick look, nor with `model`), returns the result. A learned method's result names its model's
-    fingerprint (`model`), so a model card finds the results of its own model."""
+    fingerprint (`model`; `fingerprint` when the caller has it), so a model card finds the results of
+    its own model."""
     from udr.util.files import write_json_atomic
     from udr.util.progress import progress_bar
 
@@ -333,10 +359,7 @@ def evaluate_task(
     if cfg.lm:
         result["lm"] = cfg.lm
     if retriever is None and method in ("epr", "udr"):
-        from udr.evaluation.baselines import METHOD_MODELS
-        from udr.retriever.index import model_fingerprint
-
-        result["model"] = model_fingerprint(model or METHOD_MODELS[method].path(settings.paths))
+        result["model"] = fingerprint or learned_model_fingerprint(settings, method, model)
     if limit is None and model is None:
         _write_predictions(settings.paths.predictions(method, name, split), ev, prompts, texts)
         write_json_atomic(settings.paths.method_metrics(method, name, split), result)

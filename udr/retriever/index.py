@@ -177,7 +177,7 @@ def run_index(
         with building_dir(dst) as tmp:
             shutil.copytree(src, tmp, dirs_exist_ok=True)
             shutil.rmtree(tmp / "index", ignore_errors=True)  # an indexed --model: its old indexes go
-            shutil.rmtree(Paths.model_pool(tmp, "x").parent, ignore_errors=True)
+            shutil.rmtree(Paths.model_pools(tmp), ignore_errors=True)
             report = {"round": label, "model": model_fingerprint(tmp), "tasks": {}}
             encoder = BiEncoder.load(tmp).to(device)
             _index_tasks(settings, encoder, tmp, settings.prepared_task_names(), report, progress)
@@ -200,7 +200,7 @@ def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: d
 
     paths = settings.paths
     fingerprint = report["model"]
-    declared = _read_model_tasks(model_dir)
+    declared = read_model_declarations(model_dir)
     for name in names:  # unseen tasks too: UDR retrieves for them
         t0 = time.perf_counter()
         source = paths.prepared(name, "train")
@@ -221,6 +221,12 @@ def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: d
     write_json_atomic(model_dir / "index" / "report.json", report)
 
 
-def _read_model_tasks(model_dir: Path) -> dict:
+def read_model_declarations(model_dir: Path) -> dict:
+    """The task declarations a model folder carries, as `udr index` wrote them ({name: fields}; {} if none)."""
     path = Paths.model_tasks(model_dir)
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UdrError(f"unreadable task declarations {path}: {exc}; run `udr index` again") from None

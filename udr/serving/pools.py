@@ -62,23 +62,17 @@ def project_settings(root: Path, params: Path | None = None):
 
 def model_tasks(model_dir: Path) -> dict[str, Task]:
     """The tasks whose pools a model folder carries, as declared when `udr index` wrote them ({} if none)."""
-    import json
-
     from udr.data.declarations import parse_declarations
+    from udr.retriever.index import read_model_declarations
 
+    raw = read_model_declarations(model_dir)
     path = Paths.model_tasks(model_dir)
-    if not path.is_file():
-        return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UdrError(f"unreadable task declarations {path}: {exc}; run `udr index` again") from None
     return parse_declarations(raw, Path(model_dir), str(path))
 
 
 def model_pool_tasks(model_dir: Path) -> list[str]:
     """The tasks whose pools a model folder carries."""
-    folder = Paths.model_pool(model_dir, "x").parent
+    folder = Paths.model_pools(model_dir)
     return sorted(p.stem for p in folder.glob("*.parquet")) if folder.is_dir() else []
 
 

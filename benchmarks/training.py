@@ -1,5 +1,5 @@
 """Benchmark: UDR training steps with length-sorted demonstration chunks (`train.length_chunk`) against
-one padded batch per micro-batch (`train.length_chunk=0`, what training did before).
+one padded batch per micro-batch (`train.length_chunk=0`).
 
 Workload: the project's own round-0 LM feedback (`data/scores/round0/`, from `dvc repro` or
 `udr score`), with the project's params (`--set` overrides them). Both trainers start from the same

@@ -96,3 +96,54 @@ def test_a_quick_look_writes_nothing_and_a_stale_cap_is_named(evaluated, run_cli
     code, _, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "-S", "prepare.tasks.sst2.max_test=5"], evaluated)
     assert code == 1 and "data/prepared/sst2 was cut with max_test 6, the params say 5" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_named_evaluation_is_saved_beside_the_pipelines_and_compared(evaluated, run_cli, tmp_path):
+    """`udr evaluate --model DIR --save-as NAME` writes NAME's result and predictions, not over the
+    method's; `udr exp compare` gives the paired interval of two saved evaluations, and its average
+    difference is the mean of the per-task score differences."""
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    before = (project / "metrics" / "epr" / "sst2.json").read_bytes()
+    code, out, err = run_cli(
+        ["evaluate", "-m", "epr", "--model", "models/final", "--save-as", "final-as-epr", "-t", "sst2", "-t", "break"],
+        project,
+    )
+    assert code == 0, err
+    assert "(saved as final-as-epr)" in out + err
+    saved = json.loads((project / "metrics" / "final-as-epr" / "sst2.json").read_text())
+    assert saved["saved_as"] == "final-as-epr" and saved["n"] == 6
+    assert pl.read_parquet(project / "data" / "predictions" / "final-as-epr" / "break.parquet").height == 6
+    assert (project / "metrics" / "epr" / "sst2.json").read_bytes() == before
+    # The same model under the method's retriever code: models/final is UDR's, so the scores match.
+    assert saved["score"] == json.loads((project / "metrics" / "udr" / "sst2.json").read_text())["score"]
+
+    code, out, err = run_cli(["exp", "compare", "final-as-epr", "bm25", "--json"], project)
+    assert code == 0, err
+    table = json.loads(out)
+    assert set(table) == {"sst2", "break", "average"}
+    scores = {
+        m: {t: json.loads((project / "metrics" / m / f"{t}.json").read_text())["graded"]["score"] for t in TASKS}
+        for m in ("final-as-epr", "bm25")
+    }
+    for t in TASKS:
+        assert abs(table[t]["difference"] - (scores["final-as-epr"][t] - scores["bm25"][t])) < 1e-9
+        assert table[t]["low"] <= table[t]["difference"] <= table[t]["high"]
+    mean = sum(table[t]["difference"] for t in TASKS) / len(TASKS)
+    assert abs(table["average"]["difference"] - mean) < 1e-9
+    code, out, err = run_cli(["exp", "compare", "final-as-epr", "bm25", "-t", "sst2"], project)
+    assert code == 0 and "| sst2 | 6 |" in out and "**average**" in out
+
+    for args, message in (
+        (["evaluate", "-m", "bm25", "--save-as", "udr"], "name 'udr' is taken"),
+        (["evaluate", "-m", "bm25", "--save-as", "../x"], "bad name '../x'"),
+        (["evaluate", "-m", "bm25", "--save-as", "x", "--limit", "2"], "--save-as and --limit exclude each other"),
+        (["exp", "compare", "nothing", "bm25"], "no task has saved test results of both nothing and bm25"),
+        (["exp", "compare", "nothing", "bm25", "-t", "sst2"], "missing result"),
+        (["exp", "compare", "udr", "bm25", "--split", "dev"], "bad split 'dev'"),
+    ):
+        code, _, err = run_cli(args, project)
+        assert code != 0 and message in err, (args, err)
+        assert len(err.strip().splitlines()) == 1

@@ -167,6 +167,45 @@ CandidatesOpt = Annotated[
 ]
 
 
+@exp_app.command("compare")
+def exp_compare_cmd(
+    a: Annotated[
+        str,
+        typer.Argument(metavar="A", help="A method (bm25, udr, ...) or a name saved with `udr evaluate --save-as`."),
+    ],
+    b: Annotated[str, typer.Argument(metavar="B", help="The one to compare it with.")],
+    split: Annotated[str, typer.Option("--split", help="test or validation.")] = "test",
+    task: TaskOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """A against B on the same rows: per task and on average, A - B with its paired bootstrap 95% interval
+    (bold where it excludes 0), from the saved predictions."""
+    import json
+
+    from udr.evaluation.report import saved_comparison, saved_tasks
+    from udr.experiments.tables import compare_table
+
+    if split not in ("test", "validation"):
+        raise UdrError(f"bad split {split!r}: expected test or validation")
+    settings = load(params, set_)
+    tasks = list(task) if task else saved_tasks(settings, [a, b], split)
+    if not tasks:
+        raise UdrError(f"no task has saved {split} results of both {a} and {b}: run `udr evaluate` for them first")
+    per_task, average = saved_comparison(settings, a, b, tasks, split)
+    rows = []
+    for t, iv in zip(tasks, per_task):
+        result = {m: json.loads(settings.paths.method_metrics(m, t, split).read_text()) for m in (a, b)}
+        rows.append((t, result[a]["n"], result[a]["graded"]["score"], result[b]["graded"]["score"], iv))
+    if as_json:
+        out = {t: {"n": n, a: sa, b: sb, **iv.to_dict()} for t, n, sa, sb, iv in rows}
+        out["average"] = average.to_dict()
+        typer.echo(json.dumps(out, indent=2))
+        return
+    typer.echo(compare_table(a, b, rows, average), nl=False)
+
+
 @exp_app.command("ceiling")
 def exp_ceiling_cmd(
     task: TaskOpt = None,

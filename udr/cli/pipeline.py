@@ -240,7 +240,16 @@ def evaluate_cmd(
         typer.Option(
             "--model",
             help="The bi-encoder to evaluate (epr / udr; default: models/epr / models/final); with --model the "
-            "results are printed, not written over the pipeline's.",
+            "results are printed, not written over the pipeline's (unless --save-as names them).",
+            show_default=False,
+        ),
+    ] = None,
+    save_as: Annotated[
+        str | None,
+        typer.Option(
+            "--save-as",
+            help="Save the results and predictions under this name instead of the method's (e.g. a named "
+            "model on validation), for `udr exp compare`.",
             show_default=False,
         ),
     ] = None,
@@ -248,20 +257,31 @@ def evaluate_cmd(
     set_: SetOpt = None,
 ) -> None:
     """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/
-    (validation: metrics/validation/, data/predictions-validation/; --limit: printed only)."""
+    (validation: metrics/validation/, data/predictions-validation/; --save-as NAME: NAME instead of
+    <method>; --limit: printed only)."""
     from udr.evaluation.evaluate import run_evaluate
 
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
     settings = load(params, set_)
     tasks = selected_tasks(settings, task, unseen=True) if task else None
-    results = run_evaluate(settings, method, tasks=tasks, split=split, progress=interactive(), limit=limit, model=model)
+    results = run_evaluate(
+        settings, method, tasks=tasks, split=split, progress=interactive(), limit=limit, model=model, save_as=save_as
+    )
     for name, r in results.items():
         graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
         console().print(
             f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} {split} examples, "
             f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s"
-            + (" (--limit: not saved)" if limit else " (--model: not saved)" if model else "")
+            + (
+                " (--limit: not saved)"
+                if limit
+                else f" (saved as {save_as})"
+                if save_as
+                else " (--model: not saved)"
+                if model
+                else ""
+            )
         )
 
 

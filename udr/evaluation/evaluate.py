@@ -15,6 +15,7 @@ Outputs, per method and task:
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,6 +259,7 @@ def run_evaluate(
     progress: bool = True,
     limit: int | None = None,
     model: Path | None = None,
+    save_as: str | None = None,
 ) -> dict[str, dict]:
     """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's `split` (test;
     validation: the rows `udr prepare` set aside to choose settings on) for `tasks` (default
@@ -266,10 +268,15 @@ def run_evaluate(
     prediction with its demonstration ids (`data/predictions/<method>/<task>.parquet`; validation:
     `data/predictions-validation/...`); returns {task: result}. With `limit`, a quick look: the split's
     first `limit` rows, nothing written; with `model`, that bi-encoder (epr, udr) instead of the
-    pipeline's, nothing written either."""
+    pipeline's, nothing written either, unless `save_as` names the result (written as the method
+    `save_as` would be, for `udr exp compare`)."""
     from udr.evaluation.baselines import check_method
 
     check_method(method)  # before loading the LM
+    if save_as is not None:
+        check_saved_name(save_as)
+        if limit is not None:
+            raise UdrError("--save-as and --limit exclude each other: a quick look is not saved")
     if model is not None:
         if method not in ("epr", "udr"):
             raise UdrError(f"--model goes with -m epr or -m udr (a trained bi-encoder), not {method}")
@@ -292,6 +299,7 @@ def run_evaluate(
             limit=limit,
             model=model,
             fingerprint=fingerprint,
+            save_as=save_as,
         )
         for name in tasks
     }
@@ -322,12 +330,13 @@ def evaluate_task(
     limit: int | None = None,
     model: Path | None = None,
     fingerprint: str | None = None,
+    save_as: str | None = None,
 ) -> dict:
     """One task of `udr evaluate` (with `retriever`, that ranking under the name `method`; with `model`,
     that bi-encoder's): writes its result and predictions (not with `limit`, the first `limit` rows only, a
-    quick look, nor with `model`), returns the result. A learned method's result names its model's
-    fingerprint (`model`; `fingerprint` when the caller has it), so a model card finds the results of
-    its own model."""
+    quick look, nor with `model` unless `save_as` names them), returns the result. A learned method's
+    result names its model's fingerprint (`model`; `fingerprint` when the caller has it), so a model card
+    finds the results of its own model."""
     from udr.util.files import write_json_atomic
     from udr.util.progress import progress_bar
 
@@ -360,10 +369,28 @@ def evaluate_task(
         result["lm"] = cfg.lm
     if retriever is None and method in ("epr", "udr"):
         result["model"] = fingerprint or learned_model_fingerprint(settings, method, model)
-    if limit is None and model is None:
-        _write_predictions(settings.paths.predictions(method, name, split), ev, prompts, texts)
-        write_json_atomic(settings.paths.method_metrics(method, name, split), result)
+    if save_as is not None:
+        result["saved_as"] = save_as
+    if limit is None and (model is None or save_as is not None):
+        saved = save_as or method
+        _write_predictions(settings.paths.predictions(saved, name, split), ev, prompts, texts)
+        write_json_atomic(settings.paths.method_metrics(saved, name, split), result)
     return result
+
+
+# Folders of metrics/ (and metrics/validation/) that are not a method's results.
+RESERVED_NAMES = frozenset({"validation", "train", "plots", "feedback", "ceiling"})
+
+
+def check_saved_name(name: str) -> None:
+    """A one-line error unless `name` can name a saved evaluation: a plain folder name that is not a
+    method's (the pipeline's results are not overwritten) nor another folder of metrics/."""
+    from udr.config import METHODS
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise UdrError(f"bad name {name!r}: letters, digits, '_', '.' and '-', starting with a letter or digit")
+    if name in METHODS or name in RESERVED_NAMES:
+        raise UdrError(f"name {name!r} is taken by the pipeline's own results; choose another")
 
 
 def _shot_entry(result: dict) -> dict:

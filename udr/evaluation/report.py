@@ -9,6 +9,7 @@ trained on) get their own tables, as the paper's Table 5, and stay out of the ma
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from udr.errors import UdrError
@@ -190,6 +191,33 @@ def prediction_scorer(settings, method: str, task: str, examples: list[dict], me
     if set(by_id) != {int(r["id"]) for r in examples}:
         raise UdrError(f"{path} does not cover the prepared {split} split of {task}: re-run `udr evaluate`")
     return GradedStatistics(metric, [by_id[int(r["id"])] for r in examples], examples).score
+
+
+def saved_comparison(settings, a: str, b: str, tasks: Sequence[str], split: str = "test"):
+    """(per-task Intervals, average Interval) of a - b, two saved evaluations (methods, or names given
+    with `udr evaluate --save-as`) on the same `split` rows: paired bootstrap from their predictions."""
+    from udr.data.prepare import read_prepared
+    from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
+
+    paired = []
+    for t in tasks:
+        examples = read_prepared(settings.root, t, split).to_dicts()
+        metrics = [settings.paths.method_metrics(m, t, split) for m in (a, b)]
+        for m, path in zip((a, b), metrics):
+            if not path.is_file():
+                raise UdrError(f"missing result {path}: evaluate {m} on {t} ({split}) first")
+        scorers = [
+            prediction_scorer(settings, m, t, examples, json.loads(path.read_text())["metric"], split)
+            for m, path in zip((a, b), metrics)
+        ]
+        paired.append(PairedTask(len(examples), *scorers))
+    return paired_bootstrap(paired, resamples=BOOTSTRAP_RESAMPLES, seed=settings.seed)
+
+
+def saved_tasks(settings, names: Sequence[str], split: str = "test") -> list[str]:
+    """The tasks in params (or prepared) that every one of `names` has a saved result for on `split`."""
+    candidates = settings.evaluation_tasks()
+    return [t for t in candidates if all(settings.paths.method_metrics(m, t, split).is_file() for m in names)]
 
 
 def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[str, tuple[dict, object]]:

@@ -208,19 +208,9 @@ def _fresh(settings, method: str, task: str) -> bool:
 
 def validation_comparison(settings, a: str, b: str, tasks: Sequence[str]):
     """(per-task Intervals, average Interval) of a - b on the validation split, paired bootstrap."""
-    from udr.data.prepare import read_prepared
-    from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
-    from udr.evaluation.report import BOOTSTRAP_RESAMPLES, prediction_scorer
+    from udr.evaluation.report import saved_comparison
 
-    def scorer(method: str, task: str, examples):
-        metric = json.loads(settings.paths.method_metrics(method, task, "validation").read_text())["metric"]
-        return prediction_scorer(settings, method, task, examples, metric, "validation")
-
-    paired = []
-    for t in tasks:
-        examples = read_prepared(settings.root, t, "validation").to_dicts()
-        paired.append(PairedTask(len(examples), scorer(a, t, examples), scorer(b, t, examples)))
-    return paired_bootstrap(paired, resamples=BOOTSTRAP_RESAMPLES, seed=settings.seed)
+    return saved_comparison(settings, a, b, tasks, "validation")
 
 
 def write_ceiling_table(settings, tasks: Sequence[str], n: int = CANDIDATES) -> Path:

@@ -135,3 +135,18 @@ def transfer_table(rows: list[tuple[str, str, dict[str, float] | None]], tasks) 
         avg = sum(scores[t] for t in tasks) / len(tasks)
         cells.append([lm, method, *(f"{scores[t]:.1f}" for t in tasks), f"{avg:.1f}"])
     return markdown_table(header, cells)
+
+
+def compare_table(a: str, b: str, rows: list[tuple[str, int, float, float, object]], average) -> str:
+    """`udr exp compare`'s table: per task n, each side's graded score and a - b with its 95% interval
+    (`rows`: task, n, score a, score b, Interval), then the average over the tasks."""
+
+    def cell(iv) -> str:
+        text = f"{iv.difference:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]"
+        return f"**{text}**" if iv.resolved else text
+
+    cells = [[t, str(n), f"{sa:.1f}", f"{sb:.1f}", cell(iv)] for t, n, sa, sb, iv in rows]
+    mean_a = sum(r[2] for r in rows) / len(rows)
+    mean_b = sum(r[3] for r in rows) / len(rows)
+    cells.append(["**average**", "", f"{mean_a:.1f}", f"{mean_b:.1f}", cell(average)])
+    return markdown_table(["task", "n", a, b, f"{a} − {b}"], cells)

@@ -162,6 +162,13 @@ class TrainSettings(_Strict):
     shared_encoder: bool = Field(
         False, description="One encoder for queries and demonstrations (E_q is E_d), as sentence-transformers."
     )
+    grad_cache: bool = Field(
+        False,
+        description="L_ib over the whole batch's candidates (batch_size queries), not each micro-batch's: "
+        "embeddings are made without gradient, the loss's gradient is taken with respect to them, and each "
+        "micro-batch is embedded again and back-propagated (GradCache; micro_batch still bounds memory, "
+        "at about one more forward per step). One process only; not with freeze_demo_encoder.",
+    )
     cosine_scale: float = Field(
         20.0,
         gt=0.0,
@@ -212,6 +219,13 @@ class TrainSettings(_Strict):
     def _shared_not_frozen(cls, value: bool, info) -> bool:
         if value and info.data.get("freeze_demo_encoder"):
             raise ValueError("cannot be true with train.freeze_demo_encoder (freezing E_d would freeze E_q too)")
+        return value
+
+    @field_validator("grad_cache")
+    @classmethod
+    def _grad_cache_not_frozen(cls, value: bool, info) -> bool:
+        if value and info.data.get("freeze_demo_encoder"):
+            raise ValueError("cannot be true with train.freeze_demo_encoder (L_ib already runs over the pool)")
         return value
 
     @property

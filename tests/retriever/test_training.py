@@ -333,3 +333,46 @@ def test_a_shared_encoder_indexes_and_exports(looped, tmp_path):
     texts = ["a gripping film", "what is the capital of peru"]
     for side in ("query", "demo"):
         np.testing.assert_allclose(exported.encode(texts, side), enc.encode(texts, side), atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
+@pytest.mark.parametrize("loss", ["paper", "distill"])
+def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_path, loss):
+    """With train.grad_cache, micro-batches of 1 query give the step the loss and parameter gradients of
+    the whole batch in one forward (micro_batch = batch_size, no cache): L_ib over all its candidates.
+    Without it, smaller micro-batches give a different loss (each L_ib over its own candidates only)."""
+    import torch
+
+    from udr.retriever.sampling import TaskSampler
+    from udr.retriever.training import build, load_scored_queries, train_step
+    from udr.util.distributed import Distributed
+
+    grads, losses = {}, {}
+    for name, overrides in {
+        "one micro-batch": ["train.micro_batch=4"],
+        "grad cache": ["train.micro_batch=1", "train.grad_cache=true"],
+        "micro-batches": ["train.micro_batch=1"],
+    }.items():
+        root, settings = _project(
+            looped, tmp_path / name.replace(" ", "-"), f"train.loss={loss}", "train.dtype=fp32", *overrides
+        )
+        trainer = build(settings, root / "models/base/encoder", tmp_path / name / "partial", "cpu", 0, 4)
+        trainer.encoder.query_model.eval()  # dropout off: the two routes see the same encoder
+        trainer.encoder.demo_model.eval()
+        data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
+        sampler = TaskSampler({t: len(qs) for t, qs in data.items()}, settings.train.alpha)
+        trainer.optimizer.step = lambda: None  # keep the gradients of step 0 to compare them
+        losses[name] = train_step(settings, trainer, data, sampler, 0, 0, Distributed("cpu"))
+        grads[name] = torch.cat([p.grad.flatten() for p in trainer.params if p.grad is not None])
+    whole, cached = losses["one micro-batch"], losses["grad cache"]
+    for part in ("loss", "rank", "in_batch"):
+        assert cached[part] == pytest.approx(whole[part], rel=1e-5)
+    torch.testing.assert_close(grads["grad cache"], grads["one micro-batch"], rtol=1e-4, atol=1e-6)
+    assert losses["micro-batches"]["in_batch"] != pytest.approx(whole["in_batch"], rel=1e-3)
+
+
+def test_grad_cache_refuses_a_frozen_demo_encoder(looped, tmp_path):
+    from udr.errors import UdrError
+
+    with pytest.raises(UdrError, match="train.grad_cache.*freeze_demo_encoder"):
+        _project(looped, tmp_path, "train.grad_cache=true", "train.freeze_demo_encoder=true")

@@ -5,7 +5,8 @@ p(T) ~ q_T^alpha (q_T = T's share of the scored queries); each query brings l ca
 from its LM-ranked list and ranked 1..l by the LM's scores (:mod:`udr.retriever.sampling`). The loss
 is :class:`udr.retriever.losses.UDRLoss` (`train.loss`; distill: the KL to the LM's scores). The batch
 is processed in micro-batches of `train.micro_batch` queries with gradient accumulation (in-batch
-negatives are the micro-batch's candidates).
+negatives are the micro-batch's candidates; with `train.grad_cache`, the whole batch's: Gao et al.
+2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup").
 
 Recipes: `train.shared_encoder` trains one encoder for both sides (E_q is E_d);
 `train.freeze_demo_encoder` keeps E_d as it was initialised: each training task's pool is embedded once
@@ -385,10 +386,19 @@ def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: i
     micro = [picks[i : i + cfg.micro_batch] for i in range(0, len(picks), cfg.micro_batch)]
     trainer.optimizer.zero_grad(set_to_none=True)
     parts = np.zeros(3)
-    for m, mb in enumerate(micro):
+
+    def dropout_seed(m: int) -> int:
+        return settings.seed * 1_000_003 + round_ * 10_007 + step * 101 + m
+
+    if cfg.grad_cache:
+        if dp.world > 1:
+            raise UdrError("train.grad_cache runs in one process: set it false under torchrun")
+        loss = _grad_cache_backward(trainer, micro, dropout_seed, autocast, cfg.length_chunk)
+        parts += np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
+    for m, mb in enumerate(micro if not cfg.grad_cache else ()):
         if m % dp.world != dp.rank:
             continue
-        torch.manual_seed(settings.seed * 1_000_003 + round_ * 10_007 + step * 101 + m)
+        torch.manual_seed(dropout_seed(m))
         with autocast:
             loss = _micro_batch_loss(trainer, mb, cfg.length_chunk)
         share = len(mb) / len(picks)
@@ -417,13 +427,7 @@ def _micro_batch_loss(trainer: Trainer, micro_batch, length_chunk: int):
     encoder, device = trainer.encoder, trainer.device
     q = encoder.embed([sq.text for sq, _ in micro_batch], "query")
     width = max(len(pos) for _, pos in micro_batch)
-    texts, mask, ranks = [], [], []
-    for sq, pos in micro_batch:
-        texts += [sq.candidate_texts[p] for p in pos]
-        mask.append([True] * len(pos) + [False] * (width - len(pos)))
-        ranks.append(list(range(1, len(pos) + 1)) + [0] * (width - len(pos)))
-    flat_mask = torch.tensor(mask, device=device)
-    ranks = torch.tensor(ranks, device=device)
+    texts, flat_mask, ranks = _candidate_layout(micro_batch, width, device)
     scores = _teacher_scores(micro_batch, width, device) if trainer.loss_fn.mode == "distill" else None
     if trainer.pools:
         pool = trainer.pools[micro_batch[0][0].task]
@@ -435,6 +439,58 @@ def _micro_batch_loss(trainer: Trainer, micro_batch, length_chunk: int):
     cand = torch.zeros(len(micro_batch), width, d.shape[1], dtype=d.dtype, device=device)
     cand[flat_mask] = d
     return trainer.loss_fn(q.float(), cand.float(), ranks, flat_mask, scores)
+
+
+def _candidate_layout(micro_batch, width: int, device):
+    """A micro-batch's candidate texts in order, and (B, width) tensors of which slots are real and of
+    their LM ranks (1 = best; 0 in padded slots)."""
+    import torch
+
+    texts, mask, ranks = [], [], []
+    for sq, pos in micro_batch:
+        texts += [sq.candidate_texts[p] for p in pos]
+        mask.append([True] * len(pos) + [False] * (width - len(pos)))
+        ranks.append(list(range(1, len(pos) + 1)) + [0] * (width - len(pos)))
+    return texts, torch.tensor(mask, device=device), torch.tensor(ranks, device=device)
+
+
+def _grad_cache_backward(trainer: Trainer, micro, dropout_seed, autocast, length_chunk: int):
+    """GradCache: the loss of the whole batch (every micro-batch's candidates in one L_ib), its gradients
+    accumulated into the encoder's parameters one micro-batch at a time; returns the loss.
+
+    1. every micro-batch is embedded without gradient (under its own dropout seed);
+    2. the loss of all the embeddings together is differentiated with respect to them;
+    3. each micro-batch is embedded again under the same seed, with gradient, and back-propagated with
+       its slice of those embedding gradients: the parameters' gradients are the whole batch loss's."""
+    import torch
+
+    encoder, device = trainer.encoder, trainer.device
+    picks = [p for mb in micro for p in mb]
+    width = max(len(pos) for _, pos in picks)
+    texts, mask, ranks = _candidate_layout(picks, width, device)
+    scores = _teacher_scores(picks, width, device) if trainer.loss_fn.mode == "distill" else None
+
+    def embed(m: int):
+        torch.manual_seed(dropout_seed(m))
+        with autocast:
+            q = encoder.embed([sq.text for sq, _ in micro[m]], "query")
+            d = encoder.embed([sq.candidate_texts[p] for sq, pos in micro[m] for p in pos], "demo", chunk=length_chunk)
+        return q.float(), d.float()
+
+    with torch.no_grad():
+        cached = [embed(m) for m in range(len(micro))]
+    q_all = torch.cat([q for q, _ in cached]).requires_grad_()
+    d_all = torch.cat([d for _, d in cached]).requires_grad_()
+    cand = torch.zeros(len(picks), width, d_all.shape[1], dtype=d_all.dtype, device=device)
+    cand = cand.masked_scatter(mask.unsqueeze(-1), d_all)
+    loss = trainer.loss_fn(q_all, cand, ranks, mask, scores)
+    q_grad, d_grad = torch.autograd.grad(loss.total, [q_all, d_all])
+    q_at = d_at = 0
+    for m in range(len(micro)):
+        q, d = embed(m)
+        torch.autograd.backward([q, d], [q_grad[q_at : q_at + len(q)], d_grad[d_at : d_at + len(d)]])
+        q_at, d_at = q_at + len(q), d_at + len(d)
+    return loss
 
 
 def _teacher_scores(micro_batch, width: int, device):

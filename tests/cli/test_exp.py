@@ -43,3 +43,18 @@ def test_cli_exp_overrides_are_validated_before_dvc_runs(run_cli):
         assert len(err.strip().splitlines()) == 1
     code, out, err = run_cli(["exp", "sweep", "--dry", "-S", "train.lr=range(1,3)", "-S", "seed=1,2"], REPO)
     assert code == 0, err
+
+
+def test_the_ablation_table_has_the_trained_tasks_only(run_cli, monkeypatch):
+    """Unseen tasks (evaluated, never trained on) have no single-task retriever: the ablation table's
+    columns and averages are the trained tasks', as in the paper's Table 3."""
+    import udr.experiments.analyses as analyses
+    from udr.config import load_settings
+
+    seen = {}
+    monkeypatch.setattr(analyses, "run_analysis", lambda root, name, exps, **kw: seen.update(kw) or root)
+    code, _, err = run_cli(["exp", "ablations", "--dry"], REPO)
+    assert code == 0, err
+    settings = load_settings(REPO / "params.yaml")
+    assert seen["tasks"] == settings.task_names() and settings.unseen_task_names()
+    assert not set(seen["tasks"]) & set(settings.unseen_task_names())

@@ -131,8 +131,10 @@ def exp_ablations_cmd(only: OnlyOpt = None, missing: MissingOpt = False, dry: Dr
     """The paper's ablations (Table 3) as named experiments -> metrics/ablations.md."""
     from udr.experiments.analyses import ablation_experiments, run_analysis
 
-    experiments = ablation_experiments(load(Path("params.yaml"), None).task_names())
-    out = run_analysis(Path("."), "ablations", experiments, only=only, missing=missing, dry=dry)
+    tasks = load(Path("params.yaml"), None).task_names()
+    experiments = ablation_experiments(tasks)
+    # The trained tasks only (the paper's Table 3): unseen tasks have no single-task retriever to compare.
+    out = run_analysis(Path("."), "ablations", experiments, only=only, missing=missing, dry=dry, tasks=tasks)
     if not dry:
         console().print(f"-> {out}")
 

@@ -395,15 +395,16 @@ def train_step(settings, trainer: Trainer, data, sampler: TaskSampler, round_: i
             raise UdrError("train.grad_cache runs in one process: set it false under torchrun")
         loss = _grad_cache_backward(trainer, micro, dropout_seed, autocast, cfg.length_chunk)
         parts += np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
-    for m, mb in enumerate(micro if not cfg.grad_cache else ()):
-        if m % dp.world != dp.rank:
-            continue
-        torch.manual_seed(dropout_seed(m))
-        with autocast:
-            loss = _micro_batch_loss(trainer, mb, cfg.length_chunk)
-        share = len(mb) / len(picks)
-        (loss.total * share).backward()
-        parts += share * np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
+    else:
+        for m, mb in enumerate(micro):
+            if m % dp.world != dp.rank:
+                continue
+            torch.manual_seed(dropout_seed(m))
+            with autocast:
+                loss = _micro_batch_loss(trainer, mb, cfg.length_chunk)
+            share = len(mb) / len(picks)
+            (loss.total * share).backward()
+            parts += share * np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
     dp.sum_gradients(trainer.params)
     trainer.optimizer.step()
     trainer.scheduler.step()

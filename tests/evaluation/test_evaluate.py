@@ -147,3 +147,41 @@ def test_a_named_evaluation_is_saved_beside_the_pipelines_and_compared(evaluated
         code, _, err = run_cli(args, project)
         assert code != 0 and message in err, (args, err)
         assert len(err.strip().splitlines()) == 1
+
+
+def test_the_feedback_curve_compares_every_point_with_the_baseline(evaluated, run_cli, tmp_path):
+    """`udr exp curve` puts saved evaluations on a curve: each point's average minus the baseline's is
+    the mean of its per-task differences, with an interval around it; table, JSON and plot are written."""
+    out = tmp_path / "curve" / "curve.md"
+    points = ["trained:6=udr", "trained:3=epr", "untrained:6=sbert"]
+    code, _, err = run_cli(["exp", "curve", *points, "--split", "test", "-o", str(out)], evaluated)
+    assert code == 0, err
+    curve = json.loads(out.with_suffix(".json").read_text())
+    tasks = list(curve["baseline"]["scores"])  # the trained tasks and the unseen one
+    assert curve["baseline"]["name"] == "bm25" and set(tasks) == {*TASKS, "reviews"}
+    score = {
+        m: {t: json.loads((evaluated / "metrics" / m / f"{t}.json").read_text())["graded"]["score"] for t in tasks}
+        for m in ("udr", "epr", "sbert", "bm25")
+    }
+    assert [(p["recipe"], p["queries"], p["name"]) for p in curve["points"]] == [
+        ("trained", 6, "udr"),
+        ("trained", 3, "epr"),
+        ("untrained", 6, "sbert"),
+    ]
+    for p in curve["points"]:
+        mean = sum(score[p["name"]][t] - score["bm25"][t] for t in tasks) / len(tasks)
+        iv = p["versus_baseline"]
+        assert abs(iv["difference"] - mean) < 1e-9 and iv["low"] <= iv["difference"] <= iv["high"]
+    table = out.read_text()
+    assert table.index("| trained | 3 |") < table.index("| trained | 6 |") < table.index("| untrained | 6 |")
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+    for args, message in (
+        (["exp", "curve", "x:6=nothing", "-t", "sst2", "--split", "test"], "missing result"),
+        (["exp", "curve", "x:6=udr", "--split", "dev"], "bad split 'dev'"),
+        (["exp", "curve", "x=udr"], "bad point 'x=udr'"),
+    ):
+        code, _, err = run_cli([*args, "-o", str(tmp_path / "bad.md")], evaluated)
+        assert code != 0 and message in err, (args, err)
+        assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "bad.md").exists()

@@ -208,6 +208,35 @@ def exp_compare_cmd(
     typer.echo(compare_table(a, b, rows, average), nl=False)
 
 
+@exp_app.command("curve")
+def exp_curve_cmd(
+    points: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="RECIPE:QUERIES=NAME...",
+            help="A saved evaluation and where it sits: its recipe (a line), the scored queries per task it "
+            "learned from, its name (a method or a `udr evaluate --save-as` name), e.g. UDR:512=udr512.",
+        ),
+    ],
+    baseline: Annotated[
+        str, typer.Option("--baseline", "-b", help="The saved evaluation every point is compared with.")
+    ] = "bm25",
+    split: Annotated[str, typer.Option("--split", help="test or validation.")] = "validation",
+    out: Annotated[Path, typer.Option("--out", "-o", help="The table; the .json and .png go beside it.")] = Path(
+        "metrics/curve.md"
+    ),
+    task: TaskOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """The feedback curve: each point's average against the baseline's, with its paired bootstrap 95%
+    interval, as a table and a plot (x: scored queries per task) -> metrics/curve.md, .json, .png."""
+    from udr.experiments.curve import run_curve
+
+    written = run_curve(load(params, set_), points, baseline, task, split, out)
+    console().print(f"-> {written} (+ {written.with_suffix('.png').name}, {written.with_suffix('.json').name})")
+
+
 @exp_app.command("ceiling")
 def exp_ceiling_cmd(
     task: TaskOpt = None,

@@ -1,0 +1,171 @@
+"""The feedback curve: saved evaluations of retrievers trained on more and more scored queries, each
+against one baseline with its paired bootstrap interval, as a table and a plot.
+
+A point is ``RECIPE:QUERIES=NAME``: the recipe's line on the plot, the scored queries per task it was
+trained on (the x axis), and the name of its saved evaluation (a method, or a name given with
+``udr evaluate --save-as``). Every point and the baseline must be evaluated on the same split rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from udr.errors import UdrError
+
+_POINT = re.compile(r"^(?P<recipe>[^:=]+):(?P<queries>\d+)=(?P<name>[^:=\s]+)$")
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """One retriever on the curve: its recipe, the scored queries per task it learned from, its saved name."""
+
+    recipe: str
+    queries: int
+    name: str
+
+
+def parse_points(specs) -> list[CurvePoint]:
+    """``RECIPE:QUERIES=NAME`` strings as points; a malformed or repeated one is a UdrError."""
+    points = []
+    for spec in specs:
+        match = _POINT.match(spec.strip())
+        if not match or int(match["queries"]) <= 0:
+            raise UdrError(f"bad point {spec!r}: expected RECIPE:QUERIES=NAME with QUERIES > 0, e.g. UDR:512=udr512")
+        points.append(CurvePoint(match["recipe"].strip(), int(match["queries"]), match["name"]))
+    seen = set()
+    for p in points:
+        if (p.recipe, p.queries) in seen:
+            raise UdrError(f"point {p.recipe}:{p.queries} is given twice")
+        seen.add((p.recipe, p.queries))
+    if not points:
+        raise UdrError("no point given: expected RECIPE:QUERIES=NAME ...")
+    return points
+
+
+@dataclass(frozen=True)
+class CurveRow:
+    """A point's per-task scores, its average, and its average minus the baseline's (an Interval)."""
+
+    point: CurvePoint
+    scores: dict[str, float]
+    average: float
+    versus_baseline: object
+
+
+def measure_curve(settings, points: list[CurvePoint], baseline: str, tasks: list[str], split: str):
+    """(baseline's per-task scores, [CurveRow]) from the saved results and predictions."""
+    from udr.evaluation.report import saved_comparison
+
+    def scores(name: str) -> dict[str, float]:
+        out = {}
+        for t in tasks:
+            path = settings.paths.method_metrics(name, t, split)
+            if not path.is_file():
+                raise UdrError(f"missing result {path}: evaluate {name} on {t} ({split}) first")
+            out[t] = json.loads(path.read_text())["graded"]["score"]
+        return out
+
+    base = scores(baseline)
+    rows = []
+    for p in points:
+        _, average = saved_comparison(settings, p.name, baseline, tasks, split)
+        point_scores = scores(p.name)
+        rows.append(CurveRow(p, point_scores, sum(point_scores.values()) / len(tasks), average))
+    return base, rows
+
+
+def curve_table(baseline: str, base: dict[str, float], rows: list[CurveRow], ns: dict[str, int]) -> str:
+    """Markdown: one row per point (recipe, then queries), the baseline first; the last column is the
+    average minus the baseline's with its 95% interval, bold where it excludes 0."""
+    from udr.experiments.tables import markdown_table
+
+    tasks = list(base)
+    header = ["retriever", "scored queries / task", *(f"{t} (n={ns[t]})" for t in tasks), "average", f"− {baseline}"]
+    cells = [[baseline, "", *(f"{base[t]:.1f}" for t in tasks), f"{sum(base.values()) / len(tasks):.1f}", ""]]
+    for r in sorted(rows, key=lambda r: (r.point.recipe, r.point.queries)):
+        iv = r.versus_baseline
+        text = f"{iv.difference:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]"
+        cells.append(
+            [
+                r.point.recipe,
+                str(r.point.queries),
+                *(f"{r.scores[t]:.1f}" for t in tasks),
+                f"{r.average:.1f}",
+                f"**{text}**" if iv.resolved else text,
+            ]
+        )
+    return markdown_table(header, cells)
+
+
+def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow], split: str, path: Path) -> None:
+    """The average against scored queries per task (log scale), a line per recipe, each point's bar its
+    paired 95% interval against the baseline (drawn around the point), the baseline a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from udr.util.files import write_atomic
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    recipes = list(dict.fromkeys(r.point.recipe for r in rows))
+    for recipe in recipes:
+        mine = sorted((r for r in rows if r.point.recipe == recipe), key=lambda r: r.point.queries)
+        xs = [r.point.queries for r in mine]
+        ys = [r.average for r in mine]
+        below = [r.versus_baseline.difference - r.versus_baseline.low for r in mine]
+        above = [r.versus_baseline.high - r.versus_baseline.difference for r in mine]
+        ax.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=recipe)
+    ax.axhline(sum(base.values()) / len(base), color="grey", linestyle="--", label=baseline)
+    counts = sorted({r.point.queries for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.set_xlabel("scored queries per task")
+    ax.set_ylabel(f"{split} average over {len(base)} tasks")
+    ax.set_title(f"bars: paired 95% interval of the difference to {baseline}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+
+
+def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: str, out: Path) -> Path:
+    """`udr exp curve`: out (Markdown), out.json and out.png from the saved evaluations of the points."""
+    from udr.evaluation.report import saved_tasks
+    from udr.util.files import write_json_atomic, write_text_atomic
+
+    if split not in ("test", "validation"):
+        raise UdrError(f"bad split {split!r}: expected test or validation")
+    points = parse_points(specs)
+    names = [baseline, *(p.name for p in points)]
+    tasks = list(tasks) if tasks else saved_tasks(settings, names, split)
+    if not tasks:
+        raise UdrError(f"no task has saved {split} results of all of {', '.join(names)}: run `udr evaluate` first")
+    base, rows = measure_curve(settings, points, baseline, tasks, split)
+    ns = {t: json.loads(settings.paths.method_metrics(baseline, t, split).read_text())["n"] for t in tasks}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, f"# Feedback curve ({split})\n\n" + curve_table(baseline, base, rows, ns))
+    write_json_atomic(
+        out.with_suffix(".json"),
+        {
+            "split": split,
+            "baseline": {"name": baseline, "scores": base},
+            "points": [
+                {
+                    "recipe": r.point.recipe,
+                    "queries": r.point.queries,
+                    "name": r.point.name,
+                    "scores": r.scores,
+                    "average": r.average,
+                    "versus_baseline": r.versus_baseline.to_dict(),
+                }
+                for r in rows
+            ],
+        },
+    )
+    write_curve_plot(baseline, base, rows, split, out.with_suffix(".png"))
+    return out

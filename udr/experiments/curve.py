@@ -112,9 +112,10 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     recipes = list(dict.fromkeys(r.point.recipe for r in rows))
-    for recipe in recipes:
+    for i, recipe in enumerate(recipes):
         mine = sorted((r for r in rows if r.point.recipe == recipe), key=lambda r: r.point.queries)
-        xs = [r.point.queries for r in mine]
+        dodge = 2 ** (0.04 * (i - (len(recipes) - 1) / 2))  # recipes side by side at a shared x
+        xs = [r.point.queries * dodge for r in mine]
         ys = [r.average for r in mine]
         below = [r.versus_baseline.difference - r.versus_baseline.low for r in mine]
         above = [r.versus_baseline.high - r.versus_baseline.difference for r in mine]
@@ -148,7 +149,9 @@ def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: st
     base, rows = measure_curve(settings, points, baseline, tasks, split)
     ns = {t: json.loads(settings.paths.method_metrics(baseline, t, split).read_text())["n"] for t in tasks}
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, f"# Feedback curve ({split})\n\n" + curve_table(baseline, base, rows, ns))
+    write_text_atomic(
+        out, f"# Feedback curve ({split})\n\n" + curve_table(baseline, base, rows, ns).rstrip("\n") + "\n"
+    )
     write_json_atomic(
         out.with_suffix(".json"),
         {

@@ -9,7 +9,7 @@ Markers in a page's Markdown are replaced before it is rendered:
 - ``<!-- udr:include PATH [shift=N] -->``: a file of the repository (e.g. ``metrics/results.md``), its
   headings moved N levels down. A missing file fails the build.
 
-``metrics/plots/shots.png`` is copied into the site as ``assets/shots.png``.
+``metrics/plots/shots.png`` and ``metrics/feedback/curve.png`` are copied into the site under ``assets/``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 MARKER = re.compile(r"<!--\s*udr:([a-z-]+)((?:\s+[^\s>]+)*)\s*-->")
-IMAGES = {"assets/shots.png": "metrics/plots/shots.png"}
+IMAGES = {"assets/shots.png": "metrics/plots/shots.png", "assets/curve.png": "metrics/feedback/curve.png"}
 
 
 def _root(config) -> Path:
@@ -270,6 +270,6 @@ def on_files(files, config):
     for dest, src in IMAGES.items():
         path = root / src
         if not path.is_file():
-            raise PluginError(f"missing {src} (made by `udr report`)")
+            raise PluginError(f"missing {src}: the image the page shows")
         files.append(File.generated(config, dest, abs_src_path=str(path)))
     return files

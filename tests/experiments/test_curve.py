@@ -27,9 +27,9 @@ def test_points_parse_and_bad_ones_are_named():
 
 def _rows():
     return [
-        CurveRow(CurvePoint("UDR", 512, "u512"), {"a": 60.0, "b": 40.0}, 50.0, Interval(5.0, 1.0, 9.0)),
-        CurveRow(CurvePoint("UDR", 16, "u16"), {"a": 50.0, "b": 40.0}, 45.0, Interval(0.0, -3.0, 3.0)),
-        CurveRow(CurvePoint("EPR", 16, "e16"), {"a": 44.0, "b": 42.0}, 43.0, Interval(-2.0, -4.0, -0.5)),
+        CurveRow(CurvePoint("UDR", 512, "u512"), {"a": 60.0, "b": 40.0}, Interval(5.0, 1.0, 9.0)),
+        CurveRow(CurvePoint("UDR", 16, "u16"), {"a": 50.0, "b": 40.0}, Interval(0.0, -3.0, 3.0)),
+        CurveRow(CurvePoint("EPR", 16, "e16"), {"a": 44.0, "b": 42.0}, Interval(-2.0, -4.0, -0.5)),
     ]
 
 

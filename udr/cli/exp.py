@@ -186,7 +186,7 @@ def exp_compare_cmd(
     (bold where it excludes 0), from the saved predictions."""
     import json
 
-    from udr.evaluation.report import saved_comparison, saved_tasks
+    from udr.evaluation.report import saved_comparison, saved_results, saved_tasks
     from udr.experiments.tables import compare_table
 
     if split not in ("test", "validation"):
@@ -196,10 +196,11 @@ def exp_compare_cmd(
     if not tasks:
         raise UdrError(f"no task has saved {split} results of both {a} and {b}: run `udr evaluate` for them first")
     per_task, average = saved_comparison(settings, a, b, tasks, split)
-    rows = []
-    for t, iv in zip(tasks, per_task):
-        result = {m: json.loads(settings.paths.method_metrics(m, t, split).read_text()) for m in (a, b)}
-        rows.append((t, result[a]["n"], result[a]["graded"]["score"], result[b]["graded"]["score"], iv))
+    result = {m: saved_results(settings, m, tasks, split) for m in (a, b)}
+    rows = [
+        (t, result[a][t]["n"], result[a][t]["graded"]["score"], result[b][t]["graded"]["score"], iv)
+        for t, iv in zip(tasks, per_task)
+    ]
     if as_json:
         out = {t: {"n": n, a: sa, b: sb, **iv.to_dict()} for t, n, sa, sb, iv in rows}
         out["average"] = average.to_dict()

@@ -193,25 +193,46 @@ def prediction_scorer(settings, method: str, task: str, examples: list[dict], me
     return GradedStatistics(metric, [by_id[int(r["id"])] for r in examples], examples).score
 
 
-def saved_comparison(settings, a: str, b: str, tasks: Sequence[str], split: str = "test"):
-    """(per-task Intervals, average Interval) of a - b, two saved evaluations (methods, or names given
-    with `udr evaluate --save-as`) on the same `split` rows: paired bootstrap from their predictions."""
+def saved_results(settings, name: str, tasks: Sequence[str], split: str = "test") -> dict[str, dict]:
+    """{task: result} of a saved evaluation (a method, or a name given with `udr evaluate --save-as`) on
+    `split`; a missing one is a UdrError naming it."""
+    out = {}
+    for t in tasks:
+        path = settings.paths.method_metrics(name, t, split)
+        if not path.is_file():
+            raise UdrError(f"missing result {path}: evaluate {name} on {t} ({split}) first")
+        out[t] = json.loads(path.read_text())
+    return out
+
+
+def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[str], split: str = "test"):
+    """{a: (per-task Intervals, average Interval) of a - b} for each a in `names`, saved evaluations on
+    the same `split` rows: paired bootstrap from their predictions, each read and scored once (b's too,
+    however many it meets)."""
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
 
-    paired = []
-    for t in tasks:
-        examples = read_prepared(settings.root, t, split).to_dicts()
-        metrics = [settings.paths.method_metrics(m, t, split) for m in (a, b)]
-        for m, path in zip((a, b), metrics):
-            if not path.is_file():
-                raise UdrError(f"missing result {path}: evaluate {m} on {t} ({split}) first")
-        scorers = [
-            prediction_scorer(settings, m, t, examples, json.loads(path.read_text())["metric"], split)
-            for m, path in zip((a, b), metrics)
-        ]
-        paired.append(PairedTask(len(examples), *scorers))
-    return paired_bootstrap(paired, resamples=BOOTSTRAP_RESAMPLES, seed=settings.seed)
+    examples = {t: read_prepared(settings.root, t, split).to_dicts() for t in tasks}
+    results = {m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([*names, b])}
+    scorers = {
+        (m, t): prediction_scorer(settings, m, t, examples[t], results[m][t]["metric"], split)
+        for m in results
+        for t in tasks
+    }
+    return {
+        a: paired_bootstrap(
+            [PairedTask(len(examples[t]), scorers[a, t], scorers[b, t]) for t in tasks],
+            resamples=BOOTSTRAP_RESAMPLES,
+            seed=settings.seed,
+        )
+        for a in names
+    }
+
+
+def saved_comparison(settings, a: str, b: str, tasks: Sequence[str], split: str = "test"):
+    """(per-task Intervals, average Interval) of a - b, two saved evaluations (methods, or names given
+    with `udr evaluate --save-as`) on the same `split` rows: paired bootstrap from their predictions."""
+    return saved_comparisons(settings, [a], b, tasks, split)[a]
 
 
 def saved_tasks(settings, names: Sequence[str], split: str = "test") -> list[str]:

@@ -8,7 +8,6 @@ trained on (the x axis), and the name of its saved evaluation (a method, or a na
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,34 +46,31 @@ def parse_points(specs) -> list[CurvePoint]:
 
 @dataclass(frozen=True)
 class CurveRow:
-    """A point's per-task scores, its average, and its average minus the baseline's (an Interval)."""
+    """A point's per-task scores and its average minus the baseline's (an Interval)."""
 
     point: CurvePoint
     scores: dict[str, float]
-    average: float
     versus_baseline: object
+
+    @property
+    def average(self) -> float:
+        return sum(self.scores.values()) / len(self.scores)
 
 
 def measure_curve(settings, points: list[CurvePoint], baseline: str, tasks: list[str], split: str):
-    """(baseline's per-task scores, [CurveRow]) from the saved results and predictions."""
-    from udr.evaluation.report import saved_comparison
+    """(baseline's per-task scores, per-task n, [CurveRow]) from the saved results and predictions."""
+    from udr.evaluation.report import saved_comparisons, saved_results
+
+    results = {
+        m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([baseline, *(p.name for p in points)])
+    }
+    versus = saved_comparisons(settings, [p.name for p in points], baseline, tasks, split)
 
     def scores(name: str) -> dict[str, float]:
-        out = {}
-        for t in tasks:
-            path = settings.paths.method_metrics(name, t, split)
-            if not path.is_file():
-                raise UdrError(f"missing result {path}: evaluate {name} on {t} ({split}) first")
-            out[t] = json.loads(path.read_text())["graded"]["score"]
-        return out
+        return {t: results[name][t]["graded"]["score"] for t in tasks}
 
-    base = scores(baseline)
-    rows = []
-    for p in points:
-        _, average = saved_comparison(settings, p.name, baseline, tasks, split)
-        point_scores = scores(p.name)
-        rows.append(CurveRow(p, point_scores, sum(point_scores.values()) / len(tasks), average))
-    return base, rows
+    ns = {t: results[baseline][t]["n"] for t in tasks}
+    return scores(baseline), ns, [CurveRow(p, scores(p.name), versus[p.name][1]) for p in points]
 
 
 def curve_table(baseline: str, base: dict[str, float], rows: list[CurveRow], ns: dict[str, int]) -> str:
@@ -146,8 +142,7 @@ def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: st
     tasks = list(tasks) if tasks else saved_tasks(settings, names, split)
     if not tasks:
         raise UdrError(f"no task has saved {split} results of all of {', '.join(names)}: run `udr evaluate` first")
-    base, rows = measure_curve(settings, points, baseline, tasks, split)
-    ns = {t: json.loads(settings.paths.method_metrics(baseline, t, split).read_text())["n"] for t in tasks}
+    base, ns, rows = measure_curve(settings, points, baseline, tasks, split)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(
         out, f"# Feedback curve ({split})\n\n" + curve_table(baseline, base, rows, ns).rstrip("\n") + "\n"

@@ -134,13 +134,17 @@ def test_params_file_with_invalid_utf8_names_file_and_line(tmp_path):
 def test_training_recipes_are_validated():
     s = settings_from_mapping({**BASE, "train": {"loss": "distill", "distill_temperature": 0.5}})
     assert (s.train.loss, s.train.distill_temperature) == ("distill", 0.5)
-    assert settings_from_mapping({**BASE, "train": {"shared_encoder": True}}).train.shared_encoder
+    both = {"freeze_demo_encoder": False}  # the paper's recipe: both encoders learn
+    assert settings_from_mapping({**BASE, "train": {**both, "shared_encoder": True}}).train.shared_encoder
+    assert settings_from_mapping({**BASE, "train": {**both, "grad_cache": True}}).train.grad_cache
     assert settings_from_mapping({**BASE, "train": {"freeze_demo_encoder": True}}).train.freeze_demo_encoder
     for train, key in [
         ({"distill_temperature": 0.0}, "train.distill_temperature"),
         ({"loss": "kl"}, "train.loss"),
         ({"freeze_demo_encoder": "sometimes"}, "train.freeze_demo_encoder"),
         ({"freeze_demo_encoder": True, "shared_encoder": True}, "train.shared_encoder"),
+        ({"shared_encoder": True}, "train.shared_encoder"),  # the default freezes E_d
+        ({"grad_cache": True}, "train.grad_cache"),
     ]:
         with pytest.raises(UdrError, match=f"bad parameter {key}:") as err:
             settings_from_mapping({**BASE, "train": train})

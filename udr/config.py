@@ -85,7 +85,7 @@ class CandidateSettings(_Strict):
 
 
 class ScoreSettings(_Strict):
-    queries_per_task: int = Field(16, gt=0, description="Train queries scored per task (seeded; the same every round).")
+    queries_per_task: int = Field(128, gt=0, description="Train queries scored per task (seeded; the same every round).")
     batch_tokens: int = Field(
         1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU."
     )
@@ -155,7 +155,7 @@ class TrainSettings(_Strict):
         "its whole scored list (so tau is in standard deviations, the same for classification and generation).",
     )
     freeze_demo_encoder: bool = Field(
-        False,
+        True,
         description="Freeze E_d: each task's pool is embedded once, only E_q learns, and L_ib's softmax runs "
         "over the query's whole task pool (the query itself left out) instead of the batch's candidates.",
     )
@@ -218,14 +218,20 @@ class TrainSettings(_Strict):
     @classmethod
     def _shared_not_frozen(cls, value: bool, info) -> bool:
         if value and info.data.get("freeze_demo_encoder"):
-            raise ValueError("cannot be true with train.freeze_demo_encoder (freezing E_d would freeze E_q too)")
+            raise ValueError(
+                "cannot be true with train.freeze_demo_encoder (freezing E_d would freeze E_q too); "
+                "set train.freeze_demo_encoder=false as well"
+            )
         return value
 
     @field_validator("grad_cache")
     @classmethod
     def _grad_cache_not_frozen(cls, value: bool, info) -> bool:
         if value and info.data.get("freeze_demo_encoder"):
-            raise ValueError("cannot be true with train.freeze_demo_encoder (L_ib already runs over the pool)")
+            raise ValueError(
+                "cannot be true with train.freeze_demo_encoder (L_ib already runs over the pool); "
+                "set train.freeze_demo_encoder=false as well"
+            )
         return value
 
     @property

@@ -36,6 +36,7 @@ def loop_project(tmp_path_factory, data_dir):
             "lr": 1e-3,
             "checkpoint_steps": 3,
             "candidates_per_query": 4,
+            "freeze_demo_encoder": False,  # the paper's recipe, both encoders (the frozen E_d: test_training)
         },
         mine={"k": 4, "batch_size": 8},
     )

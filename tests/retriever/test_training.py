@@ -259,7 +259,7 @@ def test_frozen_demo_encoder_saves_the_untouched_e_d(looped, tmp_path):
     fresh = BiEncoder.from_base(root / "models/base/encoder", trained.settings)
     assert np.array_equal(trained.encode(texts, "demo"), fresh.encode(texts, "demo"))
     assert not np.allclose(trained.encode(texts, "query"), fresh.encode(texts, "query"))
-    assert not np.allclose(trained.encode(texts, "demo"), base.encode(texts, "demo"))  # the default trains E_d
+    assert not np.allclose(trained.encode(texts, "demo"), base.encode(texts, "demo"))  # the loop project trains E_d
 
 
 def test_shared_encoder_trains_one_encoder_and_round_trips(looped, tmp_path):

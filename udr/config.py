@@ -85,7 +85,9 @@ class CandidateSettings(_Strict):
 
 
 class ScoreSettings(_Strict):
-    queries_per_task: int = Field(128, gt=0, description="Train queries scored per task (seeded; the same every round).")
+    queries_per_task: int = Field(
+        128, gt=0, description="Train queries scored per task (seeded; the same every round)."
+    )
     batch_tokens: int = Field(
         1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU."
     )

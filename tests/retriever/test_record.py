@@ -96,3 +96,10 @@ def test_the_card_describes_the_exported_model_not_the_project(project, run_cli,
     assert "| sst2 | served, never trained on | classification |" in card  # the project's task, not trained on
     assert "No evaluation of this model was found" in card
     assert "from `params-news.yaml`" in card
+    assert "E_d frozen" not in card  # the looped project trains both encoders
+    frozen = ["-p", "params-news.yaml", "--out", "models/frozen", "-S", "train.freeze_demo_encoder=true"]
+    code, _, err = run_cli(["train", "-r", "0", *frozen], project)
+    assert code == 0, err
+    code, _, err = run_cli(["export", str(tmp_path / "frozen-st"), "--model", "models/frozen"], project)
+    assert code == 0, err
+    assert "seed 42; E_d frozen (only E_q learned)." in (tmp_path / "frozen-st/README.md").read_text()

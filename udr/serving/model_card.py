@@ -146,11 +146,14 @@ def _model_lines(record: dict | None, encoder) -> list[str]:
     for run in rounds(record):
         t = run["train"]
         what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
+        # EPR always trains both encoders; a UDR run may have kept E_d as it was (train.freeze_demo_encoder).
+        frozen = run["method"] != "epr" and t.get("freeze_demo_encoder", False)
         lines.append(
             f"- **Training, {what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
             f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` "
             f"(lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query, batch "
-            f"{t['batch_size']}, lr {t['lr']}, seed {run['seed']}."
+            f"{t['batch_size']}, lr {t['lr']}, seed {run['seed']}"
+            + ("; E_d frozen (only E_q learned)." if frozen else ".")
         )
     return lines
 

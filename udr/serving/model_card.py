@@ -146,8 +146,7 @@ def _model_lines(record: dict | None, encoder) -> list[str]:
     for run in rounds(record):
         t = run["train"]
         what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
-        # EPR always trains both encoders; a UDR run may have kept E_d as it was (train.freeze_demo_encoder).
-        frozen = run["method"] != "epr" and t.get("freeze_demo_encoder", False)
+        frozen = t.get("freeze_demo_encoder", False)  # records older than the setting lack it
         lines.append(
             f"- **Training, {what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
             f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` "

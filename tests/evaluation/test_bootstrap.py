@@ -26,6 +26,11 @@ def test_a_clear_difference_is_resolved_and_a_tie_is_not():
     assert tie == Interval(0.0, 0.0, 0.0) and not tie.resolved
 
 
+def test_an_interval_in_a_table_is_bold_where_resolved():
+    assert Interval(1.25, 0.5, 2.0).markdown() == "**+1.2 [+0.5, +2.0]**"
+    assert Interval(-1.0, -3.04, 0.96).markdown() == "-1.0 [-3.0, +1.0]"
+
+
 def test_pairing_narrows_the_interval_of_correlated_methods():
     """Two methods that agree on most examples: the paired interval is much narrower than the spread
     of either method's own score, which an unpaired comparison would add up."""

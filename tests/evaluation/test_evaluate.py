@@ -185,3 +185,42 @@ def test_the_feedback_curve_compares_every_point_with_the_baseline(evaluated, ru
         assert code != 0 and message in err, (args, err)
         assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "bad.md").exists()
+
+
+def test_evaluations_saved_in_git_compare_as_their_files_do(evaluated, tmp_path):
+    """The analyses' intervals read each evaluation from a git commit (a DVC experiment): the paired
+    interval from the commit is the one from the same files on disk, later changes on disk do not
+    reach it, and a commit without the predictions is a one-line error naming the file and commit."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from udr.config import load_settings
+    from udr.errors import UdrError
+    from udr.evaluation.report import saved_comparison
+    from udr.experiments.dvc import compare_revisions
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+
+    def git(*args):
+        cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(cmd, cwd=project, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", "metrics", "data/predictions")
+    git("commit", "-q", "-m", "evaluated")
+    settings = load_settings(project / "params.yaml")
+    from_files = saved_comparison(settings, "udr", "bm25", TASKS)
+    at_head = {t: ("udr", "HEAD") for t in TASKS}, {t: ("bm25", "HEAD") for t in TASKS}
+    assert compare_revisions(project, *at_head, settings.seed) == from_files
+    for t in TASKS:  # the workspace's UDR now predicts as BM25 does: the commit still holds UDR's
+        predictions = project / "data" / "predictions"
+        shutil.copy(predictions / "bm25" / f"{t}.parquet", predictions / "udr" / f"{t}.parquet")
+    assert compare_revisions(project, *at_head, settings.seed) == from_files
+
+    git("rm", "-q", "-r", "data/predictions/sbert")
+    git("commit", "-q", "-m", "no sbert predictions")
+    with pytest.raises(UdrError, match=r"^no data/predictions/sbert/sst2.parquet at HEAD"):
+        compare_revisions(project, {"sst2": ("sbert", "HEAD")}, {"sst2": ("bm25", "HEAD")}, settings.seed)

@@ -78,12 +78,35 @@ def test_results_table_merges_the_single_task_rows():
     assert full[4].endswith("| 65.0 | 20.0 | 42.5 | -7.5 |")
 
 
+def test_results_table_shows_each_rows_interval_where_given():
+    from udr.evaluation.bootstrap import Interval
+
+    exps = ABLATIONS[:2]
+    results = {e.name: {"sst2": 60.0, "e2e": 30.0} for e in exps}
+    intervals = {exps[0].name: Interval(-5.0, -9.0, -1.0)}  # the second row has none: its plain delta
+    lines = results_table({"sst2": 70.0, "e2e": 30.0}, results, exps, "default", intervals).splitlines()
+    assert lines[0].endswith("| average | Δ average [95% CI] |")
+    assert lines[3].endswith("| 45.0 | **-5.0 [-9.0, -1.0]** |")
+    assert lines[4].endswith("| 45.0 | -5.0 |")
+
+
 def test_transfer_table():
     lines = transfer_table(
         [("lm-a", "udr", {"sst2": 60.0, "e2e": 20.0}), ("lm-b", "udr", None)], ["sst2", "e2e"]
     ).splitlines()
     assert lines[0] == "| inference LM | method | sst2 | e2e | average |"
     assert lines[2] == "| lm-a | udr | 60.0 | 20.0 | 40.0 |" and "not run" in lines[3]
+
+
+def test_transfer_table_with_intervals_against_bm25():
+    from udr.evaluation.bootstrap import Interval
+
+    rows = [("lm-a", "bm25", {"e2e": 30.0}), ("lm-a", "udr", {"e2e": 32.0}), ("lm-b", "udr", None)]
+    lines = transfer_table(rows, ["e2e"], {("lm-a", "udr"): Interval(2.0, -1.0, 5.0)}).splitlines()
+    assert lines[0] == "| inference LM | method | e2e | average | − bm25 [95% CI] |"
+    assert lines[2] == "| lm-a | bm25 | 30.0 | 30.0 |  |"
+    assert lines[3] == "| lm-a | udr | 32.0 | 32.0 | +2.0 [-1.0, +5.0] |"
+    assert lines[4] == "| lm-b | udr | not run |  |  |"
 
 
 def test_the_metrics_udr_exp_show_reads_are_declared_to_dvc():

@@ -40,6 +40,11 @@ class Interval:
     def to_dict(self) -> dict:
         return {"difference": self.difference, "low": self.low, "high": self.high, "resolved": self.resolved}
 
+    def markdown(self) -> str:
+        """`+1.2 [-0.3, +2.7]`, in bold where resolved."""
+        text = f"{self.difference:+.1f} [{self.low:+.1f}, {self.high:+.1f}]"
+        return f"**{text}**" if self.resolved else text
+
 
 @dataclass(frozen=True)
 class PairedTask:

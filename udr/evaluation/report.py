@@ -181,15 +181,21 @@ def prediction_scorer(settings, method: str, task: str, examples: list[dict], me
     indices (:data:`udr.evaluation.bootstrap.ScoreOn`), `examples` being that split's prepared rows."""
     import polars as pl
 
-    from udr.evaluation.metrics import GradedStatistics
-
     path = settings.paths.predictions(method, task, split)
     if not path.is_file():
         raise UdrError(f"missing predictions {path}: run `udr evaluate --method {method}` first")
     frame = pl.read_parquet(path, columns=["id", "prediction"])
+    return frame_scorer(frame, examples, metric, f"{path}", f"the prepared {split} split of {task}")
+
+
+def frame_scorer(frame, examples: list[dict], metric: str, source: str, rows: str):
+    """The graded score of the predictions in `frame` (columns id, prediction) as a function of
+    indices into `examples`; `source` and `rows` name the two in the error when they differ."""
+    from udr.evaluation.metrics import GradedStatistics
+
     by_id = dict(zip(frame["id"].to_list(), frame["prediction"].to_list()))
     if set(by_id) != {int(r["id"]) for r in examples}:
-        raise UdrError(f"{path} does not cover the prepared {split} split of {task}: re-run `udr evaluate`")
+        raise UdrError(f"{source} does not cover {rows}: re-run `udr evaluate`")
     return GradedStatistics(metric, [by_id[int(r["id"])] for r in examples], examples).score
 
 
@@ -284,10 +290,6 @@ def comparison_markdown(
     baselines = list(comparison)
     tasks = list(results[COMPARED])
 
-    def cell(iv) -> str:
-        text = f"{iv.difference:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]"
-        return f"**{text}**" if iv.resolved else text
-
     lines = [
         title,
         "",
@@ -300,9 +302,9 @@ def comparison_markdown(
         "| --- | ---: | " + " | ".join("---:" for _ in baselines) + " |",
     ]
     for task in tasks:
-        cells = [cell(comparison[b][0][task]) for b in baselines]
+        cells = [comparison[b][0][task].markdown() for b in baselines]
         lines.append(f"| {task} | {results[COMPARED][task]['n']} | " + " | ".join(cells) + " |")
-    lines.append(f"| **average, {scope}** |  | " + " | ".join(cell(comparison[b][1]) for b in baselines) + " |")
+    lines.append(f"| **average, {scope}** |  | " + " | ".join(comparison[b][1].markdown() for b in baselines) + " |")
     lines.append("")
     return "\n".join(lines)
 

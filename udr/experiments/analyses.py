@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.experiments.dvc import method_scores, run_named, saved_experiments
+from udr.evaluation.report import BOOTSTRAP_RESAMPLES
+from udr.experiments.dvc import compare_revisions, method_scores, run_named, saved_experiments
 from udr.experiments.tables import results_table, transfer_table
 from udr.paths import Paths, round_label
 from udr.util.files import write_text_atomic
@@ -133,6 +134,30 @@ ANALYSIS_INTROS = {
 }
 
 
+def analysis_seed(root: Path) -> int:
+    """The bootstrap's seed: the project's own (params.yaml at HEAD's values between experiments)."""
+    from udr.config import load_settings
+
+    return load_settings(root / "params.yaml").seed
+
+
+def row_intervals(root: Path, experiments, saved: dict[str, str], tasks, seed: int) -> dict:
+    """{row key: Interval of the row's average minus HEAD's UDR} for each table row whose saved
+    experiments cover every task: paired bootstrap over the committed predictions."""
+    revisions: dict[str, dict[str, tuple[str, str]]] = {}
+    for e in experiments:
+        if e.name in saved:
+            row = revisions.setdefault(e.row or e.name, {})
+            for t in method_scores(root, "udr", tasks, rev=saved[e.name]):
+                row[t] = ("udr", saved[e.name])
+    head = {t: ("udr", "HEAD") for t in tasks}
+    return {
+        key: compare_revisions(root, {t: row[t] for t in tasks}, head, seed)[1]
+        for key, row in revisions.items()
+        if set(tasks) <= set(row)
+    }
+
+
 def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False, dry=False, tasks=None) -> Path:
     """Run an analysis's experiments (`only` some; with `missing`, those not saved yet) and write its
     table, `metrics/<name>.md`, after each; returns the table's path."""
@@ -152,19 +177,29 @@ def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False
         # Every row reads its named DVC experiment, so runs made by separate invocations add up.
         saved = saved_experiments(root)
         results = {e.name: method_scores(root, "udr", tasks, rev=saved[e.name]) for e in experiments if e.name in saved}
+        intervals = row_intervals(root, experiments, saved, list(baseline), analysis_seed(root))
         runs = ", ".join(f"{e.name} {saved[e.name][:7]}" for e in experiments if e.name in saved) or "none yet"
         write_text_atomic(
             out,
             f"# {name.capitalize()}\n\n{intro}\n\nMade by `udr exp {name}`: each row is the "
             "DVC experiment of that name, `dvc exp run -n NAME -S ... evaluate@udr` "
             f"(`udr exp {name} --dry` prints them; `dvc exp show` lists them). "
-            f"Experiment commits: {runs}.\n\n" + results_table(baseline, results, experiments, baseline_label),
+            f"Experiment commits: {runs}.\n\n"
+            + results_table(baseline, results, experiments, baseline_label, intervals)
+            + f"\n{INTERVALS_NOTE}\n",
         )
 
     run_named(root, chosen, dry=dry, on_done=write)  # the table after each experiment
     if not dry and not chosen:  # nothing ran (--missing): the table from what is saved
         write()
     return out
+
+
+INTERVALS_NOTE = (
+    "Intervals: paired bootstrap 95% interval of the difference on the same test inputs, resampling each "
+    f"task's inputs ({BOOTSTRAP_RESAMPLES} resamples; generation metrics recomputed on each resample), from "
+    "the predictions committed with each run; bold where it excludes 0."
+)
 
 
 def run_transfer(root: Path, scoring_lm: str, lm: str = TRANSFER_LM, *, missing=False, dry=False) -> Path | None:
@@ -176,13 +211,21 @@ def run_transfer(root: Path, scoring_lm: str, lm: str = TRANSFER_LM, *, missing=
         run_named(root, [exp], dry=dry)
     if dry:
         return None
-    base = [
-        (f"{scoring_lm} (scored the candidates; HEAD)", m, method_scores(root, m, TRANSFER_TASKS, rev="HEAD"))
-        for m in TRANSFER_METHODS
-    ]
+    base_label = f"{scoring_lm} (scored the candidates; HEAD)"
+    base = [(base_label, m, method_scores(root, m, TRANSFER_TASKS, rev="HEAD")) for m in TRANSFER_METHODS]
     rev = saved_experiments(root).get(exp.name)
     label = f"{lm} (`{exp.name}`{f', {rev[:7]}' if rev else ''})"
     other = [(label, m, method_scores(root, m, TRANSFER_TASKS, rev=rev) if rev else None) for m in TRANSFER_METHODS]
+    seed = analysis_seed(root)
+    intervals = {
+        (lm_label, m): compare_revisions(
+            root, {t: (m, at) for t in TRANSFER_TASKS}, {t: ("bm25", at) for t in TRANSFER_TASKS}, seed
+        )[1]
+        for lm_label, at in ((base_label, "HEAD"), (label, rev))
+        if at
+        for m in TRANSFER_METHODS
+        if m != "bm25"
+    }
     out = Paths(root).analysis("transfer")
     write_text_atomic(
         out,
@@ -191,6 +234,7 @@ def run_transfer(root: Path, scoring_lm: str, lm: str = TRANSFER_LM, *, missing=
         f"{', '.join(TRANSFER_TASKS)} (graded metric, percent; same prompts, context and test sets).\n\n"
         f"Made by `udr exp transfer`: `dvc exp run -n {exp.name} "
         f"{' '.join('-S ' + o for o in exp.overrides)} {' '.join(exp.targets)}`.\n\n"
-        + transfer_table(base + other, TRANSFER_TASKS),
+        + transfer_table(base + other, TRANSFER_TASKS, intervals)
+        + f"\n{INTERVALS_NOTE}\n",
     )
     return out

@@ -82,15 +82,13 @@ def curve_table(baseline: str, base: dict[str, float], rows: list[CurveRow], ns:
     header = ["retriever", "scored queries / task", *(f"{t} (n={ns[t]})" for t in tasks), "average", f"− {baseline}"]
     cells = [[baseline, "", *(f"{base[t]:.1f}" for t in tasks), f"{sum(base.values()) / len(tasks):.1f}", ""]]
     for r in sorted(rows, key=lambda r: (r.point.recipe, r.point.queries)):
-        iv = r.versus_baseline
-        text = f"{iv.difference:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]"
         cells.append(
             [
                 r.point.recipe,
                 str(r.point.queries),
                 *(f"{r.scores[t]:.1f}" for t in tasks),
                 f"{r.average:.1f}",
-                f"**{text}**" if iv.resolved else text,
+                r.versus_baseline.markdown(),
             ]
         )
     return markdown_table(header, cells)

@@ -141,20 +141,54 @@ def wait_for_queue(root: Path, poll_seconds: float = 10.0) -> None:
         time.sleep(poll_seconds)
 
 
-def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
-    """{task: graded score} from metrics/<method>/*.json at git revision `rev` (tasks None: all)."""
+def git_show(root: Path, rev: str, path: str) -> bytes:
+    """The bytes of `path` at git revision `rev`; a missing one is a UdrError naming both."""
+    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True)
+    if done.returncode != 0:
+        raise UdrError(f"no {path} at {rev[:12]}: run and commit that evaluation first")
+    return done.stdout
+
+
+def method_results(root: Path, method: str, tasks, rev: str) -> dict[str, dict]:
+    """{task: result} from metrics/<method>/*.json (test) at git revision `rev` (tasks None: all)."""
     listing = subprocess.run(
         ["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root, capture_output=True, text=True
     )
     if listing.returncode != 0:
         raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
-    out = {}
-    for name in listing.stdout.split():
-        text = subprocess.run(
-            ["git", "show", f"{rev}:metrics/{method}/{name}"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout
-        out[Path(name).stem] = json.loads(text)["graded"]["score"]
-    return {t: s for t, s in out.items() if tasks is None or t in tasks}
+    names = [n for n in listing.stdout.split() if tasks is None or Path(n).stem in tasks]
+    return {Path(n).stem: json.loads(git_show(root, rev, f"metrics/{method}/{n}")) for n in names}
+
+
+def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
+    """{task: graded score} from metrics/<method>/*.json at git revision `rev` (tasks None: all)."""
+    return {t: r["graded"]["score"] for t, r in method_results(root, method, tasks, rev).items()}
+
+
+def compare_revisions(root: Path, a: dict[str, tuple[str, str]], b: dict[str, tuple[str, str]], seed: int):
+    """Paired bootstrap of A - B on the test split, each side a saved evaluation per task read from
+    git: `a` and `b` map a task to (method, revision). Returns (per-task Intervals, average Interval)
+    over the tasks of `a`, from the predictions committed with each evaluation."""
+    import io
+
+    import polars as pl
+
+    from udr.data.prepare import read_prepared
+    from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
+    from udr.evaluation.report import BOOTSTRAP_RESAMPLES, frame_scorer
+    from udr.paths import Paths
+
+    def scorer(task, method, rev, examples):
+        metric = method_results(root, method, [task], rev)[task]["metric"]
+        path = Paths(Path(".")).predictions(method, task).as_posix()
+        frame = pl.read_parquet(io.BytesIO(git_show(root, rev, path)), columns=["id", "prediction"])
+        return frame_scorer(frame, examples, metric, f"{path} at {rev[:12]}", f"the prepared test split of {task}")
+
+    pairs = []
+    for task in a:
+        examples = read_prepared(root, task, "test").to_dicts()
+        pairs.append(PairedTask(len(examples), scorer(task, *a[task], examples), scorer(task, *b[task], examples)))
+    return paired_bootstrap(pairs, resamples=BOOTSTRAP_RESAMPLES, seed=seed)
 
 
 def saved_experiments(root: Path) -> dict[str, str]:

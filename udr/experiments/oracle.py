@@ -226,17 +226,13 @@ def write_ceiling_table(settings, tasks: Sequence[str], n: int = CANDIDATES) -> 
     pairs = [(CEILING, "bm25"), ("udr", "bm25"), (CEILING, "udr")]
     intervals = {f"{a} - {b}": validation_comparison(settings, a, b, tasks) for a, b in pairs}
 
-    def cell(iv) -> str:
-        text = f"{iv.difference:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]"
-        return f"**{text}**" if iv.resolved else text
-
     head = ["task", "n", *methods, *intervals]
     lines = ["| " + " | ".join(head) + " |", "| --- | " + " | ".join("---:" for _ in head[1:]) + " |"]
     for j, t in enumerate(tasks):
-        values = [f"{graded[m][t]:.1f}" for m in methods]
-        lines.append(f"| {t} | {sizes[t]} | " + " | ".join(values + [cell(v[0][j]) for v in intervals.values()]) + " |")
+        values = [f"{graded[m][t]:.1f}" for m in methods] + [v[0][j].markdown() for v in intervals.values()]
+        lines.append(f"| {t} | {sizes[t]} | " + " | ".join(values) + " |")
     means = [f"{np.mean([graded[m][t] for t in tasks]):.1f}" for m in methods]
-    lines.append("| **average** |  | " + " | ".join(means + [cell(v[1]) for v in intervals.values()]) + " |")
+    lines.append("| **average** |  | " + " | ".join(means + [v[1].markdown() for v in intervals.values()]) + " |")
     out = settings.paths.analysis("ceiling")
     write_text_atomic(
         out,

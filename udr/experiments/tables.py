@@ -99,12 +99,18 @@ def markdown_table(header: list[str], cells: list[list[str]]) -> str:
 
 
 def results_table(
-    baseline: dict[str, float], results: dict[str, dict[str, float]], experiments, baseline_label: str
+    baseline: dict[str, float],
+    results: dict[str, dict[str, float]],
+    experiments,
+    baseline_label: str,
+    intervals: dict | None = None,
 ) -> str:
     """Markdown: one row per experiment (or per `row` group), a column per task and the mean, deltas
-    against the baseline. A group's row takes the tasks its members evaluated."""
+    against the baseline, with their 95% interval where `intervals` ({row key: Interval}) has one.
+    A group's row takes the tasks its members evaluated."""
     tasks = list(baseline)
-    header = ["setting", *tasks, "average", "Δ average"]
+    intervals = intervals or {}
+    header = ["setting", *tasks, "average", "Δ average [95% CI]" if intervals else "Δ average"]
     base_avg = sum(baseline.values()) / len(baseline)
     cells = [[baseline_label, *(f"{baseline[t]:.1f}" for t in tasks), f"{base_avg:.1f}", ""]]
     rows: dict[str, dict[str, float]] = {}
@@ -118,22 +124,28 @@ def results_table(
         cols = [f"{scores[t]:.1f}" if t in scores else "not run" for t in tasks]
         if all(t in scores for t in tasks):
             avg = sum(scores[t] for t in tasks) / len(tasks)
-            cells.append([labels[key], *cols, f"{avg:.1f}", f"{avg - base_avg:+.1f}"])
+            delta = intervals[key].markdown() if key in intervals else f"{avg - base_avg:+.1f}"
+            cells.append([labels[key], *cols, f"{avg:.1f}", delta])
         else:
             cells.append([labels[key], *cols, "", ""])
     return markdown_table(header, cells)
 
 
-def transfer_table(rows: list[tuple[str, str, dict[str, float] | None]], tasks) -> str:
-    """Markdown: (inference LM, method, {task: score} or None if not run) -> one row each, with the mean."""
+def transfer_table(rows: list[tuple[str, str, dict[str, float] | None]], tasks, intervals: dict | None = None) -> str:
+    """Markdown: (inference LM, method, {task: score} or None if not run) -> one row each, with the
+    mean, and `intervals` ({(inference LM, method): Interval}) in a last column where given."""
+    intervals = intervals or {}
     header = ["inference LM", "method", *tasks, "average"]
+    if intervals:
+        header.append("− bm25 [95% CI]")
     cells = []
     for lm, method, scores in rows:
+        extra = [intervals[lm, method].markdown() if (lm, method) in intervals else ""] if intervals else []
         if not scores:
-            cells.append([lm, method, *("not run" for _ in tasks), ""])
+            cells.append([lm, method, *("not run" for _ in tasks), "", *extra])
             continue
         avg = sum(scores[t] for t in tasks) / len(tasks)
-        cells.append([lm, method, *(f"{scores[t]:.1f}" for t in tasks), f"{avg:.1f}"])
+        cells.append([lm, method, *(f"{scores[t]:.1f}" for t in tasks), f"{avg:.1f}", *extra])
     return markdown_table(header, cells)
 
 
@@ -141,12 +153,8 @@ def compare_table(a: str, b: str, rows: list[tuple[str, int, float, float, objec
     """`udr exp compare`'s table: per task n, each side's graded score and a - b with its 95% interval
     (`rows`: task, n, score a, score b, Interval), then the average over the tasks."""
 
-    def cell(iv) -> str:
-        text = f"{iv.difference:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]"
-        return f"**{text}**" if iv.resolved else text
-
-    cells = [[t, str(n), f"{sa:.1f}", f"{sb:.1f}", cell(iv)] for t, n, sa, sb, iv in rows]
+    cells = [[t, str(n), f"{sa:.1f}", f"{sb:.1f}", iv.markdown()] for t, n, sa, sb, iv in rows]
     mean_a = sum(r[2] for r in rows) / len(rows)
     mean_b = sum(r[3] for r in rows) / len(rows)
-    cells.append(["**average**", "", f"{mean_a:.1f}", f"{mean_b:.1f}", cell(average)])
+    cells.append(["**average**", "", f"{mean_a:.1f}", f"{mean_b:.1f}", average.markdown()])
     return markdown_table(["task", "n", a, b, f"{a} − {b}"], cells)

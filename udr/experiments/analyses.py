@@ -11,7 +11,8 @@ grid with `dvc exp run --queue` and runs it with `dvc queue start`, `udr exp sho
 
 Their tables (``metrics/ablations.md``, ``order.md``, ``transfer.md``) read each experiment's
 ``metrics/<method>/<task>.json`` from its saved DVC experiment commit (``refs/exps``), next to the
-committed default (HEAD), with the command that made them.
+committed default (HEAD), with the command that made them, and give each difference its paired
+bootstrap interval from the predictions committed beside those results.
 """
 
 from __future__ import annotations

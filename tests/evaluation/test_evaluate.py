@@ -213,14 +213,14 @@ def test_evaluations_saved_in_git_compare_as_their_files_do(evaluated, tmp_path)
     git("commit", "-q", "-m", "evaluated")
     settings = load_settings(project / "params.yaml")
     from_files = saved_comparison(settings, "udr", "bm25", TASKS)
-    at_head = {t: ("udr", "HEAD") for t in TASKS}, {t: ("bm25", "HEAD") for t in TASKS}
-    assert compare_revisions(project, *at_head, settings.seed) == from_files
+    at_head = {"udr": {t: ("udr", "HEAD") for t in TASKS}}, {t: ("bm25", "HEAD") for t in TASKS}
+    assert compare_revisions(project, *at_head, settings.seed) == {"udr": from_files}
     for t in TASKS:  # the workspace's UDR now predicts as BM25 does: the commit still holds UDR's
         predictions = project / "data" / "predictions"
         shutil.copy(predictions / "bm25" / f"{t}.parquet", predictions / "udr" / f"{t}.parquet")
-    assert compare_revisions(project, *at_head, settings.seed) == from_files
+    assert compare_revisions(project, *at_head, settings.seed) == {"udr": from_files}
 
     git("rm", "-q", "-r", "data/predictions/sbert")
     git("commit", "-q", "-m", "no sbert predictions")
     with pytest.raises(UdrError, match=r"^no data/predictions/sbert/sst2.parquet at HEAD"):
-        compare_revisions(project, {"sst2": ("sbert", "HEAD")}, {"sst2": ("bm25", "HEAD")}, settings.seed)
+        compare_revisions(project, {"sbert": {"sst2": ("sbert", "HEAD")}}, {"sst2": ("bm25", "HEAD")}, settings.seed)

@@ -142,21 +142,17 @@ def analysis_seed(root: Path) -> int:
     return load_settings(root / "params.yaml").seed
 
 
-def row_intervals(root: Path, experiments, saved: dict[str, str], tasks, seed: int) -> dict:
+def row_intervals(root: Path, experiments, saved: dict[str, str], results: dict, tasks, seed: int) -> dict:
     """{row key: Interval of the row's average minus HEAD's UDR} for each table row whose saved
-    experiments cover every task: paired bootstrap over the committed predictions."""
+    experiments (`results`: {name: {task: score}}) cover every task: paired bootstrap over the
+    committed predictions."""
     revisions: dict[str, dict[str, tuple[str, str]]] = {}
     for e in experiments:
-        if e.name in saved:
-            row = revisions.setdefault(e.row or e.name, {})
-            for t in method_scores(root, "udr", tasks, rev=saved[e.name]):
-                row[t] = ("udr", saved[e.name])
+        row = revisions.setdefault(e.row or e.name, {})
+        row.update({t: ("udr", saved[e.name]) for t in results.get(e.name, {})})
+    complete = {key: row for key, row in revisions.items() if set(tasks) <= set(row)}
     head = {t: ("udr", "HEAD") for t in tasks}
-    return {
-        key: compare_revisions(root, {t: row[t] for t in tasks}, head, seed)[1]
-        for key, row in revisions.items()
-        if set(tasks) <= set(row)
-    }
+    return {key: versus[1] for key, versus in compare_revisions(root, complete, head, seed).items()}
 
 
 def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False, dry=False, tasks=None) -> Path:
@@ -178,7 +174,7 @@ def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False
         # Every row reads its named DVC experiment, so runs made by separate invocations add up.
         saved = saved_experiments(root)
         results = {e.name: method_scores(root, "udr", tasks, rev=saved[e.name]) for e in experiments if e.name in saved}
-        intervals = row_intervals(root, experiments, saved, list(baseline), analysis_seed(root))
+        intervals = row_intervals(root, experiments, saved, results, list(baseline), analysis_seed(root))
         runs = ", ".join(f"{e.name} {saved[e.name][:7]}" for e in experiments if e.name in saved) or "none yet"
         write_text_atomic(
             out,
@@ -218,15 +214,12 @@ def run_transfer(root: Path, scoring_lm: str, lm: str = TRANSFER_LM, *, missing=
     label = f"{lm} (`{exp.name}`{f', {rev[:7]}' if rev else ''})"
     other = [(label, m, method_scores(root, m, TRANSFER_TASKS, rev=rev) if rev else None) for m in TRANSFER_METHODS]
     seed = analysis_seed(root)
-    intervals = {
-        (lm_label, m): compare_revisions(
-            root, {t: (m, at) for t in TRANSFER_TASKS}, {t: ("bm25", at) for t in TRANSFER_TASKS}, seed
-        )[1]
-        for lm_label, at in ((base_label, "HEAD"), (label, rev))
-        if at
-        for m in TRANSFER_METHODS
-        if m != "bm25"
-    }
+    intervals = {}
+    evaluated = [(base_label, "HEAD"), *([(label, rev)] if rev else [])]
+    for lm_label, at in evaluated:
+        rows = {m: {t: (m, at) for t in TRANSFER_TASKS} for m in TRANSFER_METHODS if m != "bm25"}
+        versus = compare_revisions(root, rows, {t: ("bm25", at) for t in TRANSFER_TASKS}, seed)
+        intervals.update({(lm_label, m): v[1] for m, v in versus.items()})
     out = Paths(root).analysis("transfer")
     write_text_atomic(
         out,

@@ -165,10 +165,11 @@ def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
     return {t: r["graded"]["score"] for t, r in method_results(root, method, tasks, rev).items()}
 
 
-def compare_revisions(root: Path, a: dict[str, tuple[str, str]], b: dict[str, tuple[str, str]], seed: int):
-    """Paired bootstrap of A - B on the test split, each side a saved evaluation per task read from
-    git: `a` and `b` map a task to (method, revision). Returns (per-task Intervals, average Interval)
-    over the tasks of `a`, from the predictions committed with each evaluation."""
+def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], seed: int) -> dict:
+    """Paired bootstrap of each row minus B on the test split, every side a saved evaluation per task
+    read from git: each row of `rows` ({key: {task: (method, revision)}}) and `b` map a task to
+    (method, revision). Returns {key: (per-task Intervals, average Interval)} over the tasks of `b`,
+    from the predictions committed with each evaluation; B's are read and scored once."""
     import io
 
     import polars as pl
@@ -178,17 +179,24 @@ def compare_revisions(root: Path, a: dict[str, tuple[str, str]], b: dict[str, tu
     from udr.evaluation.report import BOOTSTRAP_RESAMPLES, frame_scorer
     from udr.paths import Paths
 
-    def scorer(task, method, rev, examples):
-        metric = method_results(root, method, [task], rev)[task]["metric"]
-        path = Paths(Path(".")).predictions(method, task).as_posix()
-        frame = pl.read_parquet(io.BytesIO(git_show(root, rev, path)), columns=["id", "prediction"])
-        return frame_scorer(frame, examples, metric, f"{path} at {rev[:12]}", f"the prepared test split of {task}")
+    examples = {t: read_prepared(root, t, "test").to_dicts() for t in b}
 
-    pairs = []
-    for task in a:
-        examples = read_prepared(root, task, "test").to_dicts()
-        pairs.append(PairedTask(len(examples), scorer(task, *a[task], examples), scorer(task, *b[task], examples)))
-    return paired_bootstrap(pairs, resamples=BOOTSTRAP_RESAMPLES, seed=seed)
+    def scorer(task, method, rev):
+        metric = method_results(root, method, [task], rev)[task]["metric"]
+        path = Paths(root).predictions(method, task).relative_to(root).as_posix()
+        frame = pl.read_parquet(io.BytesIO(git_show(root, rev, path)), columns=["id", "prediction"])
+        where = f"{path} at {rev[:12]}"
+        return frame_scorer(frame, examples[task], metric, where, f"the prepared test split of {task}")
+
+    base = {t: scorer(t, *b[t]) for t in b}
+    return {
+        key: paired_bootstrap(
+            [PairedTask(len(examples[t]), scorer(t, *row[t]), base[t]) for t in b],
+            resamples=BOOTSTRAP_RESAMPLES,
+            seed=seed,
+        )
+        for key, row in rows.items()
+    }
 
 
 def saved_experiments(root: Path) -> dict[str, str]:

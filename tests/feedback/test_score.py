@@ -141,6 +141,61 @@ def test_more_queries_score_only_the_new_ones(project, scored, tmp_path):
     assert fresh.reused == 0 and fresh.scored == 45
 
 
+def _add_candidates(root, task, per_query: int) -> int:
+    """Adds `per_query` new candidates to every query of the round-0 list (as a larger candidates.k
+    does); returns how many pairs were added."""
+    path = root / f"data/candidates/round0/{task}.parquet"
+    old = pl.read_parquet(path)
+    train_ids = pl.read_parquet(root / f"data/prepared/{task}/train.parquet")["id"].to_list()
+    extra = []
+    for q in old["query_id"].unique().to_list():
+        have = set(old.filter(pl.col("query_id") == q)["candidate_id"].to_list()) | {q}
+        extra += [(q, c) for c in [c for c in train_ids if c not in have][:per_query]]
+    added = pl.DataFrame(extra, schema={"query_id": pl.Int64, "candidate_id": pl.Int64}, orient="row")
+    pl.concat([old.select("query_id", "candidate_id"), added]).write_parquet(path)
+    return len(extra)
+
+
+def test_more_candidates_score_only_the_new_pairs(project, scored, tmp_path):
+    """A longer candidate list per query (candidates.k grown) keeps the pairs already scored: a pair's
+    score does not depend on which other candidates its query has."""
+    from udr.feedback.score import run_score
+
+    root = _copy(project, tmp_path)
+    before = scored["sst2"][1]
+    _add_candidates(root, "sst2", 2)
+    summary = run_score(_settings(root), "sst2", 0, progress=False)
+    after = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
+    assert summary.reused == len(before) == 30 and summary.scored == 6 * 2 and len(after) == 42
+    both = after.join(before, on=["query_id", "candidate_id"], suffix="_0")
+    assert len(both) == len(before) and (both["score"] == both["score_0"]).all()
+
+
+def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored, tmp_path):
+    """Summaries whose inputs hash also covers the candidates file (as written before candidate lists
+    left the inputs) still let a larger score.queries_per_task reuse their pairs; another file does not."""
+    import hashlib
+    import json
+
+    from udr.feedback.score import _pair_inputs, load_work, run_score
+    from udr.util.files import file_sha256
+
+    root = _copy(project, tmp_path)
+    settings = _settings(root)
+    work = load_work(settings, "sst2", 0)
+    legacy = {**_pair_inputs(settings, work, "fp32"), "candidates": file_sha256(work.candidates_file)}
+    summary_path = root / "data/scores/round0/sst2.json"
+    summary = json.loads(summary_path.read_text())
+    summary["inputs"] = hashlib.sha256(json.dumps(legacy, sort_keys=True).encode()).hexdigest()
+    summary_path.write_text(json.dumps(summary))
+    grown = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
+    assert grown.reused == 30 and grown.scored == 3 * 5
+    summary["inputs"] = hashlib.sha256(json.dumps({**legacy, "candidates": "0" * 64}).encode()).hexdigest()
+    summary_path.write_text(json.dumps(summary))
+    fresh = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
+    assert fresh.reused == 0 and fresh.scored == 45
+
+
 def test_resume_after_interruption_gives_identical_output(project, scored, tmp_path):
     root = _copy(project, tmp_path)
     (root / "data/scores").exists() and shutil.rmtree(root / "data/scores")

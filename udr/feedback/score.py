@@ -156,13 +156,12 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
 
 
 def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
-    """What a pair's score depends on: the task, round, data, candidates, LM, prompt settings and
-    precision; not which queries are scored, nor speed settings."""
+    """What a pair's score depends on: the task, round, data, LM, prompt settings and precision; not
+    which queries are scored, nor the candidate lists the pair came from (`candidates.k`), nor speed."""
     lm_record = settings.paths.base_model("lm") / RECORD_NAME
     return {
         "task": work.task.name,
         "round": work.round,
-        "candidates": file_sha256(work.candidates_file),
         "train": file_sha256(settings.paths.prepared(work.task.name, "train")),
         "lm": json.loads(lm_record.read_text()) if lm_record.is_file() else None,
         "score": settings.score.model_dump(include={"max_length", "instruction"}),
@@ -170,11 +169,23 @@ def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
     }
 
 
-def score_inputs(settings, work: ScoreWork, dtype: str) -> str:
-    """A hash of :func:`_pair_inputs`, kept in the summary: a later run with the same reuses the scores."""
+def _hash(inputs: dict) -> str:
     import hashlib
 
-    return hashlib.sha256(json.dumps(_pair_inputs(settings, work, dtype), sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def score_inputs(settings, work: ScoreWork, dtype: str) -> str:
+    """A hash of :func:`_pair_inputs`, kept in the summary: a later run with the same reuses the scores."""
+    return _hash(_pair_inputs(settings, work, dtype))
+
+
+def _accepted_inputs(settings, work: ScoreWork, dtype: str) -> set[str]:
+    """The summary hashes whose scores this run reuses: its own, and the same inputs with the candidates
+    file's hash as summaries wrote it before candidate lists left the inputs (same pairs, same scores)."""
+    inputs = _pair_inputs(settings, work, dtype)
+    with_candidates = {**inputs, "candidates": file_sha256(work.candidates_file)}
+    return {_hash(inputs), _hash(with_candidates)}
 
 
 def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
@@ -187,7 +198,7 @@ def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
         return work
     _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     try:
-        same = json.loads(summary.read_text()).get("inputs") == score_inputs(settings, work, dtype)
+        same = json.loads(summary.read_text()).get("inputs") in _accepted_inputs(settings, work, dtype)
     except (json.JSONDecodeError, AttributeError):
         same = False
     if not same:
@@ -204,6 +215,7 @@ def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
     pairs' inputs, which pairs and how they are cut into shards, and every score setting but speed."""
     return {
         **_pair_inputs(settings, work, dtype),
+        "candidates": file_sha256(work.candidates_file),
         "todo": len(work.todo),
         "shard_pairs": settings.score.shard_pairs,
         "shard_order": ["candidate_id", "query_id"],

@@ -110,6 +110,22 @@ def test_dvc_yaml_evaluates_every_method_of_the_config():
     assert tuple(retrievers) == METHODS
 
 
+# Train settings that change where or how often training runs, never the trained model.
+TRAIN_NOT_RECIPE = {"checkpoint_steps", "device"}
+
+
+@pytest.mark.parametrize("stage", ["train", "retrain", "train_epr"])
+def test_every_training_recipe_setting_is_a_param_of_the_training_stages(stage):
+    """A setting missing from a stage's params is one `dvc exp run -S` changes without re-running it."""
+    from udr.config import TrainSettings
+
+    spec = _stages()[stage]
+    params = set(spec.get("do", spec)["params"])
+    recipe = {f"train.{f}" for f in TrainSettings.model_fields} - {f"train.{f}" for f in TRAIN_NOT_RECIPE}
+    recipe -= {"train.later_rounds"}  # the stages' foreach, not a param of any one of them
+    assert recipe | {"seed", "encoder", "score.queries_per_task"} <= params
+
+
 # ---------------------------------------------------------------- what DVC re-runs (slow)
 
 

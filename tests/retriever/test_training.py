@@ -184,6 +184,24 @@ def test_scored_queries_carry_the_lm_scores_in_lm_order(looped):
             assert list(sq.candidate_scores) == sorted(sq.candidate_scores, reverse=True)
 
 
+def test_training_reads_the_scored_queries_params_ask_for(looped):
+    """Scores of more queries hold the fewer ones (the same seeded choice): training takes exactly those;
+    asking for more queries than were scored is a one-line error naming `udr score`."""
+    from udr.config import load_settings
+    from udr.errors import UdrError
+    from udr.feedback.scoring import select_queries
+    from udr.retriever.training import load_scored_queries
+
+    settings = load_settings(looped / "params.yaml", ["score.queries_per_task=3"])
+    data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
+    for task, queries in data.items():
+        ids = pl.read_parquet(looped / f"data/prepared/{task}/train.parquet")["id"].to_numpy()
+        assert [q.query_id for q in queries] == select_queries(ids, 3, settings.seed, task).tolist()
+    more = load_settings(looped / "params.yaml", ["score.queries_per_task=12"])
+    with pytest.raises(UdrError, match=r"holds 8 scored queries, score.queries_per_task asks for 12: run `udr score"):
+        load_scored_queries(more, list(TASKS), 0, more.encoder)
+
+
 def test_distill_training_logs_the_kl_as_its_rank_part(looped, tmp_path):
     root, settings = _project(looped, tmp_path, "train.loss=distill", "train.loss_lambda=1.0", "train.epochs_first=1")
     _train(settings, root, root / "models/rounds/round0")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
-from udr.paths import round_label
+from udr.paths import round_label, summary_file
 from udr.retriever.record import check_replace, training_record, write_record
 from udr.retriever.sampling import TaskSampler, sample_candidates, step_rng
 from udr.util.distributed import Distributed, resolve_device_type
@@ -95,10 +95,13 @@ class Trainer:
 
 
 def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_settings) -> dict[str, list[ScoredQuery]]:
-    """Step 1: each task's scored queries of `round_` with their candidates as encoder texts, LM order."""
+    """Step 1: each task's scored queries of `round_` with their candidates as encoder texts, LM order.
+    Only `score.queries_per_task` of them (the same seeded choice `udr score` makes, so a file scored
+    for more queries holds them); a file scored for fewer is an error."""
     import polars as pl
 
     from udr.data.prepare import read_prepared
+    from udr.feedback.scoring import select_queries
     from udr.retriever.encoder import demo_texts, query_text
 
     out: dict[str, list[ScoredQuery]] = {}
@@ -107,8 +110,13 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
         path = settings.paths.scores(round_, name)
         if not path.is_file():
             raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
-        scores = pl.read_parquet(path).sort(["query_id", "rank"])
-        rows = {r["id"]: r for r in read_prepared(settings.root, name, "train").iter_rows(named=True)}
+        train = read_prepared(settings.root, name, "train")
+        wanted = select_queries(
+            np.asarray(train["id"].to_list()), settings.score.queries_per_task, settings.seed, name
+        )
+        _check_scored_queries(path, len(wanted), round_)
+        scores = pl.read_parquet(path).filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
+        rows = {r["id"]: r for r in train.iter_rows(named=True)}
         queries = []
         for (qid,), group in scores.group_by(["query_id"], maintain_order=True):
             cids = tuple(int(c) for c in group["candidate_id"])
@@ -130,6 +138,19 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
             )
         out[name] = queries
     return out
+
+
+def _check_scored_queries(path: Path, wanted: int, round_: int) -> None:
+    """A scores file whose summary records fewer scored queries than `wanted` is a one-line error."""
+    summary = summary_file(path)
+    if not summary.is_file():
+        return
+    scored = json.loads(summary.read_text()).get("queries")
+    if scored is not None and scored < wanted:
+        raise UdrError(
+            f"{path} holds {scored} scored queries, score.queries_per_task asks for {wanted}: "
+            f"run `udr score --round {round_}` with the same parameters first"
+        )
 
 
 def epr_settings(settings):

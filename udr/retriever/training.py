@@ -111,9 +111,7 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
         if not path.is_file():
             raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
         train = read_prepared(settings.root, name, "train")
-        wanted = select_queries(
-            np.asarray(train["id"].to_list()), settings.score.queries_per_task, settings.seed, name
-        )
+        wanted = select_queries(np.asarray(train["id"].to_list()), settings.score.queries_per_task, settings.seed, name)
         _check_scored_queries(path, len(wanted), round_)
         scores = pl.read_parquet(path).filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
         rows = {r["id"]: r for r in train.iter_rows(named=True)}

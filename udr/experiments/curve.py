@@ -104,8 +104,8 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
 
     from udr.util.files import write_atomic
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
     recipes = list(dict.fromkeys(r.point.recipe for r in rows))
+    fig, ax = plt.subplots(figsize=(6.4 + (2.6 if len(recipes) > 3 else 0), 4.0))
     for i, recipe in enumerate(recipes):
         mine = sorted((r for r in rows if r.point.recipe == recipe), key=lambda r: r.point.queries)
         dodge = 2 ** (0.04 * (i - (len(recipes) - 1) / 2))  # recipes side by side at a shared x
@@ -122,7 +122,10 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
     ax.set_ylabel(f"{split} average over {len(base)} tasks")
     ax.set_title(f"bars: paired 95% interval of the difference to {baseline}", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if len(recipes) > 3:  # beside the axes, where it hides no point
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    else:
+        ax.legend()
     fig.tight_layout()
     write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)

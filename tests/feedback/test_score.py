@@ -100,21 +100,9 @@ def test_ranks_agree_with_scores(scored):
 
 def test_reuse_of_earlier_scores(project, scored, tmp_path):
     root = _copy(project, tmp_path)
-    old = pl.read_parquet(root / "data/candidates/round0/break.parquet")
-    train_ids = pl.read_parquet(root / "data/prepared/break/train.parquet")["id"].to_list()
     # round 1 keeps every old candidate and adds two new ones per query
-    extra = []
-    for q in old["query_id"].unique().to_list():
-        have = set(old.filter(pl.col("query_id") == q)["candidate_id"].to_list()) | {q}
-        extra += [(q, c) for c in [c for c in train_ids if c not in have][:2]]
-    new = pl.concat(
-        [
-            old.select("query_id", "candidate_id"),
-            pl.DataFrame(extra, schema={"query_id": pl.Int64, "candidate_id": pl.Int64}, orient="row"),
-        ]
-    )
     (root / "data/candidates/round1").mkdir(parents=True)
-    new.write_parquet(root / "data/candidates/round1/break.parquet")
+    _with_new_candidates(root, "break", 2).write_parquet(root / "data/candidates/round1/break.parquet")
     summary = _run(root, "break", round_=1)
     round0 = scored["break"][1]
     round1 = pl.read_parquet(root / "data/scores/round1/break.parquet")
@@ -141,19 +129,17 @@ def test_more_queries_score_only_the_new_ones(project, scored, tmp_path):
     assert fresh.reused == 0 and fresh.scored == 45
 
 
-def _add_candidates(root, task, per_query: int) -> int:
-    """Adds `per_query` new candidates to every query of the round-0 list (as a larger candidates.k
-    does); returns how many pairs were added."""
-    path = root / f"data/candidates/round0/{task}.parquet"
-    old = pl.read_parquet(path)
+def _with_new_candidates(root, task, per_query: int) -> pl.DataFrame:
+    """The round-0 candidate list with `per_query` new candidates added to every query (the first
+    train rows it lacks, itself excluded)."""
+    old = pl.read_parquet(root / f"data/candidates/round0/{task}.parquet")
     train_ids = pl.read_parquet(root / f"data/prepared/{task}/train.parquet")["id"].to_list()
     extra = []
     for q in old["query_id"].unique().to_list():
         have = set(old.filter(pl.col("query_id") == q)["candidate_id"].to_list()) | {q}
         extra += [(q, c) for c in [c for c in train_ids if c not in have][:per_query]]
     added = pl.DataFrame(extra, schema={"query_id": pl.Int64, "candidate_id": pl.Int64}, orient="row")
-    pl.concat([old.select("query_id", "candidate_id"), added]).write_parquet(path)
-    return len(extra)
+    return pl.concat([old.select("query_id", "candidate_id"), added])
 
 
 def test_more_candidates_score_only_the_new_pairs(project, scored, tmp_path):
@@ -163,7 +149,8 @@ def test_more_candidates_score_only_the_new_pairs(project, scored, tmp_path):
 
     root = _copy(project, tmp_path)
     before = scored["sst2"][1]
-    _add_candidates(root, "sst2", 2)
+    # as a larger candidates.k does: two more candidates per query
+    _with_new_candidates(root, "sst2", 2).write_parquet(root / "data/candidates/round0/sst2.parquet")
     summary = run_score(_settings(root), "sst2", 0, progress=False)
     after = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
     assert summary.reused == len(before) == 30 and summary.scored == 6 * 2 and len(after) == 42

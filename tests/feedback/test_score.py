@@ -164,13 +164,17 @@ def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored,
     import hashlib
     import json
 
-    from udr.feedback.score import _pair_inputs, load_work, run_score
+    from udr.feedback.score import _lm_record, _pair_inputs, load_work, run_score
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)
     settings = _settings(root)
     work = load_work(settings, "sst2", 0)
-    legacy = {**_pair_inputs(settings, work, "fp32"), "candidates": file_sha256(work.candidates_file)}
+    legacy = {
+        **_pair_inputs(settings, work, "fp32"),
+        "lm": _lm_record(settings),
+        "candidates": file_sha256(work.candidates_file),
+    }
     summary_path = root / "data/scores/round0/sst2.json"
     summary = json.loads(summary_path.read_text())
     summary["inputs"] = hashlib.sha256(json.dumps(legacy, sort_keys=True).encode()).hexdigest()
@@ -181,6 +185,38 @@ def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored,
     summary_path.write_text(json.dumps(summary))
     fresh = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
     assert fresh.reused == 0 and fresh.scored == 45
+
+
+def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bits(project, scored, tmp_path):
+    """The LM record's conversion check (`verification`: one forward pass's log-likelihood) differs in
+    its last bits between CPUs for the same weights: scores made on one CPU are reused on another, and
+    summaries hashed with the whole record (as written before) are reused where the record is the same.
+    Other weights are another LM: nothing is reused."""
+    import hashlib
+    import json
+
+    from udr.feedback.score import _lm_record, _pair_inputs, load_work, run_score
+    from udr.lm.models import RECORD_NAME
+
+    root = _copy(project, tmp_path)
+    settings = _settings(root)
+    record_path = root / "models/base/lm" / RECORD_NAME
+    record = _lm_record(settings)
+    whole = {**_pair_inputs(settings, load_work(settings, "sst2", 0), "fp32"), "lm": record}
+    summary_path = root / "data/scores/round0/sst2.json"
+    summary = json.loads(summary_path.read_text())
+    summary["inputs"] = hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()
+    summary_path.write_text(json.dumps(summary))
+    assert run_score(_settings(root, "score.queries_per_task=7"), "sst2", 0, progress=False).reused == 30
+
+    other_cpu = {**record, "verification": {"log_likelihood_converted": -67.00453206996396, "passed": True}}
+    record_path.write_text(json.dumps(other_cpu))
+    grown = run_score(_settings(root, "score.queries_per_task=8"), "sst2", 0, progress=False)
+    assert grown.reused == 35 and grown.scored == 5
+
+    record_path.write_text(json.dumps({**record, "weights_sha256": {"model.safetensors": "0" * 64}}))
+    other_lm = run_score(_settings(root, "score.queries_per_task=8"), "sst2", 0, progress=False)
+    assert other_lm.reused == 0 and other_lm.scored == 40
 
 
 def test_resume_after_interruption_gives_identical_output(project, scored, tmp_path):

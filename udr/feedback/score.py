@@ -155,15 +155,23 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
     return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo)
 
 
+def _lm_record(settings) -> dict | None:
+    """The resolved LM's record (`udr models`), or None where it has none."""
+    lm_record = settings.paths.base_model("lm") / RECORD_NAME
+    return json.loads(lm_record.read_text()) if lm_record.is_file() else None
+
+
 def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
     """What a pair's score depends on: the task, round, data, LM, prompt settings and precision; not
-    which queries are scored, nor the candidate lists the pair came from (`candidates.k`), nor speed."""
-    lm_record = settings.paths.base_model("lm") / RECORD_NAME
+    which queries are scored, nor the candidate lists the pair came from (`candidates.k`), nor speed.
+    The LM is its record less the conversion check's numbers (`verification`): those are one forward
+    pass's last bits, which differ between CPUs (AVX2, AVX-512) for the same weights."""
+    record = _lm_record(settings)
     return {
         "task": work.task.name,
         "round": work.round,
         "train": file_sha256(settings.paths.prepared(work.task.name, "train")),
-        "lm": json.loads(lm_record.read_text()) if lm_record.is_file() else None,
+        "lm": {k: v for k, v in record.items() if k != "verification"} if record is not None else None,
         "score": settings.score.model_dump(include={"max_length", "instruction"}),
         "dtype": dtype,
     }
@@ -181,11 +189,13 @@ def score_inputs(settings, work: ScoreWork, dtype: str) -> str:
 
 
 def _accepted_inputs(settings, work: ScoreWork, dtype: str) -> set[str]:
-    """The summary hashes whose scores this run reuses: its own, and the same inputs with the candidates
-    file's hash as summaries wrote it before candidate lists left the inputs (same pairs, same scores)."""
+    """The summary hashes whose scores this run reuses: its own, and the same inputs as earlier summaries
+    hashed them (same pairs, same scores): with the LM's whole record, and with the candidates file's hash
+    as well, from before candidate lists left the inputs."""
     inputs = _pair_inputs(settings, work, dtype)
-    with_candidates = {**inputs, "candidates": file_sha256(work.candidates_file)}
-    return {_hash(inputs), _hash(with_candidates)}
+    whole_record = {**inputs, "lm": _lm_record(settings)}
+    with_candidates = {**whole_record, "candidates": file_sha256(work.candidates_file)}
+    return {_hash(inputs), _hash(whole_record), _hash(with_candidates)}
 
 
 def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:

@@ -186,7 +186,8 @@ def test_scored_queries_carry_the_lm_scores_in_lm_order(looped):
 
 def test_training_reads_the_scored_queries_params_ask_for(looped):
     """Scores of more queries hold the fewer ones (the same seeded choice): training takes exactly those;
-    asking for more queries than were scored is a one-line error naming `udr score`."""
+    asking for more queries than were scored, or for another seed's queries, is a one-line error naming
+    `udr score`."""
     from udr.config import load_settings
     from udr.errors import UdrError
     from udr.feedback.scoring import select_queries
@@ -198,8 +199,11 @@ def test_training_reads_the_scored_queries_params_ask_for(looped):
         ids = pl.read_parquet(looped / f"data/prepared/{task}/train.parquet")["id"].to_numpy()
         assert [q.query_id for q in queries] == select_queries(ids, 3, settings.seed, task).tolist()
     more = load_settings(looped / "params.yaml", ["score.queries_per_task=12"])
-    with pytest.raises(UdrError, match=r"holds 8 scored queries, score.queries_per_task asks for 12: run `udr score"):
+    with pytest.raises(UdrError, match=r"lacks 4 of the 12 queries that score.queries_per_task and seed choose"):
         load_scored_queries(more, list(TASKS), 0, more.encoder)
+    other_seed = load_settings(looped / "params.yaml", ["seed=7"])
+    with pytest.raises(UdrError, match=r"queries that score.queries_per_task and seed choose .*run `udr score"):
+        load_scored_queries(other_seed, list(TASKS), 0, other_seed.encoder)
 
 
 def test_distill_training_logs_the_kl_as_its_rank_part(looped, tmp_path):

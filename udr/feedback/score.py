@@ -25,7 +25,7 @@ import numpy as np
 from udr.data.prepare import read_prepared
 from udr.data.tasks import Task
 from udr.errors import UdrError
-from udr.feedback.scoring import rank_within_query, score_items, select_queries
+from udr.feedback.scoring import rank_within_query, score_items, scored_queries
 from udr.lm.models import RECORD_NAME
 from udr.lm.scorer import BatchStats
 from udr.paths import round_label, summary_file
@@ -137,9 +137,7 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
             f"{cand_file} names {len(unknown)} id(s) not in the prepared train split of "
             f"{task_name} (first: {unknown[:5]}); re-run `udr candidates` after `udr prepare`"
         )
-    queries = select_queries(
-        np.asarray(train["id"].to_list()), settings.score.queries_per_task, settings.seed, task_name
-    )
+    queries = scored_queries(settings, task_name, np.asarray(train["id"].to_list()))
     pairs = cands.filter(pl.col("query_id").is_in(queries.tolist())).unique().sort(["query_id", "candidate_id"])
     reused = pl.DataFrame(
         schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "scored_in": pl.Int16}

@@ -29,6 +29,12 @@ def select_queries(train_ids: np.ndarray, n: int, seed: int, task: str) -> np.nd
     return np.sort(task_rng(seed, task, "score-queries").permutation(ids)[:n])
 
 
+def scored_queries(settings, task: str, train_ids: np.ndarray) -> np.ndarray:
+    """The train queries of `task` that the params score (`udr score`), mine candidates for (`udr
+    mine`) and train on (`udr train`): `score.queries_per_task` of them, chosen with `seed`."""
+    return select_queries(train_ids, settings.score.queries_per_task, settings.seed, task)
+
+
 def pair_score(logps: Sequence[float], gold: int, generation: bool, n_gold_tokens: int) -> float:
     """s_gen (mean token log-likelihood of the gold) or s_cls (softmax of summed log-likelihoods at gold)."""
     if generation:

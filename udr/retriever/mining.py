@@ -42,7 +42,7 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.feedback.scoring import select_queries
+    from udr.feedback.scoring import scored_queries
     from udr.retriever.encoder import BiEncoder, query_text
     from udr.retriever.index import embed_pool
     from udr.retriever.search import exact_top_k
@@ -62,7 +62,7 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
 
     pool = read_prepared(root, task_name, "train")
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
-    queries = select_queries(ids, settings.score.queries_per_task, settings.seed, task_name)
+    queries = scored_queries(settings, task_name, ids)
     position = {int(i): p for p, i in enumerate(ids)}
     q_pos = np.array([position[int(q)] for q in queries], dtype=np.int64)
     k = min(settings.mine.k, len(ids) - 1)

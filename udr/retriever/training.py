@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
-from udr.paths import round_label, summary_file
+from udr.paths import round_label
 from udr.retriever.record import check_replace, training_record, write_record
 from udr.retriever.sampling import TaskSampler, sample_candidates, step_rng
 from udr.util.distributed import Distributed, resolve_device_type
@@ -101,7 +101,7 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.feedback.scoring import select_queries
+    from udr.feedback.scoring import scored_queries
     from udr.retriever.encoder import demo_texts, query_text
 
     out: dict[str, list[ScoredQuery]] = {}
@@ -111,9 +111,10 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
         if not path.is_file():
             raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
         train = read_prepared(settings.root, name, "train")
-        wanted = select_queries(np.asarray(train["id"].to_list()), settings.score.queries_per_task, settings.seed, name)
-        _check_scored_queries(path, len(wanted), round_)
-        scores = pl.read_parquet(path).filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
+        wanted = scored_queries(settings, name, np.asarray(train["id"].to_list()))
+        scores = pl.read_parquet(path)
+        _check_scored_queries(path, scores, wanted, round_)
+        scores = scores.filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
         rows = {r["id"]: r for r in train.iter_rows(named=True)}
         queries = []
         for (qid,), group in scores.group_by(["query_id"], maintain_order=True):
@@ -138,16 +139,15 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     return out
 
 
-def _check_scored_queries(path: Path, wanted: int, round_: int) -> None:
-    """A scores file whose summary records fewer scored queries than `wanted` is a one-line error."""
-    summary = summary_file(path)
-    if not summary.is_file():
-        return
-    scored = json.loads(summary.read_text()).get("queries")
-    if scored is not None and scored < wanted:
+def _check_scored_queries(path: Path, scores, wanted: np.ndarray, round_: int) -> None:
+    """Every query the params choose (`score.queries_per_task` with `seed`) must be in the scores
+    file; one scored for fewer queries, or with another seed, is a one-line error."""
+    missing = np.setdiff1d(wanted, scores["query_id"].unique().to_numpy())
+    if len(missing):
         raise UdrError(
-            f"{path} holds {scored} scored queries, score.queries_per_task asks for {wanted}: "
-            f"run `udr score --round {round_}` with the same parameters first"
+            f"{path} lacks {len(missing)} of the {len(wanted)} queries that score.queries_per_task and seed "
+            f"choose (scored for fewer queries or with another seed): run `udr score --round {round_}` "
+            f"with the same parameters first"
         )
 
 

@@ -158,12 +158,19 @@ def test_more_candidates_score_only_the_new_pairs(project, scored, tmp_path):
     assert len(both) == len(before) and (both["score"] == both["score_0"]).all()
 
 
+def _hashed_as(root, task: str, inputs: dict) -> None:
+    """Make the task's score summary read as if an earlier version had hashed these inputs."""
+    import json
+
+    from udr.feedback.score import _hash
+
+    path = root / f"data/scores/round0/{task}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "inputs": _hash(inputs)}))
+
+
 def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored, tmp_path):
     """Summaries whose inputs hash also covers the candidates file (as written before candidate lists
     left the inputs) still let a larger score.queries_per_task reuse their pairs; another file does not."""
-    import hashlib
-    import json
-
     from udr.feedback.score import _lm_record, _pair_inputs, load_work, run_score
     from udr.util.files import file_sha256
 
@@ -175,14 +182,10 @@ def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored,
         "lm": _lm_record(settings),
         "candidates": file_sha256(work.candidates_file),
     }
-    summary_path = root / "data/scores/round0/sst2.json"
-    summary = json.loads(summary_path.read_text())
-    summary["inputs"] = hashlib.sha256(json.dumps(legacy, sort_keys=True).encode()).hexdigest()
-    summary_path.write_text(json.dumps(summary))
+    _hashed_as(root, "sst2", legacy)
     grown = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
     assert grown.reused == 30 and grown.scored == 3 * 5
-    summary["inputs"] = hashlib.sha256(json.dumps({**legacy, "candidates": "0" * 64}).encode()).hexdigest()
-    summary_path.write_text(json.dumps(summary))
+    _hashed_as(root, "sst2", {**legacy, "candidates": "0" * 64})
     fresh = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
     assert fresh.reused == 0 and fresh.scored == 45
 
@@ -192,7 +195,6 @@ def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bit
     its last bits between CPUs for the same weights: scores made on one CPU are reused on another, and
     summaries hashed with the whole record (as written before) are reused where the record is the same.
     Other weights are another LM: nothing is reused."""
-    import hashlib
     import json
 
     from udr.feedback.score import _lm_record, _pair_inputs, load_work, run_score
@@ -203,10 +205,7 @@ def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bit
     record_path = root / "models/base/lm" / RECORD_NAME
     record = _lm_record(settings)
     whole = {**_pair_inputs(settings, load_work(settings, "sst2", 0), "fp32"), "lm": record}
-    summary_path = root / "data/scores/round0/sst2.json"
-    summary = json.loads(summary_path.read_text())
-    summary["inputs"] = hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()
-    summary_path.write_text(json.dumps(summary))
+    _hashed_as(root, "sst2", whole)
     assert run_score(_settings(root, "score.queries_per_task=7"), "sst2", 0, progress=False).reused == 30
 
     other_cpu = {**record, "verification": {"log_likelihood_converted": -67.00453206996396, "passed": True}}

@@ -185,3 +185,12 @@ def test_a_prepared_file_with_other_columns_names_the_column_and_the_fix(tmp_pat
     pl.DataFrame({"id": [1, 2], "text": ["a", "b"]}).write_parquet(path)
     with pytest.raises(UdrError, match=r"lacks column 'input' .*run `udr prepare --task trec` again"):
         read_prepared(tmp_path, "trec", "train")
+
+
+def test_prepare_refuses_a_folder_it_did_not_make(tmp_path, data_dir):
+    out = tmp_path / "sst2"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(UdrError, match=r"sst2 holds other files and is not a prepared task \(no meta.json\)"):
+        _prepare("sst2", data_dir, out)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]

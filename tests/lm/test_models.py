@@ -508,3 +508,12 @@ def test_gemma3_parts_resolve_with_bos(tmp_path: Path) -> None:
     model, tokenizer = load_causal_lm(dest)
     assert model.config.model_type.startswith("gemma3")
     assert leading_special_tokens(tokenizer) == (tokenizer.bos_token_id,)  # Gemma needs its <bos>
+
+
+def test_resolve_refuses_a_folder_it_did_not_make(tiny_lm_dir: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(UdrError, match=r"mine holds other files and is not a resolved model \(no udr_model.json\)"):
+        resolve_model(str(tiny_lm_dir), mine, kind="lm")
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]

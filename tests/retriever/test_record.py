@@ -103,3 +103,30 @@ def test_the_card_describes_the_exported_model_not_the_project(project, run_cli,
     code, _, err = run_cli(["export", str(tmp_path / "frozen-st"), "--model", "models/frozen"], project)
     assert code == 0, err
     assert "seed 42; E_d frozen (only E_q learned)." in (tmp_path / "frozen-st/README.md").read_text()
+
+
+def test_train_and_index_refuse_a_folder_they_did_not_make(project, run_cli):
+    """`--out models`, a folder of the user's files, and the project itself are one-line errors, every
+    file untouched; a folder `udr train` made is still replaced."""
+    mine = project / "mydocs"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+
+    def tree():
+        return sorted(str(p.relative_to(project)) for p in project.rglob("*") if ".partial" not in p.name)
+
+    before = tree()
+    for args, refused in [
+        (["train", "-r", "0", "--out", "models"], "models holds other files and is not a udr bi-encoder"),
+        (["train", "-r", "0", "--out", "mydocs"], "mydocs holds other files and is not a udr bi-encoder"),
+        (["train", "-r", "0", "--out", "."], "it holds the current directory"),
+        (["index", "--out", "models"], "models holds other files and is not a udr bi-encoder"),
+        (["index", "--out", "mydocs"], "mydocs holds other files and is not a udr bi-encoder"),
+        (["index", "--out", str(project)], "it holds the current directory"),
+        (["index", "--model", "models/final", "--out", "models/base"], "is not a udr bi-encoder"),
+    ]:
+        code, _, err = run_cli(args, project)
+        assert code == 1 and refused in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert tree() == before and (mine / "notes.txt").read_text() == "keep me"
+    code, _, err = run_cli(["index", "--model", "models/rounds/round0", "--out", "models/final"], project)
+    assert code == 0, err

@@ -158,3 +158,45 @@ def test_prepared_tasks_never_lists_temporary_directories(tmp_path):
         (tmp_path / "data" / "prepared" / name).mkdir(parents=True)
         (tmp_path / "data" / "prepared" / name / "train.parquet").write_text("x")
     assert Paths(tmp_path).prepared_tasks() == ["sst2"]
+
+
+@pytest.mark.parametrize("made_by_us", [False, True])
+def test_check_dir_target_refuses_a_folder_it_did_not_make(tmp_path, monkeypatch, made_by_us):
+    """The one guard of every folder-writing command: new, empty, or its own folder (a marker file) pass;
+    a folder of other files, a file, and the current directory or one above it are one-line errors."""
+    from udr.errors import UdrError
+    from udr.util.files import check_dir_target
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    if made_by_us:
+        (mine / "marker.json").write_text("{}")
+        check_dir_target(mine, ("marker.json",), "a thing")
+    else:
+        with pytest.raises(UdrError, match=r"mine holds other files and is not a thing \(no marker.json\)"):
+            check_dir_target(mine, ("marker.json",), "a thing", "--out")
+    (tmp_path / "empty").mkdir()
+    check_dir_target(tmp_path / "empty", ("marker.json",), "a thing")
+    check_dir_target(tmp_path / "new" / "sub", ("marker.json",), "a thing")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UdrError, match="afile is a file"):
+        check_dir_target(tmp_path / "afile", ("marker.json",), "a thing")
+    with pytest.raises(UdrError, match="afile is a file, not a directory"):
+        check_dir_target(tmp_path / "afile" / "sub", ("marker.json",), "a thing")
+    monkeypatch.chdir(mine)
+    for here in (mine, tmp_path, "."):
+        with pytest.raises(UdrError, match="it holds the current directory"):
+            check_dir_target(here, ("marker.json",), "a thing")
+    assert (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_building_dir_with_markers_leaves_a_foreign_folder_untouched(tmp_path):
+    from udr.errors import UdrError
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(UdrError, match="not a thing"), building_dir(mine, ("marker.json",), "a thing") as tmp:
+        (tmp / "marker.json").write_text("{}")
+    assert _leftovers(mine) == ["notes.txt"] and _leftovers(tmp_path) == ["mine"]

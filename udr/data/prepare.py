@@ -115,7 +115,7 @@ def prepare_task(
         "kept in source order",
         **loaded.provenance,
     }
-    with building_dir(out_dir) as tmp:
+    with building_dir(out_dir, ("meta.json",), "a prepared task") as tmp:
         for split, frame in frames.items():
             frame.write_parquet(tmp / f"{split}.parquet")
         (tmp / "meta.json").write_text(json_text(meta))

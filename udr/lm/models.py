@@ -87,7 +87,7 @@ def resolve_model(spec: str, dest: Path, *, kind: ModelKind, force: bool = False
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # conversion, load and shard-writing bars are noise in stage logs
-    with building_dir(dest) as tmp:
+    with building_dir(dest, (RECORD_NAME,), "a resolved model") as tmp:
         record = {"spec": spec, "kind": kind, **_build(spec, tmp, kind)}
         _check_model_dir(tmp, spec)
         record["weights_sha256"] = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*.safetensors"))}

@@ -30,6 +30,7 @@ from udr.errors import UdrError
 from udr.util.files import building_dir, json_text
 
 SETTINGS_NAME = "udr_encoder.json"
+MADE = "a udr bi-encoder"  # what a folder holding SETTINGS_NAME is, in the guard's errors
 EXPORT_NAME = "udr_export.json"  # a `udr export` (sentence-transformers) of a bi-encoder, see udr.serving.export
 
 
@@ -262,7 +263,7 @@ class BiEncoder:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        with building_dir(Path(path)) as tmp:
+        with building_dir(Path(path), (SETTINGS_NAME,), MADE) as tmp:
             self.query_model.save_pretrained(tmp / "query", safe_serialization=True)
             self.demo_model.save_pretrained(tmp / "demo", safe_serialization=True)
             self.tokenizer.save_pretrained(tmp / "tokenizer")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.util.files import shown_path, write_json_atomic
+from udr.util.files import check_dir_target, shown_path, write_json_atomic
 
 RECORD_FILE = "udr_record.json"
 
@@ -62,8 +62,12 @@ def training_record(settings, *, method: str, round_: int, init: Path, summary) 
 
 
 def check_replace(out: Path, settings, replace: bool, option: str = "--out") -> None:
-    """A one-line error, before any work, where `out` holds a model recorded from another params file than
+    """A one-line error, before any work, where `out` is no folder a bi-encoder may replace
+    (:func:`udr.util.files.check_dir_target`), or holds a model recorded from another params file than
     `settings`' (a run the user did not ask to replace it), unless `replace`."""
+    from udr.retriever.encoder import MADE, SETTINGS_NAME
+
+    check_dir_target(Path(out), (SETTINGS_NAME,), MADE)
     if replace or not Path(out).is_dir():
         return
     record = read_record(out)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from udr.errors import UdrError
 from udr.retriever.encoder import EXPORT_NAME as EXPORT_META
-from udr.util.files import building_dir, json_text, staging_dir
+from udr.util.files import building_dir, check_dir_target, json_text, staging_dir
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # Where sentence-transformers' Router keeps each route's Transformer module in the export.
@@ -111,7 +111,8 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
         "document_prompts": bool(settings.instruction),
     }
     check_export_target(Path(out_dir))
-    with building_dir(Path(out_dir)) as tmp, staging_dir(Path(out_dir)) as staging:
+    ours = (EXPORT_META,), "an earlier udr export"
+    with building_dir(Path(out_dir), *ours) as tmp, staging_dir(Path(out_dir)) as staging:
         build_sentence_transformer(Path(model_dir), prompts, staging).save(str(tmp))
         for folder in ROUTE_DIRS.values():
             if not (tmp / folder / "config.json").is_file():
@@ -124,24 +125,7 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
 def check_export_target(out_dir: Path) -> None:
     """An export replaces only an earlier export (it holds `udr_export.json`) or an empty directory;
     anything else (the user's files, `models/`, a project) is a one-line error and stays untouched."""
-    out_dir = Path(out_dir)
-    if not out_dir.exists() and not out_dir.is_symlink():
-        parent = out_dir.absolute().parent
-        while not parent.exists():
-            parent = parent.parent
-        if not parent.is_dir():
-            raise UdrError(f"cannot export to {out_dir}: {parent} is a file, not a directory")
-        return
-    if out_dir.resolve() == Path.cwd().resolve() or out_dir.resolve() in Path.cwd().resolve().parents:
-        raise UdrError(f"cannot export to {out_dir}: it holds the current directory")
-    if not out_dir.is_dir():
-        raise UdrError(f"{out_dir} is a file: give the directory to export into")
-    if (out_dir / EXPORT_META).is_file() or not any(out_dir.iterdir()):
-        return
-    raise UdrError(
-        f"{out_dir} holds other files and is not an earlier udr export (no {EXPORT_META}): "
-        "give a new or empty directory; nothing was written"
-    )
+    check_dir_target(Path(out_dir), (EXPORT_META,), "an earlier udr export")
 
 
 def read_export(path: Path) -> dict | None:

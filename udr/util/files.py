@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,35 @@ def replace_dir(new: Path, dest: Path) -> None:
         remove(old)
 
 
+def check_dir_target(dest: Path, markers: Sequence[str], made: str, option: str = "") -> None:
+    """The one guard of every command that replaces a folder: a one-line UdrError, before any work, unless
+    `dest` is new, empty, or a folder such a command made (it holds one of the files `markers`; `made`
+    says what that is, e.g. "a udr bi-encoder"). A file, the current directory or a folder above it, and
+    a folder of other files are refused and stay untouched. `option`: the option that named `dest`."""
+    from udr.errors import UdrError
+
+    dest = Path(dest)
+    shown = f"{option} {dest}" if option else str(dest)
+    if not dest.exists() and not dest.is_symlink():
+        parent = dest.absolute().parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise UdrError(f"cannot write {shown}: {parent} is a file, not a directory")
+        return
+    here = Path.cwd().resolve()
+    if dest.resolve() == here or dest.resolve() in here.parents:
+        raise UdrError(f"cannot write {shown}: it holds the current directory; nothing was written")
+    if not dest.is_dir():
+        raise UdrError(f"{shown} is a file: give a directory")
+    if any((dest / marker).is_file() for marker in markers) or not any(dest.iterdir()):
+        return
+    raise UdrError(
+        f"{shown} holds other files and is not {made} (no {markers[0]}): "
+        "give a new or empty directory; nothing was written"
+    )
+
+
 @contextlib.contextmanager
 def staging_dir(dest: Path, tag: str = "staging") -> Iterator[Path]:
     """An empty scratch directory beside `dest` (`.NAME.<tag>-PID`), deleted when the block ends; one a
@@ -169,13 +198,18 @@ def staging_dir(dest: Path, tag: str = "staging") -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def building_dir(dest: Path) -> Iterator[Path]:
+def building_dir(dest: Path, markers: Sequence[str] = (), made: str = "") -> Iterator[Path]:
     """An empty temporary directory beside `dest` to fill; it replaces `dest` (:func:`replace_dir`) when
-    the block ends without an error, and is deleted otherwise, leaving `dest` as it was."""
+    the block ends without an error, and is deleted otherwise, leaving `dest` as it was. With `markers`,
+    `dest` must pass :func:`check_dir_target` first (and again just before the swap)."""
     dest = Path(dest)
+    if markers:
+        check_dir_target(dest, markers, made)
     remove_stale_siblings(dest)
     with staging_dir(dest, "tmp") as tmp:
         yield tmp
+        if markers:
+            check_dir_target(dest, markers, made)
         replace_dir(tmp, dest)
 
 

@@ -58,3 +58,15 @@ def test_the_ablation_table_has_the_trained_tasks_only(run_cli, monkeypatch):
     settings = load_settings(REPO / "params.yaml")
     assert seen["tasks"] == settings.task_names() and settings.unseen_task_names()
     assert not set(seen["tasks"]) & set(settings.unseen_task_names())
+
+
+def test_agreement_labels_name_one_row_each(run_cli, tmp_path):
+    """A --model label that is a pipeline row (udr, bm25, ...) or that is given twice is a one-line error
+    before any scoring, not a row silently replaced."""
+    for args, message in (
+        (["exp", "agreement", "-m", f"udr={tmp_path}"], "label 'udr' is the pipeline's own row"),
+        (["exp", "agreement", "-m", f"initial encoder={tmp_path}"], "label 'initial encoder' is the pipeline's"),
+        (["exp", "agreement", "-m", f"a={tmp_path}", "-m", f"a={tmp_path}"], "label 'a' is given twice"),
+    ):
+        code, out, err = run_cli(args, REPO)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)

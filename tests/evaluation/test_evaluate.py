@@ -224,3 +224,30 @@ def test_evaluations_saved_in_git_compare_as_their_files_do(evaluated, tmp_path)
     git("commit", "-q", "-m", "no sbert predictions")
     with pytest.raises(UdrError, match=r"^no data/predictions/sbert/sst2.parquet at HEAD"):
         compare_revisions(project, {"sbert": {"sst2": ("sbert", "HEAD")}}, {"sst2": ("bm25", "HEAD")}, settings.seed)
+
+
+def test_saved_evaluations_that_cannot_be_compared_are_one_line_errors(evaluated, run_cli, tmp_path):
+    """`udr exp compare` refuses two evaluations scored with different metrics, and a truncated or
+    non-object result; `--save-as` a name that is a file of metrics/ is refused before evaluating."""
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    for name in ("bleu-sst2", "truncated", "listed"):
+        shutil.copytree(project / "metrics/bm25", project / "metrics" / name)
+        shutil.copytree(project / "data/predictions/bm25", project / "data/predictions" / name)
+    result = json.loads((project / "metrics/bm25/sst2.json").read_text())
+    changed = {**result, "metric": "bleu", "graded": {**result["graded"], "name": "bleu"}}
+    (project / "metrics/bleu-sst2/sst2.json").write_text(json.dumps(changed))
+    (project / "metrics/truncated/sst2.json").write_text(json.dumps(result)[:40])
+    (project / "metrics/listed/sst2.json").write_text("[1, 2]")
+    (project / "metrics/summary.json").write_text("{}")
+    for args, message in (
+        (["exp", "compare", "bleu-sst2", "bm25", "-t", "sst2"], "sst2 was scored with different metrics"),
+        (["exp", "compare", "truncated", "bm25", "-t", "sst2"], "unreadable result"),
+        (["exp", "compare", "listed", "bm25", "-t", "sst2"], "malformed result"),
+        (["evaluate", "-m", "bm25", "-t", "sst2", "--save-as", "summary.json"], "is taken by the file"),
+    ):
+        code, _, err = run_cli(args, project)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert not (project / "data/predictions/summary.json").exists()

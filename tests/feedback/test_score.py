@@ -373,3 +373,61 @@ def test_killed_run_resumes_to_identical_output(real_project, tmp_path):
     b = pl.read_parquet(fresh / "data/scores/round0/sst2.parquet")
     assert len(a) == 120 and a.equals(b)
     assert not partial.exists()
+
+
+def test_changed_scores_are_scored_again_not_reused(project, scored, tmp_path):
+    """The summary records the scores file's checksum: negated scores are not reused (scored again), and
+    a later round or training that reads them is a one-line error naming the file and the fix."""
+    from udr.feedback.score import read_scores, run_score
+    from udr.util.files import file_sha256
+
+    root = _copy(project, tmp_path)
+    path = root / "data/scores/round0/sst2.parquet"
+    assert scored["sst2"][0].sha256 == file_sha256(project / "data/scores/round0/sst2.parquet")
+    original = pl.read_parquet(path)
+    original.with_columns(-pl.col("score")).write_parquet(path)
+    with pytest.raises(UdrError, match=r"sst2.parquet changed since `udr score` wrote them.*--round 0 --task sst2"):
+        read_scores(path, 0, "sst2")
+    again = run_score(_settings(root), "sst2", 0, progress=False)
+    assert again.reused == 0 and again.scored == 30
+    assert pl.read_parquet(path).sort(["query_id", "candidate_id"])["score"].to_list() == pytest.approx(
+        original.sort(["query_id", "candidate_id"])["score"].to_list(), abs=1e-6
+    )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_or_infinite_scores_are_an_error(project, scored, tmp_path, bad):
+    """NaN or infinite scores (written without a checksum, as an older summary has none) are never reused
+    or trained on: the round that reuses them and `udr train` refuse them in one line."""
+    import json
+
+    from udr.feedback.score import run_score
+    from udr.retriever.training import load_scored_queries
+
+    root = _copy(project, tmp_path)
+    path = root / "data/scores/round0/break.parquet"
+    frame = pl.read_parquet(path)
+    frame.with_columns(pl.when(pl.col("rank") == 1).then(bad).otherwise(pl.col("score")).alias("score")).write_parquet(
+        path
+    )
+    summary = json.loads(path.with_suffix(".json").read_text())
+    path.with_suffix(".json").write_text(json.dumps({k: v for k, v in summary.items() if k != "sha256"}))
+    (root / "data/candidates/round1").mkdir(parents=True)
+    _with_new_candidates(root, "break", 2).write_parquet(root / "data/candidates/round1/break.parquet")
+    with pytest.raises(UdrError, match=r"break.parquet hold 6 NaN or infinite score\(s\)"):
+        run_score(_settings(root), "break", 1, progress=False)
+    settings = _settings(root)
+    with pytest.raises(UdrError, match=r"NaN or infinite"):
+        load_scored_queries(settings, ["break"], 0, settings.encoder)
+
+
+def test_nan_from_the_lm_is_an_error_and_writes_nothing(project, tmp_path, monkeypatch):
+    import udr.feedback.score as score_mod
+
+    root = _copy(project, tmp_path)
+    out = root / "data/scores/round0/comv.parquet"
+    out.unlink(missing_ok=True)  # nothing to reuse
+    monkeypatch.setattr(score_mod, "score_items", lambda s, items, *a, **k: ([float("nan")] * len(items), None))
+    with pytest.raises(UdrError, match=r"the LM's scores of comv round0 hold 30 NaN or infinite score\(s\).*fp32"):
+        _run(root, "comv")
+    assert not out.exists()

@@ -176,3 +176,34 @@ def test_a_huge_text_is_cut_before_tokenising_and_embeds_as_its_start(looped):
         got = encoder.encode([huge], "query")
     assert max(seen) == limit < len(huge)
     assert np.allclose(got, encoder.encode([huge[:5000]], "query"), atol=1e-6)
+
+
+def _export_meta(folder, routes):
+    import json
+
+    folder.mkdir()
+    (folder / "udr_export.json").write_text(json.dumps({"encoder": {}, "routes": routes}))
+    return folder
+
+
+def test_an_exports_routes_stay_inside_it(tmp_path):
+    """Routes that are absolute, lead out with `..`, or are not an object of names are one-line errors:
+    no weights are read from outside the export."""
+    import pytest
+
+    from udr.errors import UdrError
+    from udr.retriever.encoder import BiEncoder
+
+    (tmp_path / "elsewhere").mkdir()
+    for i, (routes, message) in enumerate(
+        [
+            ({"query": str(tmp_path / "elsewhere"), "demo": "d"}, "route 'query' of .* leads out of"),
+            ({"query": "q", "demo": "../elsewhere"}, "route 'demo' of .* leads out of"),
+            (["query_0_Transformer"], r"bad routes in .*: expected an object"),
+            ({"query": 3, "demo": "d"}, "route 'query' of .*: expected a folder name"),
+        ]
+    ):
+        with pytest.raises(UdrError, match=message):
+            BiEncoder.part_dirs(_export_meta(tmp_path / f"export{i}", routes))
+    query, demo, tokenizer = BiEncoder.part_dirs(_export_meta(tmp_path / "ok", {"query": "q", "demo": "d"}))
+    assert (query, demo, tokenizer) == (tmp_path / "ok/q", tmp_path / "ok/d", tmp_path / "ok/q")

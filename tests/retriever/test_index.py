@@ -77,3 +77,60 @@ def test_a_model_without_its_demonstration_weights_is_named_incomplete(looped, t
     (model / "demo" / "model.safetensors").unlink()
     with pytest.raises(UdrError, match=r"incomplete model .*: no .*demo/model\.safetensors; train it again"):
         model_fingerprint(model)
+
+
+@pytest.mark.parametrize(
+    ("part", "file", "key", "value"),
+    [("query", "config.json", "hidden_act", "relu"), ("tokenizer", "tokenizer_config.json", "do_lower_case", False)],
+)
+def test_the_fingerprint_covers_encoder_configs_and_the_tokenizer(looped, tmp_path, part, file, key, value):
+    """Another activation in E_q's config or another tokenizer setting is another model: the index made
+    before no longer counts as matching."""
+    import json
+    import shutil
+
+    from udr.retriever.index import load_index, model_fingerprint
+
+    model = tmp_path / "model"
+    shutil.copytree(looped / "models" / "final", model)
+    before = model_fingerprint(model)
+    _, meta = load_embeddings(model / "index" / "sst2.npy")
+    load_index(model, "sst2", meta["ids"], meta["pool_sha256"])
+    config = model / part / file
+    config.write_text(json.dumps({**json.loads(config.read_text()), key: value}))
+    assert model_fingerprint(model) != before
+    with pytest.raises(UdrError, match="mismatched index .*sst2.npy: made with another model"):
+        load_index(model, "sst2", meta["ids"], meta["pool_sha256"])
+
+
+def test_a_model_folder_with_a_link_out_of_it_is_refused(looped, tmp_path, run_cli):
+    """`pools/` linked elsewhere: `udr index -t` writes nothing there; a linked file: `udr index --out`
+    copies nothing from outside; `udr retrieve` reads nothing through it. Each a one-line error."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(looped / "models/final", model)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.move(model / "pools", outside / "pools")
+    (model / "pools").symlink_to(outside / "pools")
+    before = sorted(p.name for p in (outside / "pools").iterdir())
+    for args in (
+        ["index", "-t", "sst2", "--model", str(model), "--replace"],
+        ["index", "--model", str(model), "--out", str(tmp_path / "copy"), "--replace"],
+        ["retrieve", "a film", "-t", "sst2", "--model", str(model)],
+    ):
+        code, _, err = run_cli(args, looped)
+        assert code == 1 and "is a link out of the model folder" in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in (outside / "pools").iterdir()) == before and not (tmp_path / "copy").exists()
+    (model / "pools").unlink()
+    shutil.move(outside / "pools", model / "pools")
+    (outside / "secret.txt").write_text("not the model's")
+    (model / "query" / "notes.txt").symlink_to(outside / "secret.txt")
+    code, _, err = run_cli(["index", "--model", str(model), "--out", str(tmp_path / "copy")], looped)
+    assert code == 1 and "query/notes.txt is a link out of the model folder" in err, err
+    (model / "query" / "notes.txt").unlink()
+    (model / "query" / "inner.json").symlink_to(model / "query" / "config.json")  # a link inside is fine
+    from udr.retriever.index import model_fingerprint
+
+    assert model_fingerprint(model)

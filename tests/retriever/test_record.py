@@ -130,3 +130,55 @@ def test_train_and_index_refuse_a_folder_they_did_not_make(project, run_cli):
     assert tree() == before and (mine / "notes.txt").read_text() == "keep me"
     code, _, err = run_cli(["index", "--model", "models/rounds/round0", "--out", "models/final"], project)
     assert code == 0, err
+
+
+def test_the_card_reads_evaluations_saved_under_a_name(project, run_cli):
+    """`udr evaluate --model M --save-as NAME` is an evaluation of M: the model card lists it."""
+    from udr.config import load_settings
+    from udr.serving.model_card import model_card
+
+    code, _, err = run_cli(["train", "-r", "0", "-p", "params-news.yaml", "--out", "models/news"], project)
+    assert code == 0, err
+    args = ["evaluate", "-m", "udr", "-t", "break", "--model", "models/news", "--save-as", "news"]
+    code, _, err = run_cli(args, project)
+    assert code == 0 and "(saved as news)" in err, err
+    settings = load_settings(project / "params-news.yaml")
+    card = model_card(settings, project / "models/news", "me/news")
+    assert "No evaluation of this model was found" not in card
+    assert "| break | news | " in card
+
+
+def test_a_params_file_of_the_same_name_in_another_project_cannot_replace_a_model(project, run_cli, tmp_path):
+    """The guard compares the project too: another directory's params.yaml does not replace a recorded
+    model unasked; a project moved since (the model lies in it) still replaces its own."""
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(project / "params.yaml", other / "params.yaml")
+    before = (project / "models/final/query/model.safetensors").read_bytes()
+    for args in (
+        ["train", "-r", "0", "-p", str(other / "params.yaml"), "--out", str(project / "models/final")],
+        ["index", "-p", str(other / "params.yaml"), "--model", str(project / "models/final")],
+    ):
+        code, _, err = run_cli(args, tmp_path)
+        made = _record(project / "models/final")["project"]  # the project it was trained in (copied since)
+        assert code == 1 and f"made from {made}/params.yaml" in err, err
+        assert f"this run reads {other.resolve()}/params.yaml" in err and len(err.strip().splitlines()) == 1
+    assert (project / "models/final/query/model.safetensors").read_bytes() == before
+    from udr.config import load_settings
+    from udr.retriever.record import check_replace
+
+    check_replace(project / "models/final", load_settings(project / "params.yaml"), replace=False)  # moved: its own
+
+
+def test_the_cards_snippets_quote_any_name(looped):
+    """`--name` goes into the card's Python snippets as a string literal, quotes and line breaks included."""
+    import re
+
+    from udr.config import load_settings
+    from udr.serving.model_card import model_card
+
+    name = 'me/x")\nimport os  # "'
+    card = model_card(load_settings(looped / "params.yaml"), looped / "models/final", name)
+    for block in re.findall(r"```python\n(.*?)```", card, re.S):
+        compile(block, "model card", "exec")  # no syntax error: the name stayed one literal
+    assert "SentenceTransformer(" + json.dumps(name) + ")" in card and "\nimport os" not in card

@@ -16,16 +16,12 @@ def retriever(served, real_model, tmp_path):
 
 
 def _few_shot(selector):
-    """The README's recipe: a FewShotPromptTemplate over the selector."""
+    """The documented recipe: the selector's FewShotPromptTemplate."""
     from langchain_core.prompts import FewShotPromptTemplate
 
-    return FewShotPromptTemplate(
-        example_selector=selector,
-        example_prompt=selector.example_prompt,
-        suffix=selector.suffix,
-        input_variables=["input"],
-        example_separator="",
-    )
+    prompt = selector.prompt_template()
+    assert isinstance(prompt, FewShotPromptTemplate)
+    return prompt
 
 
 def test_langchain_selector_builds_udrs_own_prompt(retriever):
@@ -38,6 +34,21 @@ def test_langchain_selector_builds_udrs_own_prompt(retriever):
     assert chosen == [{"input": d.input, "output": d.output} for d in reversed(demos)]  # most similar last
     prompt = _few_shot(selector)
     assert prompt.format(input=QUERY) == retriever.prompt(QUERY, demos, task="sst2")
+
+
+@pytest.mark.parametrize(
+    "query", ["a gripping,\nfunny\tfilm", "Who invented the game Scrabble ?\tAnswer: Human .\nwhat"]
+)
+def test_langchain_prompt_writes_the_query_as_udr_retrieve_does(retriever, query):
+    """A query with line breaks or tabs gives the prompt `udr retrieve --prompt` gives (one line), not
+    extra lines that read as demonstrations."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    selector = UDRExampleSelector(retriever, task="sst2", k=3)
+    demos = retriever.retrieve(query, task="sst2", k=3)
+    text = _few_shot(selector).format(input=query)
+    assert text == retriever.prompt(query, demos, task="sst2") and len(text.splitlines()) == 4
 
 
 def test_langchain_selector_serves_added_examples(retriever):

@@ -111,3 +111,17 @@ def test_a_damaged_pool_copy_is_one_line(project, run_cli):
     pl.DataFrame({"id": [1]}).write_parquet(pool)
     code, _, err = run_cli(["retrieve", QUERY, "-t", "sst2"], project)
     assert code == 1 and "unreadable pool" in err and "udr index" in err
+
+
+def test_a_pool_prepared_again_since_index_is_not_served_stale(project, run_cli):
+    """After the project prepares sst2 again, the model folder's old copy is refused in one line (as
+    `udr evaluate` refuses the stale index) until `udr index -t sst2` copies the new one."""
+    prepared = project / "data/prepared/sst2/train.parquet"
+    pl.read_parquet(prepared).head(10).write_parquet(prepared)
+    code, _, err = run_cli(["retrieve", QUERY, "-t", "sst2"], project)
+    assert code == 1 and "pool of sst2 differs from the project's prepared sst2" in err, err
+    assert "udr index -t sst2" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(["index", "-t", "sst2"], project)
+    assert code == 0, err
+    code, out, err = run_cli(["retrieve", QUERY, "-t", "sst2", "--json", "-k", "10"], project)
+    assert code == 0 and len(_ids(out)) == 10, err

@@ -274,6 +274,8 @@ def exp_agreement_cmd(
         label, sep, path = spec.partition("=")
         if not sep or not label or not path:
             raise UdrError(f"bad --model {spec!r}: expected LABEL=DIR")
+        if label in models:
+            raise UdrError(f"--model label {label!r} is given twice: give each model its own label")
         models[label] = Path(path)
     out = run_agreement(load(params, set_), models, task, candidates)
     console().print(f"-> {out}")

@@ -274,7 +274,7 @@ def run_evaluate(
 
     check_method(method)  # before loading the LM
     if save_as is not None:
-        check_saved_name(save_as)
+        check_saved_name(save_as, settings, split)
         if limit is not None:
             raise UdrError("--save-as and --limit exclude each other: a quick look is not saved")
     if model is not None:
@@ -382,15 +382,20 @@ def evaluate_task(
 RESERVED_NAMES = frozenset({"validation", "train", "plots", "feedback", "ceiling"})
 
 
-def check_saved_name(name: str) -> None:
-    """A one-line error unless `name` can name a saved evaluation: a plain folder name that is not a
-    method's (the pipeline's results are not overwritten) nor another folder of metrics/."""
+def check_saved_name(name: str, settings=None, split: str = "test") -> None:
+    """A one-line error, before any work, unless `name` can name a saved evaluation: a plain folder name
+    that is not a method's (the pipeline's results are not overwritten), nor another folder of metrics/,
+    nor (with `settings`) a file where its result or prediction folder would go (metrics/summary.json)."""
     from udr.config import METHODS
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise UdrError(f"bad name {name!r}: letters, digits, '_', '.' and '-', starting with a letter or digit")
     if name in METHODS or name in RESERVED_NAMES:
         raise UdrError(f"name {name!r} is taken by the pipeline's own results; choose another")
+    if settings is not None:
+        for folder in (settings.paths.method_metrics(name, "x", split), settings.paths.predictions(name, "x", split)):
+            if folder.parent.exists() and not folder.parent.is_dir():
+                raise UdrError(f"name {name!r} is taken by the file {folder.parent}; choose another")
 
 
 def _shot_entry(result: dict) -> dict:

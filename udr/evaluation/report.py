@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 
 # UDR is compared with every other method of config.METHODS.
 COMPARED = "udr"
@@ -207,8 +207,30 @@ def saved_results(settings, name: str, tasks: Sequence[str], split: str = "test"
         path = settings.paths.method_metrics(name, t, split)
         if not path.is_file():
             raise UdrError(f"missing result {path}: evaluate {name} on {t} ({split}) first")
-        out[t] = json.loads(path.read_text())
+        again = f"evaluate {name} on {t} ({split}) again"
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise UdrError(f"unreadable result {path} ({first_line(exc)}): {again}") from None
+        graded = result.get("graded") if isinstance(result, dict) else None
+        if (
+            not isinstance(graded, dict)
+            or not all(k in result for k in ("metric", "n", "score"))
+            or "score" not in graded
+        ):
+            raise UdrError(f"malformed result {path} (not what `udr evaluate` writes): {again}")
+        out[t] = result
     return out
+
+
+def check_same_metrics(results: dict[str, dict[str, dict]], tasks: Sequence[str]) -> None:
+    """A one-line error where two saved evaluations ({name: {task: result}}) scored a task with different
+    metrics: their difference would subtract one metric from another."""
+    for t in tasks:
+        used = {name: (r[t]["metric"], r[t]["graded"].get("name", r[t]["metric"])) for name, r in results.items()}
+        if len(set(used.values())) > 1:
+            said = ", ".join(f"{name} with {'/'.join(dict.fromkeys(m))}" for name, m in used.items())
+            raise UdrError(f"{t} was scored with different metrics ({said}): evaluate them with the same metric")
 
 
 def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[str], split: str = "test"):
@@ -220,6 +242,7 @@ def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[st
 
     examples = {t: read_prepared(settings.root, t, split).to_dicts() for t in tasks}
     results = {m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([*names, b])}
+    check_same_metrics(results, tasks)
     scorers = {
         (m, t): prediction_scorer(settings, m, t, examples[t], results[m][t]["metric"], split)
         for m in results

@@ -323,6 +323,10 @@ def run_agreement(
     (where trained) and `models` ({label: model dir}); writes `metrics/agreement.md` and `.json`."""
     tasks = list(tasks or settings.task_names())
     for label, path in (models or {}).items():
+        if label in AGREEMENT_RETRIEVERS:
+            raise UdrError(
+                f"--model label {label!r} is the pipeline's own row ({', '.join(AGREEMENT_RETRIEVERS)}): choose another"
+            )
         if not Path(path).is_dir():
             raise UdrError(f"missing model {path} (for {label})")
     table: dict[str, dict[str, dict]] = {}
@@ -333,6 +337,10 @@ def run_agreement(
         for label, make in retrievers.items():
             table.setdefault(label, {})[t] = retriever_agreement(make(), rows, scores)
     return write_agreement_table(settings, table, tasks, n, models or {})
+
+
+# The rows run_agreement always has (epr and udr where trained): a --model label may not replace one.
+AGREEMENT_RETRIEVERS = ("random", "bm25", "sbert", "initial encoder", "epr", "udr")
 
 
 def _retrievers(settings, task: str, pool, models: dict, progress: bool) -> dict:

@@ -24,7 +24,7 @@ import numpy as np
 
 from udr.data.prepare import read_prepared
 from udr.data.tasks import Task
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 from udr.feedback.scoring import rank_within_query, score_items, scored_queries
 from udr.lm.models import RECORD_NAME
 from udr.lm.scorer import BatchStats
@@ -55,6 +55,7 @@ class ScoreSummary:
     dtype: str
     top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
     inputs: str = ""  # what every score depends on (hash): a later run with the same reuses them
+    sha256: str = ""  # the scores file's checksum: a file changed since is not reused (:func:`read_scores`)
 
 
 @dataclass
@@ -146,7 +147,7 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
         previous = paths.scores(round_ - 1, task_name)
         if not previous.is_file():
             raise UdrError(f"missing scores of round {round_ - 1}: {previous}; run it first")
-        old = pl.read_parquet(previous, columns=["query_id", "candidate_id", "score", "scored_in"])
+        old = read_scores(previous, round_ - 1, task_name, ["query_id", "candidate_id", "score", "scored_in"])
         reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
     # Candidate order: a shard then holds each candidate's pairs together (its prefix runs once).
     todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
@@ -211,11 +212,46 @@ def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
         same = False
     if not same:
         return work
-    earlier = pl.read_parquet(out, columns=list(work.reused.columns)).cast(work.reused.schema)
+    try:  # a file changed since its summary, or holding NaN: scored again
+        earlier = read_scores(out, work.round, work.task.name, list(work.reused.columns)).cast(work.reused.schema)
+    except UdrError:
+        return work
     earlier = earlier.join(work.todo, on=["query_id", "candidate_id"], how="semi")
     reused = pl.concat([work.reused, earlier])
     todo = work.todo.join(earlier, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
     return ScoreWork(work.task, work.round, work.train, work.candidates_file, work.queries, reused, todo)
+
+
+def read_scores(path: Path, round_: int, task: str, columns: list[str] | None = None):
+    """The scores file `path` (polars), verified before any reuse or training: it must match the checksum
+    its summary records (where the summary has one; older summaries did not), and every score must be
+    finite. Anything else is a one-line UdrError saying to score again."""
+    import polars as pl
+
+    fix = f"run `udr score --round {round_} --task {task}` again"
+    try:
+        recorded = json.loads(summary_file(path).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if recorded and recorded != file_sha256(path):
+        raise UdrError(f"scores {path} changed since `udr score` wrote them (checksum differs from its summary): {fix}")
+    try:
+        frame = pl.read_parquet(path, columns=columns)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise UdrError(f"unreadable scores {path} ({first_line(exc)}): {fix}") from None
+    _check_finite(frame, f"scores {path}", fix)
+    return frame
+
+
+def _check_finite(frame, what: str, fix: str) -> None:
+    """A one-line UdrError where `frame`'s score column holds NaN or an infinity."""
+    import polars as pl
+
+    if "score" not in frame.columns:
+        return
+    bad = frame.filter(~pl.col("score").cast(pl.Float64).is_finite() | pl.col("score").is_null())
+    if len(bad):
+        raise UdrError(f"{what} hold {len(bad)} NaN or infinite score(s) (first: query {bad['query_id'][0]}): {fix}")
 
 
 def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
@@ -312,6 +348,7 @@ def finish(
     new = pl.concat([pl.read_parquet(f) for f in shard_files]) if shard_files else pl.DataFrame(schema=schema)
     n_tokens = int(new["tokens"].sum() or 0)
     new = new.drop("tokens").with_columns(pl.lit(work.round, dtype=pl.Int16).alias("scored_in"))
+    _check_finite(new, f"the LM's scores of {work.task.name} {round_label(work.round)}", "try score.dtype=fp32")
     merged = rank_within_query(pl.concat([work.reused, new])).select(SCORE_COLUMNS)
     write_parquet_atomic(merged, out)
     pad = _padding_from_stats(partial)
@@ -334,6 +371,7 @@ def finish(
         dtype,
         round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6),
         inputs,
+        file_sha256(out),
     )
     write_json_atomic(summary_file(out), asdict(summary))
     return summary

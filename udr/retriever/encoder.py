@@ -210,12 +210,22 @@ class BiEncoder:
 
     @classmethod
     def part_dirs(cls, path: Path) -> tuple[Path, Path, Path]:
-        """(E_q, E_d, tokenizer) directories of a udr model directory or of a udr export."""
+        """(E_q, E_d, tokenizer) directories of a udr model directory or of a udr export (its routes: folders
+        inside it). A folder with a link out of itself is a one-line error (:func:`check_no_links_out`)."""
+        from udr.util.files import check_no_links_out, inside
+
         path, meta = Path(path), cls.settings_file(path)
+        check_no_links_out(path)
         if meta.name != EXPORT_NAME:
             return path / "query", path / "demo", path / "tokenizer"
-        routes = json.loads(meta.read_text()).get("routes", {})
-        query, demo = path / routes.get("query", "query"), path / routes.get("demo", "demo")
+        try:
+            routes = json.loads(meta.read_text()).get("routes", {})
+        except (ValueError, UnicodeDecodeError, RecursionError, AttributeError):
+            raise UdrError(f"unreadable export metadata {meta}: expected a JSON object; export it again") from None
+        if not isinstance(routes, dict):
+            raise UdrError(f'bad routes in {meta}: expected an object {{"query": DIR, "demo": DIR}}')
+        query = inside(path, routes.get("query", "query"), f"route 'query' of {meta}")
+        demo = inside(path, routes.get("demo", "demo"), f"route 'demo' of {meta}")
         return query, demo, query
 
     @classmethod

@@ -99,7 +99,8 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
 
 
 def model_fingerprint(model_dir: Path) -> str:
-    """A short hash of a bi-encoder's settings and weights."""
+    """A short hash of a bi-encoder's settings and of every file of its encoders and tokenizer (weights,
+    configs, vocabularies): a change to any of them is another model."""
     import hashlib
 
     from udr.retriever.encoder import BiEncoder
@@ -110,7 +111,9 @@ def model_fingerprint(model_dir: Path) -> str:
         if not weights.is_file():
             raise UdrError(f"incomplete model {model_dir}: no {weights}; train it again or pass another --model")
     parts = [file_sha256(BiEncoder.settings_file(model_dir))]
-    parts += [file_sha256(p) for p in sorted(model_dir.glob("*/model.safetensors"))]
+    for part in dict.fromkeys(BiEncoder.part_dirs(model_dir)):  # an export's tokenizer is its query encoder's
+        for path in sorted(p for p in part.rglob("*") if p.is_file()):
+            parts.append(f"{path.relative_to(model_dir).as_posix()}:{file_sha256(path)}")
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
@@ -157,7 +160,7 @@ def run_index(
     from udr.retriever.encoder import SETTINGS_NAME, BiEncoder
     from udr.retriever.record import check_replace
     from udr.util.distributed import resolve_device_type
-    from udr.util.files import building_dir
+    from udr.util.files import building_dir, check_no_links_out
 
     paths = settings.paths
     if model is None:
@@ -171,6 +174,9 @@ def run_index(
             raise UdrError(f"missing model {src}: --model takes a trained udr bi-encoder directory")
     dst = Path(out) if out is not None else src if model is not None else paths.final_model
     check_replace(dst, settings, replace)
+    for folder in dict.fromkeys((src, dst)):  # nothing is read or written through a link out of either
+        if folder.is_dir():
+            check_no_links_out(folder)
     device = resolve_device_type(settings.train.device, "train.device")
     label = settings.train.rounds[-1] if model is None else str(src)
     if tasks is None:

@@ -64,18 +64,24 @@ def training_record(settings, *, method: str, round_: int, init: Path, summary) 
 def check_replace(out: Path, settings, replace: bool, option: str = "--out") -> None:
     """A one-line error, before any work, where `out` is no folder a bi-encoder may replace
     (:func:`udr.util.files.check_dir_target`), or holds a model recorded from another params file than
-    `settings`' (a run the user did not ask to replace it), unless `replace`."""
+    `settings`' (another name, or the same name in another project), unless `replace`."""
     from udr.retriever.encoder import MADE, SETTINGS_NAME
 
     check_dir_target(Path(out), (SETTINGS_NAME,), MADE)
     if replace or not Path(out).is_dir():
         return
     record = read_record(out)
-    if record is None or record.get("params_file", settings.params_file) == settings.params_file:
+    if record is None:
+        return
+    made, reads = str(record.get("params_file", settings.params_file)), settings.params_file
+    root = Path(settings.root).resolve()
+    # The same project: the one recorded, or the one the model lies in (a project moved since keeps its models).
+    if record.get("project", str(root)) != str(root) and not Path(out).resolve().is_relative_to(root):
+        made, reads = f"{record.get('project')}/{made}", f"{root}/{reads}"
+    if made == reads:
         return
     raise UdrError(
-        f"{shown_path(out, settings.root)} holds a model made from {record['params_file']}, "
-        f"and this run reads {settings.params_file}: "
+        f"{shown_path(out, settings.root)} holds a model made from {made}, and this run reads {reads}: "
         f"give {option} DIR for a model of its own, or --replace to overwrite it"
     )
 

@@ -101,6 +101,7 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     import polars as pl
 
     from udr.data.prepare import read_prepared
+    from udr.feedback.score import read_scores
     from udr.feedback.scoring import scored_queries
     from udr.retriever.encoder import demo_texts, query_text
 
@@ -112,7 +113,7 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
             raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
         train = read_prepared(settings.root, name, "train")
         wanted = scored_queries(settings, name, np.asarray(train["id"].to_list()))
-        scores = pl.read_parquet(path)
+        scores = read_scores(path, round_, name)
         _check_scored_queries(path, scores, wanted, round_)
         scores = scores.filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
         rows = {r["id"]: r for r in train.iter_rows(named=True)}

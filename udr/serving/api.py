@@ -94,6 +94,7 @@ class Retriever:
         import torch
 
         from udr.serving.query_encoder import ServingEncoder
+        from udr.util.files import check_no_links_out
 
         if params is not None:
             if not Path(params).is_file():
@@ -107,6 +108,7 @@ class Retriever:
                 f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
                 "or pass the directory of a udr bi-encoder"
             )
+        check_no_links_out(model_dir)  # pools, index and declarations are read from inside it only
         encoder = ServingEncoder(model_dir, torch.device(_device(device)))
         return cls(
             encoder,
@@ -299,10 +301,24 @@ class Retriever:
                 from udr.data.tasks import get_task
 
                 spec = self.model_tasks.get(task) or get_task(task)
-                self._pools[task] = model_pool(self.model_dir, spec)
+                pool = model_pool(self.model_dir, spec)
+                self._check_carried_pool(task)
+                self._pools[task] = pool
             else:
                 self._pools[task] = prepared_pool(self.root, task, self.project)
         return task
+
+    def _check_carried_pool(self, task: str) -> None:
+        """A one-line error where the project at `root` prepared `task` again since `udr index` copied its
+        pool into the model folder (as `udr evaluate` refuses the stale index): the folder's pool is stale."""
+        from udr.util.files import file_sha256
+
+        prepared = Paths(self.root).prepared(task, "train")
+        if prepared.is_file() and file_sha256(prepared) != file_sha256(Paths.model_pool(self.model_dir, task)):
+            raise UdrError(
+                f"the model folder's pool of {task} differs from the project's prepared {task} (prepared again "
+                f"since `udr index`?): run `udr index -t {task}` again, or retrieve from outside the project"
+            )
 
     def _searcher(self, name: str):
         if name not in self._searchers:

@@ -1,12 +1,12 @@
 """A LangChain example selector backed by UDR (the `langchain` extra: `pip install 'udr[langchain]'`).
 
     selector = UDRExampleSelector(Retriever.load("models/final"), task="sst2", k=4)
-    prompt = FewShotPromptTemplate(example_selector=selector, example_prompt=selector.example_prompt,
-                                   suffix=selector.suffix, input_variables=["input"], example_separator="")
+    prompt = selector.prompt_template()  # a FewShotPromptTemplate
 
 gives the prompt `udr retrieve --prompt` gives: the demonstrations rendered with the task's template, the
-most similar right before the query. Examples are dicts {input_key: ..., output_key: ...}; with `task`
-naming a project pool they come from it, and `add_example` (or `examples=`) serves your own instead.
+most similar right before the query, the query written as the pool's inputs are (one line). Examples are
+dicts {input_key: ..., output_key: ...}; with `task` naming a project pool they come from it, and
+`add_example` (or `examples=`) serves your own instead.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 try:
     from langchain_core.example_selectors import BaseExampleSelector
-    from langchain_core.prompts import PromptTemplate
+    from langchain_core.prompts import FewShotPromptTemplate, PromptTemplate
 except ImportError as exc:  # pragma: no cover - the message is the point
     from udr.errors import UdrError
 
@@ -29,6 +29,22 @@ class _BracesKept(PromptTemplate):
 
     def format(self, **kwargs: Any) -> str:
         return super().format(**kwargs).replace("{", "{{").replace("}", "}}")
+
+
+class _QueryCleaned(FewShotPromptTemplate):
+    """A FewShotPromptTemplate over a :class:`UDRExampleSelector` that writes the query as `udr retrieve
+    --prompt` does (:meth:`UDRExampleSelector.clean_query`) before selecting and formatting."""
+
+    def _cleaned(self, kwargs: dict) -> dict:
+        selector = self.example_selector
+        key = selector.input_key
+        return {**kwargs, key: selector.clean_query(kwargs[key])} if isinstance(kwargs.get(key), str) else kwargs
+
+    def format(self, **kwargs: Any) -> str:
+        return super().format(**self._cleaned(kwargs))
+
+    async def aformat(self, **kwargs: Any) -> str:
+        return await super().aformat(**self._cleaned(kwargs))
 
 
 class UDRExampleSelector(BaseExampleSelector):
@@ -86,6 +102,24 @@ class UDRExampleSelector(BaseExampleSelector):
     def suffix(self) -> str:
         """The query as it ends the prompt (the task's template up to the answer)."""
         return self._template().partition("{" + self.output_key + "}")[0]
+
+    def clean_query(self, query: str) -> str:
+        """`query` as the task writes a user's query into a prompt (one line; see `Task.clean_query`)."""
+        spec = self._spec()
+        return spec.clean_query(query) if spec is not None else " ".join(query.split())
+
+    def prompt_template(self, **kwargs: Any) -> FewShotPromptTemplate:
+        """The `FewShotPromptTemplate` that gives `udr retrieve --prompt`'s prompt: the examples this
+        selector chooses, then the query, cleaned as :meth:`clean_query` does (a query with line breaks or
+        tabs cannot add lines, e.g. fake demonstrations). `kwargs` go to the template (e.g. a `prefix`)."""
+        return _QueryCleaned(
+            example_selector=self,
+            example_prompt=self.example_prompt,
+            suffix=self.suffix,
+            input_variables=[self.input_key],
+            example_separator="",
+            **kwargs,
+        )
 
     def add_example(self, example: dict[str, str]) -> Any:
         """Serve `example` ({input_key, output_key}) too: your own examples replace the task's pool."""

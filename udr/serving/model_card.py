@@ -11,7 +11,7 @@ from pathlib import Path
 USAGE = """```python
 from sentence_transformers import SentenceTransformer
 
-model = SentenceTransformer("{where}")
+model = SentenceTransformer({where})
 # Queries and demonstrations go through their own encoders; the task's instruction is a named prompt.
 # A plain model.encode() raises (no default side): tools that call .encode need encode_query / encode_document.
 query = model.encode_query([{query!r}], prompt_name="{task}")
@@ -22,20 +22,18 @@ print(model.similarity(query, demos))
 ```python
 from udr import Retriever
 
-retriever = Retriever.load("{where}")  # a udr export loads like a udr model
+retriever = Retriever.load({where})  # a udr export loads like a udr model
 own = retriever.add_pool([{{"input": {demo_input!r}, "target": {demo_output!r}}}], instruction={instruction!r})
 print(retriever.retrieve({query!r}, task=own, k=1))
 ```
 
 ```python
 # LangChain (pip install 'udr[langchain]'): a few-shot prompt with UDR's demonstrations, most similar last.
-from langchain_core.prompts import FewShotPromptTemplate
 from udr.serving.langchain_selector import UDRExampleSelector
 
 selector = UDRExampleSelector(retriever, instruction={instruction!r}, k=1,
                               examples=[{{"input": {demo_input!r}, "output": {demo_output!r}}}])
-prompt = FewShotPromptTemplate(example_selector=selector, example_prompt=selector.example_prompt,
-                               suffix=selector.suffix, input_variables=["input"], example_separator="")
+prompt = selector.prompt_template()  # a FewShotPromptTemplate
 print(prompt.format(input={query!r}))
 ```
 
@@ -157,22 +155,48 @@ def _model_lines(record: dict | None, encoder) -> list[str]:
     return lines
 
 
+def _saved_evaluations(settings) -> list[tuple[str, str]]:
+    """(name, split) of every evaluation the project holds: the methods' and `udr evaluate --save-as`
+    names', on test (metrics/NAME/) and validation (metrics/validation/NAME/), the methods first."""
+    from udr.config import METHODS
+    from udr.evaluation.evaluate import RESERVED_NAMES
+
+    out = []
+    for split in ("test", "validation"):
+        folder = settings.paths.method_metrics("x", "x", split).parent.parent
+        names = sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        ordered = [m for m in ("udr", "epr") if m in names] + [
+            n for n in names if n not in ("udr", "epr") and n not in RESERVED_NAMES and n not in METHODS
+        ]
+        out += [(name, split) for name in ordered]
+    return out
+
+
+def _read_result(path: Path) -> dict:
+    """A saved evaluation's result, or {} where it is missing or unreadable (not this model's then)."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    return result if isinstance(result, dict) else {}
+
+
 def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
-    """The evaluations the project holds of this very model (their results name its fingerprint): the
-    whole results.md where every UDR result is this model's, else a table of its own results."""
+    """The evaluations the project holds of this very model (their results name its fingerprint), the
+    pipeline's and those saved under a name (`udr evaluate --save-as`): the whole results.md where every
+    UDR result is this model's, else a table of its own results."""
     from udr.retriever.index import model_fingerprint
 
     fingerprint = model_fingerprint(model_dir)
-    own, udr_all = [], True
-    for method in ("udr", "epr"):
+    own = []
+    for method, split in _saved_evaluations(settings):
         for name in tasks:
-            path = settings.paths.method_metrics(method, name)
-            result = json.loads(path.read_text()) if path.is_file() else {}
-            mine = result.get("model") == fingerprint
-            if method == "udr":
-                udr_all &= mine
-            if mine:
-                own.append((name, method, result))
+            result = _read_result(settings.paths.method_metrics(method, name, split))
+            if result.get("model") == fingerprint:
+                own.append((name, method if split == "test" else f"{method} ({split})", result))
+    udr_all = all(
+        _read_result(settings.paths.method_metrics("udr", name)).get("model") == fingerprint for name in tasks
+    )
     results = settings.paths.results
     if own and udr_all and results.is_file():
         text = results.read_text().replace("# In-context learning results", "").replace("# Unseen tasks", "### Unseen")
@@ -180,13 +204,18 @@ def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
     if own:
         rows = ["| task | evaluated as | metric | n | score |", "| --- | --- | --- | ---: | ---: |"]
         for name, method, r in own:
-            rows.append(f"| {name} | {method} | {r['metric']} | {r['n']} | {r['score']:.1f} |")
+            rows.append(f"| {name} | {method} | {r.get('metric', '?')} | {r.get('n', '?')} | {_score(r)} |")
         return [*rows, ""]
     return [
         "No evaluation of this model was found in the project it was exported from (no result in metrics/ names "
-        "its fingerprint): evaluate it with `udr evaluate -m udr --model DIR`.",
+        "its fingerprint): evaluate it with `udr evaluate -m udr --model DIR --save-as NAME`.",
         "",
     ]
+
+
+def _score(result: dict) -> str:
+    score = result.get("score")
+    return f"{score:.1f}" if isinstance(score, (int, float)) else "?"
 
 
 def model_card(settings, model_dir: Path, where: str) -> str:
@@ -244,7 +273,7 @@ def model_card(settings, model_dir: Path, where: str) -> str:
         "## Usage",
         "",
         USAGE.format(
-            where=where,
+            where=json.dumps(where, ensure_ascii=False),  # a Python string literal, whatever `--name` holds
             task=first,
             query=example[0][0],
             demo=first_task.render(*example[1]).replace("\t", "\\t").replace('"', '\\"'),

@@ -182,6 +182,40 @@ def check_dir_target(dest: Path, markers: Sequence[str], made: str, option: str 
     )
 
 
+def check_no_links_out(folder: Path, what: str = "model folder") -> None:
+    """A one-line UdrError where `folder` holds a symbolic link that leads out of it (or nowhere): a
+    model folder reads and writes only inside itself. Links between its own files are fine."""
+    from udr.errors import UdrError, shorten
+
+    folder = Path(folder)
+    root = folder.resolve()
+    if root.parent.name == "snapshots" and (root.parent.parent / "blobs").is_dir():
+        root = root.parent.parent  # a Hugging Face hub snapshot: its files are links into its repo's blobs/
+    for dirpath, dirnames, filenames in os.walk(folder):  # links to folders are listed, not followed
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(root) or not target.exists():
+                    raise UdrError(
+                        f"{shorten(path, 120)} is a link out of the {what} {shorten(folder, 120)} (to "
+                        f"{shorten(target, 120)}): a {what} may only hold its own files; copy them in instead"
+                    )
+
+
+def inside(folder: Path, relative: object, what: str) -> Path:
+    """`folder / relative` where `relative` is a plain relative path that stays inside `folder` (no
+    absolute path, no `..` out of it); a one-line UdrError naming `what` otherwise."""
+    from udr.errors import UdrError, shorten
+
+    if not isinstance(relative, str) or not relative.strip():
+        raise UdrError(f"{what}: expected a folder name inside {folder}, got {shorten(repr(relative))}")
+    path = Path(folder) / relative
+    if Path(relative).is_absolute() or not path.resolve().is_relative_to(Path(folder).resolve()):
+        raise UdrError(f"{what} {shorten(relative)!r} leads out of {folder}: only folders inside it are read")
+    return path
+
+
 @contextlib.contextmanager
 def staging_dir(dest: Path, tag: str = "staging") -> Iterator[Path]:
     """An empty scratch directory beside `dest` (`.NAME.<tag>-PID`), deleted when the block ends; one a

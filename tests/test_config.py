@@ -178,3 +178,25 @@ def test_deep_overrides_and_long_values_give_short_errors(tmp_path):
     with pytest.raises(UdrError, match=r"bad parameter seed: .*\(got 'xxxx.*\.\.\.\)$") as info:
         load_settings(tmp_path / "params.yaml", ["seed=" + "x" * 1_000_000])
     assert len(str(info.value)) < 200
+
+
+def test_an_aliased_huge_value_is_quoted_by_its_prefix_only(tmp_path):
+    """A long string aliased many times (within the alias bound) fails validation with a bounded quote:
+    the error never builds the expanded value's text (100 MB here, gigabytes in a larger file)."""
+    import tracemalloc
+
+    big = "x" * 100_000
+    text = f'big: &a "{big}"\nseed: [{", ".join(["*a"] * 1000)}]\n'
+    (tmp_path / "params.yaml").write_text(text)
+    tracemalloc.start()
+    try:
+        with pytest.raises(UdrError, match=r"bad parameter big: .*|bad parameter seed: ") as info:
+            load_settings(tmp_path / "params.yaml")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(str(info.value)) < 500 and "\n" not in str(info.value)
+    assert peak < 40_000_000, peak
+    with pytest.raises(UdrError, match=r"bad override 'xxxxx.*\.\.\.': expected key.path=value") as info:
+        parse_override("x" * 100_000)
+    assert len(str(info.value)) < 300

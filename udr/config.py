@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from udr.errors import UdrError, shorten
+from udr.errors import UdrError, quoted, shorten
 from udr.paths import Paths, round_label
 from udr.util.safe_yaml import load_yaml
 
@@ -400,11 +400,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a","b","c"], yaml-parsed value)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise UdrError(f"bad override '{text}': expected key.path=value")
+        raise UdrError(f"bad override '{shorten(text, 200)}': expected key.path=value")
     try:
         value = load_yaml(raw, f"override '{key.strip()}'") if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise UdrError(f"bad override '{text}': value is not valid YAML ({exc.__class__.__name__})") from None
+        raise UdrError(
+            f"bad override '{shorten(text, 200)}': value is not valid YAML ({exc.__class__.__name__})"
+        ) from None
     return key.strip().split("."), value
 
 
@@ -421,7 +423,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
             if nxt is None:
                 nxt = node[k] = {}
             if not isinstance(nxt, dict):
-                raise UdrError(f"bad override '{text}': {k} is not a mapping")
+                raise UdrError(f"bad override '{shorten(text, 200)}': {shorten(k, 80)} is not a mapping")
             node = nxt
         node[keys[-1]] = value
     return out
@@ -434,8 +436,8 @@ def _format_validation_error(exc: ValidationError) -> str:
         return f"bad parameter {key}: unknown key"
     if first["type"] == "missing":
         return f"bad parameter {key}: required key is missing"
-    msg = first["msg"].removeprefix("Value error, ")
-    return f"bad parameter {key}: {msg} (got {shorten(repr(first.get('input')))})"
+    msg = shorten(first["msg"].removeprefix("Value error, "), 300)
+    return f"bad parameter {shorten(key, 200)}: {msg} (got {quoted(first.get('input'))})"
 
 
 def settings_from_mapping(raw: Any, root: Path = Path("."), params_file: str = "params.yaml") -> Settings:

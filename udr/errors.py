@@ -15,6 +15,22 @@ def first_line(exc: BaseException, limit: int = 120) -> str:
     return text.splitlines()[0][:limit] if text else exc.__class__.__name__
 
 
+def quoted(value, limit: int = 80) -> str:
+    """`repr(value)` for a one-line error, bounded: built from at most a few items and characters of each
+    level (reprlib), so a huge or deeply aliased value costs no more than its quoted prefix."""
+    import reprlib
+
+    class Prefix(reprlib.Repr):
+        def repr_str(self, x, level):  # the start of a string, not its middle elided
+            return shorten(repr(x[: self.maxstring + 1]), self.maxstring)
+
+    bounded = Prefix()
+    bounded.maxstring = bounded.maxother = bounded.maxlong = limit
+    bounded.maxlist = bounded.maxtuple = bounded.maxdict = bounded.maxset = 6
+    bounded.maxlevel = 3
+    return shorten(bounded.repr(value), limit)
+
+
 def shorten(text: str, limit: int = 80) -> str:
     """`text` cut to `limit` characters (with "..."), for quoting a user's value in a one-line error."""
     text = str(text)

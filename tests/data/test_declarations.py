@@ -238,3 +238,12 @@ def test_the_built_in_declarations_ship_in_the_wheel(tmp_path):
     )
     (wheel,) = tmp_path.glob("udr-*.whl")
     assert "udr/data/builtin_tasks.yaml" in zipfile.ZipFile(wheel).namelist()
+
+
+@pytest.mark.parametrize("template", ["{input}{input:>300000000}\t{answer}", "{input!r}\t{answer}"])
+def test_a_template_with_a_format_spec_is_refused(tmp_path, template):
+    """A format spec could pad a prompt to any length (a model folder's tasks.json too): plain fields only."""
+    with pytest.raises(UdrError, match=r"template: bad format .* has a format spec or conversion"):
+        _declare({**REVIEWS, "template": template}, tmp_path)
+    with pytest.raises(UdrError, match="has a format spec or conversion"):
+        _declare({**REVIEWS, "input": "{review:>99999999}"}, tmp_path)

@@ -35,3 +35,13 @@ def test_jsonl_with_invalid_utf8_names_file_and_line(tmp_path):
     path.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
     with pytest.raises(UdrError, match=r"rows.jsonl:2: malformed row: not valid UTF-8"):
         read_jsonl(path)
+
+
+def test_a_deeply_nested_jsonl_row_is_one_line(tmp_path):
+    """Data files, --pool and --input lines nested 100,000 deep: a one-line error, not a RecursionError."""
+    from udr.data.sources import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"text": "ok"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(UdrError, match=r"rows.jsonl:2: malformed row: invalid JSON \(nested too deeply\)"):
+        read_jsonl(path)

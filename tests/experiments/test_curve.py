@@ -49,3 +49,10 @@ def test_the_plot_is_a_png(tmp_path):
     write_curve_plot("bm25", {"a": 50.0, "b": 40.0}, _rows(), "validation", out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["curve.png"]
+
+
+def test_an_existing_folder_as_out_is_one_line(run_cli, tmp_path):
+    from tests.conftest import REPO
+
+    code, _, err = run_cli(["exp", "curve", "UDR:8=udr", "-o", str(tmp_path)], REPO)
+    assert code == 1 and "is a directory: give a file path" in err and len(err.strip().splitlines()) == 1, err

@@ -134,3 +134,21 @@ def test_a_model_folder_with_a_link_out_of_it_is_refused(looped, tmp_path, run_c
     from udr.retriever.index import model_fingerprint
 
     assert model_fingerprint(model)
+
+
+def test_deeply_nested_index_metadata_and_declarations_are_one_line(tmp_path):
+    from udr.paths import Paths
+    from udr.retriever.index import read_model_declarations
+
+    path = tmp_path / "trec.npy"
+    save_embeddings(path, np.ones((2, 3), dtype=np.float32), {})
+    nested = "[" * 100_000 + "]" * 100_000
+    path.with_name(path.name + ".json").write_text(nested)
+    with pytest.raises(UdrError, match="unreadable index metadata"):
+        load_embeddings(path)
+    tasks = Paths.model_tasks(tmp_path)
+    tasks.parent.mkdir(parents=True)
+    for text in (nested, "[1]"):
+        tasks.write_text(text)
+        with pytest.raises(UdrError, match="unreadable task declarations"):
+            read_model_declarations(tmp_path)

@@ -182,3 +182,14 @@ def test_the_cards_snippets_quote_any_name(looped):
     for block in re.findall(r"```python\n(.*?)```", card, re.S):
         compile(block, "model card", "exec")  # no syntax error: the name stayed one literal
     assert "SentenceTransformer(" + json.dumps(name) + ")" in card and "\nimport os" not in card
+
+
+def test_a_deeply_nested_or_malformed_record_is_one_line(tmp_path):
+    from udr.errors import UdrError
+    from udr.retriever.record import read_record, trained_tasks
+
+    (tmp_path / "udr_record.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UdrError, match="unreadable model record"):
+        read_record(tmp_path)
+    with pytest.raises(UdrError, match=r"malformed model record: its tasks are 'sst2'"):
+        trained_tasks({"method": "udr", "tasks": "sst2"})

@@ -251,3 +251,36 @@ def test_a_repeated_pool_record_is_served_once(retriever):
     assert sorted((d.input, d.output) for d in got) == [("dull", "negative"), ("the film was great", "positive")]
     with pytest.raises(UdrError, match="k out of range: asked for 3 .* pool of 2"):
         retriever.retrieve("a great film", task=name, k=3)
+
+
+def test_a_huge_query_is_refused_before_tokenising():
+    from udr.serving.api import MAX_QUERY_CHARS, check_query
+
+    check_query("x" * MAX_QUERY_CHARS)
+    with pytest.raises(UdrError, match=r"query is 5,000,000 characters long: at most 100,000 are accepted"):
+        check_query("x" * 5_000_000)
+
+
+def test_threads_share_a_fresh_retriever(served, real_model, tmp_path):
+    """8 threads calling add_pool and retrieve at once on a fresh Retriever (transformers not imported
+    yet, in a new process): every one gets its demonstrations, none an ImportError."""
+    script = f"""
+import threading
+from udr import Retriever
+r = Retriever.load({str(real_model)!r}, root={str(served)!r}, cache_dir={str(tmp_path / "cache")!r})
+errors, results = [], []
+def work(i):
+    try:
+        rows = [{{"input": f"q{{i}} {{j}}", "target": "a"}} for j in range(3)]
+        name = r.add_pool(rows, instruction="Q: ", name=f"p{{i}}")
+        results.append(len(r.retrieve("q", task=name, k=2)))
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors, results)
+assert not errors and results == [2] * 8
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]

@@ -200,3 +200,17 @@ def test_building_dir_with_markers_leaves_a_foreign_folder_untouched(tmp_path):
     with pytest.raises(UdrError, match="not a thing"), building_dir(mine, ("marker.json",), "a thing") as tmp:
         (tmp / "marker.json").write_text("{}")
     assert _leftovers(mine) == ["notes.txt"] and _leftovers(tmp_path) == ["mine"]
+
+
+def test_building_dir_gives_files_the_umasks_permissions(tmp_path):
+    """safetensors writes weights 0600; a folder udr builds is readable as the umask allows."""
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        with building_dir(tmp_path / "model") as tmp:
+            (tmp / "model.safetensors").write_bytes(b"w")
+            os.chmod(tmp / "model.safetensors", 0o600)
+    finally:
+        os.umask(mask)
+    assert oct((tmp_path / "model/model.safetensors").stat().st_mode & 0o777) == oct(0o644)

@@ -54,7 +54,7 @@ from udr.data.tasks import (
     check_builder,
     format_fields,
 )
-from udr.errors import UdrError, shorten
+from udr.errors import UdrError, quoted
 from udr.util.files import shown_path
 from udr.util.safe_yaml import load_yaml
 
@@ -253,7 +253,7 @@ def parse_declarations(raw: Any, base: Path, where: str) -> dict[str, Task]:
     for name, fields in raw.items():
         if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
             raise UdrError(
-                f"bad task declaration ({where}): task name {shorten(repr(name))} must be 1-64 letters, digits, "
+                f"bad task declaration ({where}): task name {quoted(name)} must be 1-64 letters, digits, "
                 "'_', '.' or '-'"
             )
         if not isinstance(fields, Mapping):

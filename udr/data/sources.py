@@ -78,8 +78,9 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UdrError(f"{path}:{lineno + 1}: malformed row: invalid JSON ({exc.msg})") from None
+            except (json.JSONDecodeError, RecursionError) as exc:
+                why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+                raise UdrError(f"{path}:{lineno + 1}: malformed row: invalid JSON ({why})") from None
             if not isinstance(record, dict):
                 raise UdrError(f"{path}:{lineno + 1}: malformed row: expected a JSON object")
             out.append((lineno, record))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from udr.errors import UdrError, shorten
+from udr.errors import UdrError, quoted, shorten
 
 TaskKind = Literal["classification", "multiple_choice", "generation"]
 TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
@@ -95,7 +95,7 @@ def check_builder(builder: str) -> str:
     """A one-line error unless `builder` is one of udr's own registered builders."""
     if builder not in BUILDERS:
         raise UdrError(
-            f"unknown builder {shorten(repr(builder))}: only udr's own builders may be named ({', '.join(BUILDERS)})"
+            f"unknown builder {quoted(builder)}: only udr's own builders may be named ({', '.join(BUILDERS)})"
         )
     return builder
 
@@ -129,11 +129,20 @@ Source = MirrorSource | FileSource | BuiltinSource | HubSource
 
 
 def format_fields(fmt: str) -> tuple[str, ...]:
-    """The column names a format string reads ("{text_a} Question: {text_b}" -> text_a, text_b)."""
+    """The column names a format string reads ("{text_a} Question: {text_b}" -> text_a, text_b). Only
+    plain `{name}` fields: a format spec or conversion (`{input:>300000000}`, `{input!r}`) is refused, as
+    it could pad a text to any length."""
     try:
-        return tuple(dict.fromkeys(f for _, f, _, _ in string.Formatter().parse(fmt) if f is not None))
+        parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(fmt) if f is not None]
     except ValueError as exc:
-        raise ValueError(f"bad format {fmt!r}: {exc}") from None
+        raise ValueError(f"bad format {quoted(fmt)}: {exc}") from None
+    for name, spec, conversion in parts:
+        if spec or conversion:
+            raise ValueError(
+                f"bad format {quoted(fmt)}: field {{{shorten(name, 40)}}} has a format spec or conversion; "
+                "write plain {name} fields"
+            )
+    return tuple(dict.fromkeys(f for f, _, _ in parts))
 
 
 _CHOICE = re.compile(r"choice\d+")

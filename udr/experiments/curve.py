@@ -134,10 +134,12 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
 def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: str, out: Path) -> Path:
     """`udr exp curve`: out (Markdown), out.json and out.png from the saved evaluations of the points."""
     from udr.evaluation.report import saved_tasks
-    from udr.util.files import write_json_atomic, write_text_atomic
+    from udr.util.files import check_output_path, write_json_atomic, write_text_atomic
 
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
+    for path in (out, out.with_suffix(".json"), out.with_suffix(".png")):
+        check_output_path(path, "--out")  # before any work: a folder there is one line, not IsADirectoryError
     points = parse_points(specs)
     names = [baseline, *(p.name for p in points)]
     tasks = list(tasks) if tasks else saved_tasks(settings, names, split)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.data.tasks import Task
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 from udr.paths import Paths
 from udr.util.files import file_sha256, json_text, write_atomic, write_json_atomic, write_text_atomic
 
@@ -81,8 +81,8 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
     try:
         sidecar = json.loads(meta_path.read_text())
         shape, dtype, meta = tuple(sidecar["shape"]), sidecar["dtype"], sidecar["meta"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {exc}") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {first_line(exc)}") from None
     if emb.shape != shape or emb.dtype.str != dtype:
         raise UdrError(
             f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
@@ -233,6 +233,9 @@ def read_model_declarations(model_dir: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UdrError(f"unreadable task declarations {path}: {exc}; run `udr index` again") from None
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UdrError(f"unreadable task declarations {path}: {first_line(exc)}; run `udr index` again") from None
+    if not isinstance(raw, dict):
+        raise UdrError(f"unreadable task declarations {path}: expected a JSON object; run `udr index` again")
+    return raw

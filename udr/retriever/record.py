@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line, quoted
 from udr.util.files import check_dir_target, shown_path, write_json_atomic
 
 RECORD_FILE = "udr_record.json"
@@ -29,8 +29,8 @@ def read_record(model_dir: Path) -> dict | None:
         return None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UdrError(f"unreadable model record {path}: {exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UdrError(f"unreadable model record {path}: {first_line(exc)}") from None
     if not isinstance(record, dict):
         raise UdrError(f"unreadable model record {path}: expected a JSON object")
     return record
@@ -90,6 +90,8 @@ def trained_tasks(record: dict) -> dict[str, int]:
     """{task: scored queries} of every training round the record holds, the latest round's counts first."""
     out: dict[str, int] = {}
     while isinstance(record, dict) and "tasks" in record:
+        if not isinstance(record["tasks"], dict):
+            raise UdrError(f"malformed model record: its tasks are {quoted(record['tasks'])}, not {{task: queries}}")
         for task, n in record["tasks"].items():
             out.setdefault(task, n)
         record = record.get("init")

@@ -399,10 +399,20 @@ def check_count(k, what: str = "k") -> int:
     return int(k)
 
 
+# The longest query accepted: E_q reads at most `max_query_length` tokens of it, and a prompt repeats it.
+MAX_QUERY_CHARS = 100_000
+
+
 def check_query(query, what: str = "query") -> None:
-    """A one-line error for a query that is not a non-empty string."""
+    """A one-line error for a query that is not a non-empty string of at most MAX_QUERY_CHARS characters
+    (checked before anything is tokenised or copied)."""
     if not isinstance(query, str):
         raise UdrError(f"{what}: expected a string, got {type(query).__name__}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise UdrError(
+            f"{what} is {len(query):,} characters long: at most {MAX_QUERY_CHARS:,} are accepted "
+            "(the query encoder reads only its start); shorten it"
+        )
     if not query.strip():
         raise UdrError(f"empty {what}: give the text to find demonstrations for")
 

@@ -17,10 +17,13 @@ neither the index nor the cache, or a model the light path does not cover).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from udr.errors import UdrError
+
+_LOAD_LOCK = threading.Lock()  # one thread at a time loads a full bi-encoder (and imports transformers)
 
 _ACTIVATIONS = ("gelu", "relu")
 
@@ -164,11 +167,14 @@ class ServingEncoder:
 
     @property
     def full(self):
-        """The full bi-encoder (transformers), loaded once on first use."""
+        """The full bi-encoder (transformers), loaded once on first use, by one thread: transformers'
+        lazy imports fail ("cannot import name 'AutoModel'") when threads run them at once."""
         if self._full is None:
-            from udr.retriever.encoder import BiEncoder
+            with _LOAD_LOCK:
+                if self._full is None:
+                    from udr.retriever.encoder import BiEncoder
 
-            self._full = BiEncoder.load(self.model_dir).to(self.device)
+                    self._full = BiEncoder.load(self.model_dir).to(self.device)
         return self._full
 
     def encode(self, texts: Sequence[str], side: str, batch_size: int = 64, **options):

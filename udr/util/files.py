@@ -206,10 +206,10 @@ def check_no_links_out(folder: Path, what: str = "model folder") -> None:
 def inside(folder: Path, relative: object, what: str) -> Path:
     """`folder / relative` where `relative` is a plain relative path that stays inside `folder` (no
     absolute path, no `..` out of it); a one-line UdrError naming `what` otherwise."""
-    from udr.errors import UdrError, shorten
+    from udr.errors import UdrError, quoted, shorten
 
     if not isinstance(relative, str) or not relative.strip():
-        raise UdrError(f"{what}: expected a folder name inside {folder}, got {shorten(repr(relative))}")
+        raise UdrError(f"{what}: expected a folder name inside {folder}, got {quoted(relative)}")
     path = Path(folder) / relative
     if Path(relative).is_absolute() or not path.resolve().is_relative_to(Path(folder).resolve()):
         raise UdrError(f"{what} {shorten(relative)!r} leads out of {folder}: only folders inside it are read")
@@ -244,7 +244,22 @@ def building_dir(dest: Path, markers: Sequence[str] = (), made: str = "") -> Ite
         yield tmp
         if markers:
             check_dir_target(dest, markers, made)
+        readable_as_umask(tmp)
         replace_dir(tmp, dest)
+
+
+def readable_as_umask(folder: Path) -> None:
+    """Give every file under `folder` at least the permissions the umask grants a new file (safetensors
+    writes weights 0600: other users of a shared model folder could not read them)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    wanted = 0o666 & ~mask
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            mode = os.lstat(path).st_mode
+            if not os.path.islink(path) and (mode & wanted) != wanted:
+                os.chmod(path, (mode & 0o7777) | wanted)
 
 
 def shown_path(path: Path, base: Path) -> str:

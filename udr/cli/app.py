@@ -125,7 +125,7 @@ def selected_tasks(settings, tasks: list[str] | None, *, unseen: bool = False) -
 
 # Top-level modules of the `pipeline` extra (pyproject.toml), which a serving install lacks.
 PIPELINE_MODULES = frozenset(
-    {"dvc", "dvclive", "matplotlib", "bm25s", "rank_bm25", "sacrebleu", "rouge_score", "gguf", "accelerate", "pyarrow"}
+    {"dvc", "matplotlib", "bm25s", "rank_bm25", "sacrebleu", "rouge_score", "gguf", "accelerate", "pyarrow"}
 )
 
 

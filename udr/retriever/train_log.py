@@ -1,37 +1,45 @@
-"""Training logs: per-step losses with dvclive (`dvc plots show`), the round's summary.json and its
-loss curve as a PNG."""
+"""Training logs: per-step losses in dvclive's file layout (`dvc plots show` reads them), the round's
+summary.json and its loss curve as a PNG."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from udr.util.files import remove, write_atomic, write_json_atomic
+from udr.util.files import remove, write_atomic, write_json_atomic, write_text_atomic
+
+LOGGED = ("loss", "rank", "in_batch", "lr")
 
 
 class TrainLog:
-    """dvclive per-step metrics under `log_dir` (replayed from the checkpoint's history on resume,
-    so a resumed run's log equals an uninterrupted run's), plus summary.json and loss.png at the end."""
+    """Per-step metrics under `log_dir`: `plots/metrics/train/<key>.tsv` (a `step` and a value column)
+    and `metrics.json` (the last step's values), the files dvclive writes, byte for byte (tested).
+
+    Written here rather than through dvclive, whose logger imports most of DVC (scmrepo, dulwich, dvc-data):
+    training runs where DVC is not installed, e.g. under torchrun on a GPU machine. The history is replayed
+    from the checkpoint on resume, so a resumed run's log equals an uninterrupted run's."""
 
     def __init__(self, log_dir: Path, history: list[dict]):
-        from dvclive import Live
-
         remove(log_dir)
         self.dir = log_dir
-        self.live = Live(str(log_dir), save_dvc_exp=False, dvcyaml=None, report=None)
+        self.plots = log_dir / "plots" / "metrics" / "train"
         for record in history:
             self.log(record)
 
     def log(self, record: dict) -> None:
-        self.live.step = record["step"]
-        for key in ("loss", "rank", "in_batch", "lr"):
-            self.live.log_metric(f"train/{key}", record[key], plot=True)
-        self.live.next_step()
+        self.plots.mkdir(parents=True, exist_ok=True)
+        for key in LOGGED:
+            path = self.plots / f"{key}.tsv"
+            header = "" if path.exists() else f"step\t{key}\n"
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(f"{header}{record['step']}\t{record[key]}\n")
+        summary = {"train": {key: record[key] for key in LOGGED}, "step": record["step"]}
+        write_text_atomic(self.dir / "metrics.json", json.dumps(summary, indent=4) + "\n")
 
     def finish(self, summary, title: str) -> None:
-        self.live.end()
         write_json_atomic(self.dir / "summary.json", asdict(summary))
         plot_losses(self.dir, self.dir / "loss.png", title)
 

@@ -222,7 +222,7 @@ def run_train(
 ) -> TrainSummary | None:
     """Train one round from `init` (a base encoder directory, or a saved bi-encoder) into `out`.
 
-    Per-step losses go to `log_dir` (dvclive) with `summary.json` and `loss.png`; a checkpoint
+    Per-step losses go to `log_dir` (dvclive's file layout) with `summary.json` and `loss.png`; a checkpoint
     beside `out` (``.<name>.partial``) is written every `train.checkpoint_steps` steps and picked
     up by the next run with the same inputs. Returns None on processes other than rank 0 and when
     `stop_after_steps` stopped the run early (tests use it to simulate a kill).

@@ -264,3 +264,15 @@ def test_approximate_search_is_deterministic():
     a, b = ApproximateIndex(p), ApproximateIndex(p)
     assert a.nprobe == b.nprobe
     assert np.array_equal(a.search(q, 8)[1], b.search(q, 8)[1])
+
+
+def test_without_faiss_the_cpu_search_runs_in_torch(monkeypatch):
+    """A GPU machine's environment has no faiss: exact search on its CPU takes the torch route."""
+    import udr.retriever.search as search
+
+    monkeypatch.setattr(search, "_has_faiss", lambda: False)
+    rng = np.random.default_rng(0)
+    pool, queries = rng.normal(size=(50, 8)).astype(np.float32), rng.normal(size=(5, 8)).astype(np.float32)
+    index = ExactIndex(pool, "cpu")
+    assert not index.use_faiss
+    assert np.array_equal(index.search(queries, 4)[1], ExactIndex(pool, "cpu", use_faiss=True).search(queries, 4)[1])

@@ -41,14 +41,15 @@ class ExactIndex:
 
     device "cpu" holds a faiss `IndexFlatIP`; any other torch device string ("cuda", "cuda:1")
     holds the pool as a tensor there and searches with torch matmul + topk. `use_faiss=False`
-    takes the torch route on the CPU too (tests compare the two).
+    takes the torch route on the CPU too (tests compare the two), and so does an environment without
+    faiss (a GPU machine's, where the search runs in torch anyway).
     """
 
     def __init__(self, pool: np.ndarray, device: str = "cpu", use_faiss: bool | None = None):
         self.pool = _as_matrix(pool, "pool")
         if len(self.pool) == 0:
             raise UdrError("empty pool: nothing to search (the pool has 0 rows)")
-        self.use_faiss = device == "cpu" if use_faiss is None else use_faiss
+        self.use_faiss = device == "cpu" and _has_faiss() if use_faiss is None else use_faiss
         if self.use_faiss and device != "cpu":
             raise UdrError(f"faiss search runs on the CPU only, not on device '{device}'")
         if self.use_faiss:
@@ -247,6 +248,12 @@ class ApproximateIndex:
                 s[short], i[short], _ = _select(scores, idx, k, ex[short] if ex is not None else None, m)
             out_s[lo:hi], out_i[lo:hi] = s, i
         return out_s, out_i
+
+
+def _has_faiss() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("faiss") is not None
 
 
 def _as_matrix(x, name: str) -> np.ndarray:

@@ -15,7 +15,7 @@ project whose data is prepared.
 - reference: one prompt at a time, a full `model(prompt + label).logits` forward per label
   (`udr.lm.scorer.continuation_log_likelihood`, the plain route udr's scorer is tested against) for
   classification, and `model.generate` (greedy, stopped at the newline tokens:
-  `udr.lm.predict.reference_greedy`) for generation.
+  `reference_greedy`) for generation.
 
 The script checks that both predict the same labels and texts (in fp32 a difference is an error;
 with `--dtype bf16` it is reported: batch shapes move bf16 results by up to ~0.03 in log-likelihood).
@@ -60,6 +60,27 @@ DEFAULT_TASKS = ("sst2", "trec", "comv", "e2e", "break")
 # ---------------------------------------------------------------- the reference
 
 
+def reference_greedy(model, ids, mask, max_new_tokens: int, stop_ids, pad_id: int) -> list[list[int]]:
+    """The plain route: transformers' `generate`, greedy and stopped at `stop_ids`, on a (left-padded)
+    batch; each row's `max_new_tokens` new token ids (padding after its stop token). The reference
+    here, and the oracle `udr.lm.predict.GreedyGenerator` is tested against."""
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=list(stop_ids),
+            pad_token_id=pad_id,
+            top_p=None,
+            top_k=None,
+            temperature=None,
+        )
+    return out[:, ids.shape[1] :].tolist()
+
+
 class PlainReference:
     """In-context prediction as a plain transformers user writes it: one prompt at a time."""
 
@@ -83,8 +104,6 @@ class PlainReference:
 
     def generate(self, prompt, max_new_tokens: int) -> list[int]:
         """Greedy `generate` of one prompt, stopped at a newline token; the new token ids."""
-        from udr.lm.predict import reference_greedy
-
         ids = self._torch.tensor([list(prompt)], device=self.model.device)
         mask = self._torch.ones_like(ids)
         with self._context():

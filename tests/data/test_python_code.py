@@ -1,4 +1,3 @@
-import platform
 import textwrap
 from pathlib import Path
 
@@ -8,7 +7,6 @@ from udr.data import python_code as pythoncode
 from udr.data.python_code import (
     build_python_code_examples,
     first_sentence,
-    python_code_source_fingerprint,
 )
 
 ALPHA = '''\
@@ -231,16 +229,6 @@ def test_fake_stdlib_exclusions_and_dedup(fake_stdlib: Path):
     for ex in examples:
         assert '"""' + ex["target"][:20] not in ex["input"]
         assert ex["target"] not in ex["input"]
-
-
-def test_fingerprint_fake_stdlib(fake_stdlib: Path):
-    fp = python_code_source_fingerprint(fake_stdlib)
-    assert fp == {
-        "python_version": platform.python_version(),
-        "stdlib_dir": str(fake_stdlib),
-        "n_files": 3,  # alpha, beta/__init__, beta/util (broken/latin fail to parse)
-        "n_examples": 9,
-    }
 
 
 def test_input_size_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from benchmarks.evaluate import reference_greedy
 from tests.tiny_models import byte_tokenizer, tiny_llama
-from udr.lm.predict import GreedyGenerator, predict_choices, reference_greedy
+from udr.lm.predict import GreedyGenerator, predict_choices
 from udr.lm.scorer import LMScorer, ScoringItem, continuation_log_likelihood, pad_sequences
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import os
-import platform
 import re
 import sysconfig
 import textwrap
@@ -227,18 +226,3 @@ def build_python_code_examples(stdlib_dir: Path | None = None) -> list[dict]:
     """
     examples, _ = _collect(stdlib_dir)
     return [{"input": ex["input"], "target": ex["target"], "name": ex["name"]} for ex in examples]
-
-
-def python_code_source_fingerprint(stdlib_dir: Path | None = None) -> dict:
-    """Describe the source of the ``python_code`` examples for data-prep metadata.
-
-    ``n_files`` counts the included ``.py`` files that were read and parsed.
-    """
-    root = Path(stdlib_dir) if stdlib_dir is not None else default_stdlib_dir()
-    examples, n_files = _collect(root)
-    return {
-        "python_version": platform.python_version(),
-        "stdlib_dir": str(root),
-        "n_files": n_files,
-        "n_examples": len(examples),
-    }

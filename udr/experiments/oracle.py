@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -161,14 +160,6 @@ def lm_order(scores, rows) -> np.ndarray:
     if len(lengths) != 1:
         raise UdrError("oracle scores: validation queries have different numbers of candidates")
     return np.asarray([by_query[q] for q in rows["id"].to_list()], dtype=np.int64)
-
-
-@dataclass
-class CeilingResult:
-    task: str
-    n: int
-    scores: dict[str, float]  # method -> graded validation score (percent)
-    intervals: dict[str, object]  # "ceiling - bm25", "udr - bm25": bootstrap Interval
 
 
 def run_ceiling(

@@ -57,27 +57,6 @@ def _generation_batches(lengths: Sequence[int], max_new_tokens: int, batch_token
         yield batch
 
 
-def reference_greedy(model, ids, mask, max_new_tokens: int, stop_ids: Sequence[int], pad_id: int) -> list[list[int]]:
-    """The plain route: transformers' `generate`, greedy and stopped at `stop_ids`, on a (left-padded)
-    batch; each row's `max_new_tokens` new token ids (padding after its stop token). The oracle
-    :class:`GreedyGenerator` is tested against, and benchmarks/evaluate.py's reference."""
-    import torch
-
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=list(stop_ids),
-            pad_token_id=pad_id,
-            top_p=None,
-            top_k=None,
-            temperature=None,
-        )
-    return out[:, ids.shape[1] :].tolist()
-
-
 class GreedyGenerator:
     """Batched greedy decoding stopped at the end of the line.
 

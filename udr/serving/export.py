@@ -11,7 +11,6 @@ task's template. `udr_export.json` beside it records udr's own settings and the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from udr.errors import UdrError
@@ -126,14 +125,3 @@ def check_export_target(out_dir: Path) -> None:
     """An export replaces only an earlier export (it holds `udr_export.json`) or an empty directory;
     anything else (the user's files, `models/`, a project) is a one-line error and stays untouched."""
     check_dir_target(Path(out_dir), (EXPORT_META,), "an earlier udr export")
-
-
-def read_export(path: Path) -> dict | None:
-    """The metadata of a udr export at `path`, or None where `path` is not one."""
-    meta = Path(path) / EXPORT_META
-    if not meta.is_file():
-        return None
-    try:
-        return json.loads(meta.read_text())
-    except (OSError, ValueError) as exc:
-        raise UdrError(f"unreadable export metadata {meta} ({exc.__class__.__name__})") from None

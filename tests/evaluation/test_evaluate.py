@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 
@@ -91,7 +92,7 @@ def test_a_quick_look_writes_nothing_and_a_stale_cap_is_named(evaluated, run_cli
     before = (result.read_bytes(), predictions.read_bytes())
     code, out, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "--limit", "2"], evaluated)
     assert code == 0, err
-    assert "over 2 test examples" in err + out and "(--limit: not saved)" in err + out
+    assert "over 2 test examples" in err + out and "not a comparison of methods; not saved" in err + out
     assert (result.read_bytes(), predictions.read_bytes()) == before
     code, _, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "-S", "prepare.tasks.sst2.max_test=5"], evaluated)
     assert code == 1 and "data/prepared/sst2 was cut with max_test 6, the params say 5" in err
@@ -135,6 +136,10 @@ def test_a_named_evaluation_is_saved_beside_the_pipelines_and_compared(evaluated
     assert abs(table["average"]["difference"] - mean) < 1e-9
     code, out, err = run_cli(["exp", "compare", "final-as-epr", "bm25", "-t", "sst2"], project)
     assert code == 0 and "| sst2 | 6 |" in out and "**average**" in out
+    code, out, err = run_cli(["show", "-m", "final-as-epr", "-t", "break", "-n", "1", "--json"], project)
+    assert code == 0, err
+    first = pl.read_parquet(project / "data" / "predictions" / "final-as-epr" / "break.parquet").row(0, named=True)
+    assert json.loads(out)["id"] == first["id"] and json.loads(out)["prediction"] == first["prediction"]
 
     for args, message in (
         (["evaluate", "-m", "bm25", "--save-as", "udr"], "name 'udr' is taken"),
@@ -251,3 +256,37 @@ def test_saved_evaluations_that_cannot_be_compared_are_one_line_errors(evaluated
         code, _, err = run_cli(args, project)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
     assert not (project / "data/predictions/summary.json").exists()
+
+
+def test_evaluate_prints_the_score_with_its_interval_and_saves_it(evaluated):
+    """Every result carries the 95% interval of its main score: Wilson for accuracy and exact match (from
+    the score and n alone), the bootstrap for BLEU-like scores; the score lies inside it."""
+    from udr.evaluation.bootstrap import wilson_interval
+
+    sst2 = json.loads((evaluated / "metrics" / "bm25" / "sst2.json").read_text())
+    low, high = wilson_interval(sst2["score"] / 100, sst2["n"])
+    assert sst2["interval"] == {"low": round(100 * low, 2), "high": round(100 * high, 2), "method": "wilson"}
+    for method in ("bm25", "udr"):
+        r = json.loads((evaluated / "metrics" / method / "break.json").read_text())
+        assert r["interval"]["method"] == ("wilson" if r["metric"] == "exact_match" else "bootstrap")
+        assert r["interval"]["low"] <= r["score"] <= r["interval"]["high"]
+
+
+def test_the_printed_score_has_its_interval(evaluated, run_cli):
+    code, out, err = run_cli(["evaluate", "-m", "random", "-t", "sst2", "--limit", "3"], evaluated)
+    assert code == 0, err
+    assert re.search(r"random on sst2: accuracy \d+\.\d\d \[95% CI \d+\.\d\d, \d+\.\d\d, wilson\]", err + out)
+
+
+def test_udr_embeds_a_pool_that_its_model_has_no_index_of(evaluated, run_cli, tmp_path):
+    """`udr evaluate -m udr` on a task `udr index` has not embedded (a task added since) embeds its pool on
+    the fly, as -m epr does, and scores what the indexed run scores."""
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    (project / "models" / "final" / "index" / "sst2.npy").unlink()
+    code, out, err = run_cli(["evaluate", "-m", "udr", "-t", "sst2", "--limit", "6"], project)
+    assert code == 0, err
+    score = json.loads((evaluated / "metrics" / "udr" / "sst2.json").read_text())["score"]
+    assert f"udr on sst2: accuracy {score:.2f}" in out + err

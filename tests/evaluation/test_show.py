@@ -44,7 +44,8 @@ def test_show_wrong_keeps_only_the_misses(evaluated, run_cli):
 
 def test_show_errors_are_one_line(evaluated, run_cli):
     for args, message in [
-        (["show", "-m", "nope", "-t", "sst2"], "unknown method 'nope'"),
+        (["show", "-m", "nope", "-t", "sst2"], "no evaluation named 'nope' of sst2 (test)"),
+        (["show", "-m", "../x", "-t", "sst2"], "bad name '../x'"),
         (["show", "-m", "bm25", "-t", "sst2", "--split", "dev"], "bad split"),
         (
             ["show", "-m", "bm25", "-t", "sst2", "--split", "validation"],

@@ -22,3 +22,21 @@ def test_rounds_report(looped, run_cli):
     assert all(r["retrieved"] is not None and r["retrieved"][0] >= r["retrieved"][1] for r in per_task)
     code, out, _ = run_cli(["rounds"], looped)
     assert code == 0 and "sst2" in out
+
+
+def test_rounds_of_another_params_file_leave_out_the_pipelines_training(looped, tmp_path):
+    """A params file beside the pipeline's does not show the training loss of the round models that the
+    pipeline's params file made."""
+    import shutil
+
+    from udr.config import load_settings
+    from udr.retriever.rounds import rounds_table
+
+    own = looped / "params-own.yaml"
+    shutil.copyfile(looped / "params.yaml", own)
+    try:
+        rows = [r for r in rounds_table(load_settings(own)) if r["task"] == "all"]
+    finally:
+        own.unlink()
+    assert rows and all(r["train_loss_start"] is None and r["train_steps"] is None for r in rows)
+    assert all(r["pairs"] for r in rows)  # the scoring files are the same folder's

@@ -124,3 +124,16 @@ def test_dspy_program_gets_udrs_demonstrations(retriever):
         output_field="sentiment",
     )
     assert len(own.demonstrations(QUERY)) == 2
+
+
+def test_dspy_field_names_the_signature_lacks_are_one_line_errors(retriever):
+    dspy = pytest.importorskip("dspy", reason="the dspy extra is not installed")
+    from udr.errors import UdrError
+    from udr.serving.dspy_fewshot import UDRFewShot
+
+    with pytest.raises(UdrError, match=r"no input field 'question' \(its inputs: sentence\): pass input_field="):
+        UDRFewShot(dspy.Predict("sentence -> sentiment"), retriever, task="sst2")
+    with pytest.raises(UdrError, match=r"no output field 'label' \(its outputs: sentiment\): pass output_field="):
+        UDRFewShot(
+            dspy.Predict("sentence -> sentiment"), retriever, task="sst2", input_field="sentence", output_field="label"
+        )

@@ -95,9 +95,14 @@ def console_out():
     return Console(highlight=False)
 
 
-def interactive() -> bool:
-    """Progress bars only when a person watches (stderr is a terminal)."""
-    return sys.stderr.isatty()
+def show_progress() -> bool:
+    """Whether long stages report progress: a bar on a terminal, a line every $UDR_PROGRESS_SECONDS (30)
+    seconds in a log or a pipe (:mod:`udr.util.progress`); UDR_PROGRESS_SECONDS=off silences both."""
+    import os
+
+    from udr.util.progress import PROGRESS_SECONDS_ENV
+
+    return os.environ.get(PROGRESS_SECONDS_ENV, "").strip().lower() != "off"
 
 
 def load(params: Path, overrides: list[str] | None):

@@ -19,9 +19,9 @@ from udr.cli.app import (
     app,
     console,
     console_out,
-    interactive,
     load,
     selected_tasks,
+    show_progress,
 )
 from udr.errors import UdrError
 from udr.util.files import shown_path
@@ -113,7 +113,7 @@ def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml")
     settings = load(params, set_)
     for name in selected_tasks(settings, task):
         start = time.perf_counter()
-        out, field = run_candidates(settings, name, progress=interactive())
+        out, field = run_candidates(settings, name, progress=show_progress())
         console().print(
             f"candidates {name}: top-{settings.candidates.k} by BM25 over {field}s -> "
             f"{shown_path(out, settings.root)} ({time.perf_counter() - start:.1f}s)"
@@ -133,7 +133,7 @@ def score_cmd(
     settings = load(params, set_)
     settings.train.check_round(round_)
     for name in selected_tasks(settings, task):
-        s = run_score(settings, name, round_, progress=interactive())
+        s = run_score(settings, name, round_, progress=show_progress())
         if s is not None:
             console().print(
                 f"scored {name} round {round_}: {s.queries} queries, {s.pairs} pairs "
@@ -168,7 +168,7 @@ def train_cmd(
 
     settings = load(params, set_)
     summary, out = run_train_stage(
-        settings, round_, epr=epr, out=out, init=init, replace=replace, progress=interactive()
+        settings, round_, epr=epr, out=out, init=init, replace=replace, progress=show_progress()
     )
     if summary is not None:
         name = "EPR baseline" if epr else f"round {round_}"
@@ -188,7 +188,7 @@ def mine_cmd(
     settings = load(params, set_)
     settings.train.check_round(round_)
     for name in selected_tasks(settings, task):
-        s = run_mine(settings, name, round_, progress=interactive())
+        s = run_mine(settings, name, round_, progress=show_progress())
         console().print(
             f"mined {name} round {round_}: {s.queries} queries x top-{s.k}, {s.new} new "
             f"({s.new_fraction:.1%}), {s.previous_found_again:.1%} of the previous list found again, "
@@ -218,7 +218,7 @@ def index_cmd(
 
     settings = load(params, set_)
     chosen = selected_tasks(settings, task, unseen=True) if task else None
-    report = run_index(settings, tasks=chosen, model=model, out=out, replace=replace, progress=interactive())
+    report = run_index(settings, tasks=chosen, model=model, out=out, replace=replace, progress=show_progress())
     pools = ", ".join(f"{t} {r['pool']}" for t, r in report["tasks"].items() if chosen is None or t in chosen)
     which = f"round {report['round']}'s model" if isinstance(report["round"], int) else f"model {report['round']}"
     console().print(f"indexed with {which} ({report['model']}): {pools}")
@@ -266,15 +266,17 @@ def evaluate_cmd(
     settings = load(params, set_)
     tasks = selected_tasks(settings, task, unseen=True) if task else None
     results = run_evaluate(
-        settings, method, tasks=tasks, split=split, progress=interactive(), limit=limit, model=model, save_as=save_as
+        settings, method, tasks=tasks, split=split, progress=show_progress(), limit=limit, model=model, save_as=save_as
     )
     for name, r in results.items():
         graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
+        ci = r["interval"]
         console().print(
-            f"{method} on {name}: {r['metric']} {r['score']:.2f}{graded} over {r['n']} {split} examples, "
+            f"{method} on {name}: {r['metric']} {r['score']:.2f} [95% CI {ci['low']:.2f}, {ci['high']:.2f}, "
+            f"{ci['method']}]{graded} over {r['n']} {split} examples, "
             f"{r['demos_mean']:.1f} demonstrations, {r['total_seconds']}s"
             + (
-                " (--limit: not saved)"
+                f" (--limit {limit}: the first {r['n']} rows, a quick look, not a comparison of methods; not saved)"
                 if limit
                 else f" (saved as {save_as})"
                 if save_as
@@ -297,7 +299,10 @@ def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
 
 @app.command("show")
 def show_cmd(
-    method: Annotated[str, typer.Option("--method", "-m", help="random, bm25, sbert, epr or udr.")],
+    method: Annotated[
+        str,
+        typer.Option("--method", "-m", help="random, bm25, sbert, epr, udr, or a name saved with evaluate --save-as."),
+    ],
     task: Annotated[str, typer.Option("--task", "-t", help="The task whose examples to show.")],
     n: Annotated[int, typer.Option("-n", help="How many examples (the first ones).")] = 3,
     wrong: Annotated[bool, typer.Option("--wrong", help="Only examples the LM got wrong.")] = False,
@@ -307,10 +312,12 @@ def show_cmd(
     set_: SetOpt = None,
 ) -> None:
     """An evaluation's examples: each input, the demonstrations in its prompt, the gold answer and the prediction."""
-    from udr.evaluation.baselines import check_method
+    from udr.config import METHODS
+    from udr.evaluation.evaluate import check_saved_name
     from udr.evaluation.show import read_examples, select_examples
 
-    check_method(method)
+    if method not in METHODS:
+        check_saved_name(method)  # a name `udr evaluate --save-as` can write
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
     settings = load(params, set_)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from udr.cli.app import ParamsOpt, SetOpt, app, console, interactive, load
+from udr.cli.app import ParamsOpt, SetOpt, app, console, load, show_progress
 from udr.errors import UdrError
 
 
@@ -112,7 +112,7 @@ def retrieve_cmd(
     check_diversity(diversity)  # before the model loads
     from udr.serving.api import Retriever
 
-    watched = interactive()
+    watched = show_progress()
     retriever = Retriever.load(model, params=params, device=device, progress=watched, search=search)
     if pool is not None:
         task = retriever.add_pool(pool, instruction=instruction, task=task)

@@ -143,8 +143,8 @@ def build_retriever(
     from udr.util.files import file_sha256
 
     encoder = BiEncoder.load(model_dir)
-    # The pipeline's UDR must have its index; a --model UDR is embedded here where it has none.
-    if method == "udr" and (not own or Paths.index(model_dir, task_name).is_file()):
+    # UDR reads its index where `udr index` wrote one; a pool without one (a task added since) is embedded here.
+    if method == "udr" and Paths.index(model_dir, task_name).is_file():
         emb = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
         return bi_encoder_retriever(encoder, settings, task_name, pool, embeddings=emb)
     return bi_encoder_retriever(encoder, settings, task_name, pool, progress=progress)

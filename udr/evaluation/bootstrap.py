@@ -9,6 +9,9 @@ Koehn 2004, "Statistical Significance Tests for Machine Translation Evaluation")
 
 For the average over tasks, every resample draws each task's indices independently and averages the
 per-task differences, so the interval of the average comes from the same resamples as the per-task ones.
+
+One method's own score gets an interval too (:func:`score_interval`): the Wilson score interval where the
+score is a share of examples (accuracy, exact match), else the percentile bootstrap of its graded score.
 """
 
 from __future__ import annotations
@@ -80,3 +83,30 @@ def paired_bootstrap(
 
     per_task = [interval(observed[j], diffs[:, j]) for j in range(len(tasks))]
     return per_task, interval(observed.mean(), diffs.mean(axis=1))
+
+
+# Metrics that are a share of examples (percent), for which a score's interval follows from its n alone.
+PROPORTION_METRICS = ("accuracy", "exact_match")
+
+
+def wilson_interval(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of a proportion `p` observed on `n` examples."""
+    if n <= 0:
+        return (0.0, 1.0)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def score_interval(metric: str, predictions: Sequence, examples: Sequence, score: float, *, seed: int = 0) -> dict:
+    """The 95% interval of a task's main `score` (percent) on `examples`: {"low", "high", "method"}, Wilson for a
+    proportion metric, else the percentile bootstrap of the graded score (equal to the main score there)."""
+    n = len(examples)
+    if metric in PROPORTION_METRICS:
+        low, high = wilson_interval(score / 100, n)
+        return {"low": round(100 * low, 2), "high": round(100 * high, 2), "method": "wilson"}
+    from udr.evaluation.metrics import GradedStatistics
+
+    stats = GradedStatistics(metric, predictions, examples)
+    (interval,), _ = paired_bootstrap([PairedTask(n, stats.score, lambda _idx: 0.0)], seed=seed)
+    return {"low": round(interval.low, 2), "high": round(interval.high, 2), "method": "bootstrap"}

@@ -205,8 +205,12 @@ class TaskEvaluation:
         preds = [self._done[p.token_ids] for p in prompts]
         return preds, [row["choices"][i] for row, i in zip(self.rows, preds)]
 
-    def run(self, max_demos: int | None, bar=None, description: str = "") -> tuple[dict, list, list[str]]:
-        """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts)."""
+    def run(
+        self, max_demos: int | None, bar=None, description: str = "", *, interval: bool = False
+    ) -> tuple[dict, list, list[str]]:
+        """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts);
+        `interval`: with the score's 95% interval (:func:`udr.evaluation.bootstrap.score_interval`)."""
+        from udr.evaluation.bootstrap import score_interval
         from udr.evaluation.metrics import score_task
 
         prompts = self.prompts(max_demos)
@@ -215,6 +219,10 @@ class TaskEvaluation:
         start = time.perf_counter()
         preds, texts = self.predict(prompts, advance)
         result = score_task(self.task.metric, preds, self.rows)
+        if interval:
+            result["interval"] = score_interval(
+                self.task.metric, preds, self.rows, result["score"], seed=self.settings.seed
+            )
         result["seconds"] = round(time.perf_counter() - start, 2)
         result["demos_mean"] = float(np.mean([len(p.demo_ids) for p in prompts]))
         result["prompt_tokens_mean"] = float(np.mean([len(p.token_ids) for p in prompts]))
@@ -347,7 +355,7 @@ def evaluate_task(
     )
     with progress_bar(progress) as bar:
         main_demos = None if ev.generation else cfg.max_demos
-        result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}")
+        result, prompts, texts = ev.run(main_demos, bar, f"{method} on {name}", interval=True)
         shots = {}
         for n in ev.shots() if limit is None else ():
             shot = result if n == main_demos else ev.run(n, bar, f"{method} on {name}, {n} demonstrations")[0]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from udr.errors import UdrError, first_line
+from udr.evaluation.bootstrap import PROPORTION_METRICS, wilson_interval
 
 # UDR is compared with every other method of config.METHODS.
 COMPARED = "udr"
@@ -123,19 +124,6 @@ def shots_table(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict
             if "shots" in r:
                 out.setdefault(task, {})[method] = {int(n): s["graded"] for n, s in r["shots"].items()}
     return out
-
-
-# Metrics that are a share of examples (percent), for which a point's interval follows from its n alone.
-PROPORTION_METRICS = ("accuracy", "exact_match")
-
-
-def wilson_interval(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """The Wilson score interval (95% by default) of a proportion `p` observed on `n` examples."""
-    if n <= 0:
-        return (0.0, 1.0)
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out_dir: Path) -> None:

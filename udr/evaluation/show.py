@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from udr.errors import UdrError
+from udr.util.files import shown_path
 
 NEEDED = ("id", "input", "prediction", "gold", "demo_ids", "demo_inputs", "demo_outputs")
 
@@ -33,9 +34,17 @@ def read_examples(settings, method: str, task: str, split: str = "test") -> list
     """Every example of `method`'s evaluation of `task` on `split`, in evaluation order."""
     import polars as pl
 
+    from udr.config import METHODS
+
     path = settings.paths.predictions(method, task, split)
     if not path.is_file():
         extra = "" if split == "test" else f" --split {split}"
+        if method not in METHODS:
+            raise UdrError(
+                f"no evaluation named '{method}' of {task} ({split}) at {shown_path(path, settings.root)}: "
+                f"give a method ({', '.join(METHODS)}) or a name saved with `udr evaluate -m METHOD -t {task}"
+                f"{extra} --save-as {method}`"
+            )
         raise UdrError(
             f"no predictions of {method} on {task} ({split}) at {path}: run `udr evaluate -m {method} -t {task}{extra}`"
         )

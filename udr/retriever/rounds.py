@@ -35,12 +35,21 @@ def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, floa
     return round(float(best), 6), round(float(joined["score"].mean()), 6)
 
 
+def _own_round(settings, round_: int) -> bool:
+    """Whether round `round_`'s model (and so its training log) was made from this params file; a run
+    named with `udr train --out` leaves the pipeline's round models and logs to the params file that made them."""
+    from udr.retriever.record import read_record
+
+    record = read_record(settings.paths.round_model(round_))
+    return record is None or record.get("params_file", settings.params_file) == settings.params_file
+
+
 def rounds_table(settings) -> list[dict]:
     """One row per (round, task) plus a row per round with task='all' (sums / means)."""
     paths = settings.paths
     rows = []
     for it in settings.train.rounds:
-        train = _read(paths.train_log(round_label(it)) / "summary.json")
+        train = _read(paths.train_log(round_label(it)) / "summary.json") if _own_round(settings, it) else None
         per_task = []
         for task in settings.task_names():
             score = _read(summary_file(paths.scores(it, task)))

@@ -7,8 +7,9 @@ but with UDR's query and demonstration encoders::
     qa = UDRFewShot(dspy.Predict("question -> answer"), Retriever.load("models/final"), task="trec")
     qa(question="Who wrote the novel Dracula?")
 
-The demonstrations come from the task's pool (inputs in `input_field`, answers in `output_field`) or
-from your own `trainset` of `dspy.Example`s.
+The demonstrations come from the task's pool (inputs in `input_field`, answers in `output_field`, by
+default `question` and `answer`: name your signature's fields otherwise) or from your own `trainset` of
+`dspy.Example`s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,23 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise UdrError("the DSPy component needs dspy: pip install 'udr[dspy]'") from exc
 
 from udr.errors import UdrError
+
+
+def check_fields(predictor, input_field: str, output_field: str) -> None:
+    """A one-line error where the predictor's signature lacks `input_field` among its inputs or
+    `output_field` among its outputs (UDRFewShot's defaults are question / answer)."""
+    signature = getattr(predictor, "signature", None)
+    if signature is None:
+        return
+    for role, name, fields, option in (
+        ("input", input_field, signature.input_fields, "input_field"),
+        ("output", output_field, signature.output_fields, "output_field"),
+    ):
+        if name not in fields:
+            raise UdrError(
+                f"UDRFewShot: the predictor's signature has no {role} field '{name}' (its {role}s: "
+                f"{', '.join(fields) or 'none'}): pass {option}= one of them"
+            )
 
 
 class UDRFewShot(dspy.Module):
@@ -40,6 +58,7 @@ class UDRFewShot(dspy.Module):
         diversity: float = 0.0,
     ):
         super().__init__()
+        check_fields(predictor, input_field, output_field)
         self.predictor, self.retriever = predictor, retriever
         self.k, self.diversity = k, diversity
         self.input_field, self.output_field = input_field, output_field

@@ -41,6 +41,11 @@ def test_builtin_tasks_are_declared_in_the_same_format():
     assert registry["e2e"].group_test_references and registry["break"].metric == "exact_match"
 
 
+def test_a_declared_task_chooses_its_metric(tmp_path):
+    assert _declare({**REVIEWS, "metric": "macro_f1"}, tmp_path).metric == "macro_f1"
+    assert _declare({**REVIEWS, "metric": "accuracy"}, tmp_path).metric == "accuracy"
+
+
 def test_a_declaration_builds_a_task_from_local_files(tmp_path):
     task = _declare(REVIEWS, tmp_path)
     assert (task.kind, task.family, task.metric, task.declared_in) == (
@@ -64,6 +69,11 @@ def test_a_declaration_builds_a_task_from_local_files(tmp_path):
     ("change", "message"),
     [
         ({"metric": "f1"}, r"'reviews' \(test.yaml\): metric: .*unknown metric 'f1'"),
+        (
+            {"metric": "bleu"},
+            r"'reviews' \(test.yaml\): metric: bleu cannot score a classification task "
+            r"\(its metrics: accuracy, macro_f1\)",
+        ),
         ({"colour": "red"}, r"'reviews' \(test.yaml\): colour: unknown field"),
         ({"kind": "regression"}, r"kind: "),
         ({"target": "summary"}, r"target is not a field of a classification task"),

@@ -222,3 +222,28 @@ def test_errors_are_one_line_udr_errors():
         score_task("meteor", ["a"], [_gen("a")])
     with pytest.raises(UdrError, match="2 predictions but 1 references"):
         bleu(["a", "b"], [["a"]])
+
+
+def test_macro_f1_by_hand_and_as_scikit_learn_computes_it():
+    """Always answering the majority label: accuracy 75, macro-F1 (0 for the minority class) 42.86."""
+    golds = [0, 0, 0, 1]
+    assert metrics.macro_f1([0, 0, 0, 0], golds) == pytest.approx(100 * (6 / 7 + 0) / 2)
+    assert metrics.macro_f1(["a", "b", "b", "c"], ["a", "b", "c", "c"]) == pytest.approx(100 * (1 + 2 / 3 + 2 / 3) / 3)
+    sklearn = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(0)
+    preds, gold = rng.integers(0, 4, 50).tolist(), rng.integers(0, 3, 50).tolist()
+    assert metrics.macro_f1(preds, gold) == pytest.approx(100 * sklearn.f1_score(gold, preds, average="macro"))
+
+
+def test_macro_f1_task_score_its_details_and_bootstrap_statistics():
+    cls = [
+        Example("x", "It was great .", 1, ("It was terrible .", "It was great ."), ("It was great .",)),
+        Example("y", "It was terrible .", 0, ("It was terrible .", "It was great ."), ("It was terrible .",)),
+        Example("z", "It was great .", 1, ("It was terrible .", "It was great ."), ("It was great .",)),
+    ]
+    out = score_task("macro_f1", [1, 1, 1], cls)
+    assert out["score"] == pytest.approx(100 * (0.8 + 0) / 2) and out["graded"]["name"] == "macro_f1"
+    assert out["details"]["accuracy"] == pytest.approx(200 / 3)
+    stats = metrics.GradedStatistics("macro_f1", [1, 1, 1], cls)
+    assert stats.score(np.arange(3)) == pytest.approx(out["score"])
+    assert stats.score(np.array([0, 2, 2])) == pytest.approx(metrics.macro_f1([1, 1, 1], [1, 1, 1]))

@@ -7,7 +7,7 @@ A declaration is a YAML mapping from task name to its fields (the built-in tasks
       kind: classification             # classification | multiple_choice | generation
       family: sentiment                # for reports (default: the kind)
       instruction: "Sentiment of the review: "
-      metric: accuracy                 # default: accuracy, bleu for generation
+      metric: macro_f1                 # default: accuracy (or macro_f1); generation: bleu, exact_match, rouge, sari
       template: "{input}\\t{answer}"    # how a demonstration is rendered (the default)
       data: {train: reviews.csv, test: reviews_test.csv}   # JSONL / CSV / TSV / parquet; no test: carved
       input: "{title}. {body}"          # a column, or a format over columns
@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from udr.data.tasks import (
     DEFAULT_TEMPLATE,
+    KIND_METRICS,
     METRICS,
     BuiltinSource,
     Classification,
@@ -129,7 +130,11 @@ class TaskDeclaration(_Strict):
     instruction: str = Field(min_length=1, description="What UDR reads before every demonstration (and query).")
     data: DataDeclaration
     family: str = Field("", description="The task family, for reports (default: the kind).")
-    metric: str | None = Field(None, description="accuracy, bleu, exact_match, rouge or sari.")
+    metric: str | None = Field(
+        None,
+        description="classification, multiple choice: accuracy (default) or macro_f1; generation: bleu "
+        "(default), exact_match, rouge or sari.",
+    )
     template: str = Field(DEFAULT_TEMPLATE, description="A demonstration: {input} then {answer}.")
     input: str | None = Field(None, description="A column, or a format over columns ('{a} Question: {b}').")
     label: str = Field("label", description="The label column (classification: the raw label; choice: index).")
@@ -191,6 +196,11 @@ class TaskDeclaration(_Strict):
 
     @model_validator(mode="after")
     def _fields_of_kind(self) -> TaskDeclaration:
+        if self.metric is not None and self.metric not in KIND_METRICS[self.kind]:
+            raise ValueError(
+                f"metric: {self.metric} cannot score a {self.kind} task (its metrics: "
+                f"{', '.join(KIND_METRICS[self.kind])})"
+            )
         for name, kinds in _KIND_FIELDS.items():
             if name in self.model_fields_set and self.kind not in kinds:
                 raise ValueError(f"{name} is not a field of a {self.kind} task")

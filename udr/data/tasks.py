@@ -24,8 +24,14 @@ from udr.errors import UdrError, quoted, shorten
 
 TaskKind = Literal["classification", "multiple_choice", "generation"]
 TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
-METRICS: tuple[str, ...] = ("accuracy", "bleu", "exact_match", "rouge", "sari")
+METRICS: tuple[str, ...] = ("accuracy", "bleu", "exact_match", "macro_f1", "rouge", "sari")
 """The metrics a task can name (each implemented in :mod:`udr.evaluation.metrics`)."""
+KIND_METRICS: dict[str, tuple[str, ...]] = {
+    "classification": ("accuracy", "macro_f1"),
+    "multiple_choice": ("accuracy", "macro_f1"),
+    "generation": ("bleu", "exact_match", "rouge", "sari"),
+}
+"""The metrics that can score each kind of task (a label index, or a generated text)."""
 
 DEFAULT_TEMPLATE = "{input}\t{answer}"
 

@@ -1,4 +1,4 @@
-"""Task metrics: accuracy, exact match (+ token F1), BLEU, ROUGE and SARI, all in percent (0-100).
+"""Task metrics: accuracy, macro-F1, exact match (+ token F1), BLEU, ROUGE and SARI, all in percent (0-100).
 
 Every task in :mod:`udr.data.tasks` names one metric; :func:`score_task` maps that name to a function
 here and returns ``{"metric", "score", "n", "graded", ...}``. What each name computes:
@@ -7,6 +7,12 @@ here and returns ``{"metric", "score", "n", "graded", ...}``. What each name com
     Classification and multiple choice. A prediction is a label index (compared with the row's
     ``label``) or a string (compared with the row's ``target``, the verbaliser / chosen option text,
     after stripping). The published code does the same.
+``macro_f1``
+    Classification and multiple choice, for imbalanced label sets where always answering the majority
+    label scores a high accuracy: the F1 of each class (one-vs-rest, labels compared as accuracy
+    compares them), averaged with equal weight over the classes that occur as a gold or a predicted
+    label (scikit-learn's ``f1_score(average="macro")``, a class with no true or false positive scoring
+    0). ``details`` gives the accuracy too.
 ``exact_match``
     Semantic parsing (MTOP, SMCalFlow, BREAK). Prediction and reference are normalised (strip,
     collapse runs of whitespace to one space, lowercase) and compared; the best reference counts.
@@ -102,6 +108,39 @@ def accuracy(predictions: Sequence[int | str], golds: Sequence[int | str]) -> fl
     """Percent of predictions equal to their gold (labels compared as stripped strings)."""
     n = _check_lengths(predictions, golds, "golds")
     return 100.0 * sum(_label_key(p) == _label_key(g) for p, g in zip(predictions, golds)) / n
+
+
+def _class_counts(predictions: Sequence, golds: Sequence):
+    """Per example, one-hot true positives, false positives and false negatives of each class (the
+    classes: every gold or predicted label), as an (n, 3 * classes) array whose column sums give F1."""
+    import numpy as np
+
+    pairs = [(_label_key(p), _label_key(g)) for p, g in zip(predictions, golds)]
+    classes = {c: i for i, c in enumerate(sorted({c for pair in pairs for c in pair}))}
+    k = len(classes)
+    counts = np.zeros((len(pairs), 3 * k), dtype=np.float64)
+    for row, (p, g) in enumerate(pairs):
+        if p == g:
+            counts[row, classes[p]] = 1  # a true positive of the class
+        else:
+            counts[row, k + classes[p]] = 1  # a false positive of the predicted class
+            counts[row, 2 * k + classes[g]] = 1  # a false negative of the gold one
+    return counts
+
+
+def _macro_f1_of_counts(summed) -> float:
+    """Macro F1 (percent) of summed :func:`_class_counts`, over the classes that occur in them."""
+    k = len(summed) // 3
+    tp, fp, fn = summed[:k], summed[k : 2 * k], summed[2 * k :]
+    present = [c for c in range(k) if tp[c] + fp[c] + fn[c] > 0]
+    f1 = [2 * tp[c] / (2 * tp[c] + fp[c] + fn[c]) for c in present]
+    return 100.0 * sum(f1) / len(f1) if f1 else 0.0
+
+
+def macro_f1(predictions: Sequence[int | str], golds: Sequence[int | str]) -> float:
+    """Macro-averaged F1 (percent) over the classes that occur as a gold or predicted label."""
+    _check_lengths(predictions, golds, "golds")
+    return _macro_f1_of_counts(_class_counts(predictions, golds).sum(axis=0))
 
 
 def normalize_text(text: str) -> str:
@@ -333,6 +372,10 @@ class GradedStatistics:
             raise UdrError(f"unknown metric '{metric_name}'; known metrics: {', '.join(METRICS)}")
         _check_lengths(predictions, examples, "examples")
         self._bleu = None
+        self._macro_f1 = metric_name == "macro_f1"
+        if self._macro_f1:
+            self.stats = _class_counts(*_accuracy_pairs(predictions, examples))
+            return
         if metric_name == "accuracy":
             preds, golds = _accuracy_pairs(predictions, examples)
             values = [float(_label_key(p) == _label_key(g)) for p, g in zip(preds, golds)]
@@ -360,6 +403,8 @@ class GradedStatistics:
     def score(self, indices) -> float:
         """The graded score of the examples at `indices`."""
         rows = self.stats[indices]
+        if self._macro_f1:
+            return _macro_f1_of_counts(rows.sum(axis=0))
         if self._bleu is not None:
             return float(self._bleu._compute_score_from_stats([int(x) for x in rows.sum(axis=0)]).score)
         # Summed in index order, as the metric functions do, so the numbers are bit-identical.
@@ -379,6 +424,10 @@ def score_task(metric_name: str, predictions: Sequence, examples: Sequence) -> d
     result: dict[str, Any] = {"metric": metric_name, "n": n}
     if metric_name == "accuracy":
         score = accuracy(*_accuracy_pairs(predictions, examples))
+    elif metric_name == "macro_f1":
+        pairs = _accuracy_pairs(predictions, examples)
+        score = macro_f1(*pairs)
+        result["details"] = {"accuracy": accuracy(*pairs)}
     else:
         refs = [_example_references(ex) for ex in examples]
         if metric_name == "exact_match":

@@ -392,3 +392,58 @@ def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
             fmt(r.get("train_seconds"), ".0f"),
         )
     Console().print(table)  # the report itself goes to stdout
+
+
+@app.command("init-task")
+def init_task_cmd(
+    name: Annotated[str, typer.Argument(help="The new task's name (1-64 letters, digits, _ . -).")],
+    from_: Annotated[
+        Path, typer.Option("--from", help="The task's rows: a .csv, .tsv, .jsonl or .parquet file.", show_default=False)
+    ],
+    folder: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir", help="The workspace folder (default: workspaces/NAME beside the params file).", show_default=False
+        ),
+    ] = None,
+    input_column: Annotated[
+        str | None, typer.Option("--input", help="The input column (default: text, sentence, input, ...).")
+    ] = None,
+    label_column: Annotated[
+        str | None, typer.Option("--label", help="The label column (default: label, target, class, ...).")
+    ] = None,
+    instruction: Annotated[
+        str | None, typer.Option("--instruction", help="What UDR and the LM read before each input.")
+    ] = None,
+    metric: Annotated[
+        str | None, typer.Option("--metric", help="accuracy (default) or macro_f1, for imbalanced labels.")
+    ] = None,
+    max_train: Annotated[int, typer.Option("--max-train", min=1, help="Pool rows kept (prepare's cap).")] = 1000,
+    max_test: Annotated[int, typer.Option("--max-test", min=1, help="Test rows kept (prepare's cap).")] = 200,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Make a workspace for your own classification task: a folder with its own params.yaml and the task's
+    declaration and data, whose runs write their data, models and metrics there and leave the project's
+    pipeline as it is; its models/base, final and epr link to the project's."""
+    from udr.data.workspace import init_workspace
+
+    settings = load(params, set_)
+    folder = folder if folder is not None else settings.root / "workspaces" / name
+    ws = init_workspace(
+        settings,
+        name,
+        from_,
+        folder,
+        input_column=input_column,
+        label_column=label_column,
+        instruction=instruction,
+        metric=metric,
+        max_train=max_train,
+        max_test=max_test,
+    )
+    where = shown_path(ws.folder, Path.cwd())
+    console().print(
+        f"task {name}: {ws.rows} rows, input '{ws.input}', label '{ws.label}' ({ws.labels} labels) -> {where}/ "
+        f"(params.yaml, data/tasks/{name}.yaml); next: cd {where} && udr prepare"
+    )

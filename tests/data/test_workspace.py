@@ -1,0 +1,110 @@
+"""udr.data.workspace (`udr init-task`): a user's own task in a folder of its own, whose runs leave the
+project's pipeline untouched."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+import yaml
+
+from tests.conftest import write_params
+
+
+@pytest.fixture
+def project(tmp_path, data_dir):
+    """A project (params.yaml over sst2) and a user's CSV outside it (columns review, sentiment, source)."""
+    root = tmp_path / "project"
+    root.mkdir()
+    write_params(root, {"sst2": {"max_train": 20, "max_test": 6}}, data_dir, evaluate={"dtype": "fp32"})
+    lines = (data_dir / "cr" / "train.jsonl").read_text().splitlines()  # negative reviews first
+    rows = [json.loads(line) for line in lines[:20] + lines[-20:]]
+    csv = tmp_path / "mine" / "reviews.csv"
+    csv.parent.mkdir()
+    pl.DataFrame({"review": [r["text"] for r in rows], "sentiment": [r["label"] for r in rows]}).write_csv(csv)
+    return root, csv
+
+
+def test_init_task_writes_a_workspace_that_loads(project, run_cli):
+    from udr.config import load_settings
+
+    root, csv = project
+    code, out, err = run_cli(
+        ["init-task", "opinions", "--from", str(csv), "--label", "sentiment", "--metric", "macro_f1"], root
+    )
+    assert code == 0, err
+    ws = root / "workspaces" / "opinions"
+    assert "task opinions: 40 rows, input 'review', label 'sentiment' (2 labels)" in err
+    settings = load_settings(ws / "params.yaml")
+    assert settings.root == ws.resolve() and settings.task_names() == ["opinions"]
+    assert (
+        settings.evaluate.unseen_tasks == {} and settings.data_dir() == load_settings(root / "params.yaml").data_dir()
+    )
+    task = settings.task("opinions")
+    assert (task.metric, task.kind, task.declared_in) == ("macro_f1", "classification", "data/tasks/opinions.yaml")
+    assert (ws / "data" / "tasks" / "opinions.csv").read_bytes() == csv.read_bytes()
+    assert (ws / "models" / "base").resolve() == (root / "models" / "base").resolve()
+    assert not list(root.glob("data/*")) and not (root / "metrics").exists()  # the project is as it was
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "body"], "--input: no column 'body' in"),
+        ([], "give --label COLUMN: none of"),
+        (["--label", "sentiment", "--metric", "bleu"], "metric: bleu cannot score a classification task"),
+    ],
+)
+def test_init_task_errors_are_one_line_and_write_nothing(project, run_cli, args, message):
+    root, csv = project
+    code, _, err = run_cli(["init-task", "opinions", "--from", str(csv), *args], root)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (root / "workspaces" / "opinions").exists() and not list((root / "workspaces").glob(".*"))
+
+
+def test_init_task_refuses_a_known_task_or_an_existing_folder(project, run_cli):
+    root, csv = project
+    code, _, err = run_cli(["init-task", "sst2", "--from", str(csv), "--label", "sentiment"], root)
+    assert code == 1 and "task 'sst2' already exists" in err
+    (root / "here").mkdir()
+    code, _, err = run_cli(["init-task", "x", "--from", str(csv), "--label", "sentiment", "--dir", "here"], root)
+    assert code == 1 and "here already exists" in err
+
+
+def test_a_workspace_run_writes_its_results_in_the_workspace(project, run_cli, tmp_path):
+    """Prepare and evaluate in the workspace: data, predictions and metrics land there, with the task's own
+    metric and an interval; nothing appears in the project's data/ or metrics/."""
+    from tests.tiny_models import save_tiny_lm
+    from udr.lm.models import resolve_model
+
+    root, csv = project
+    resolve_model(str(save_tiny_lm(tmp_path / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
+    code, _, err = run_cli(
+        [
+            "init-task",
+            "opinions",
+            "--from",
+            str(csv),
+            "--label",
+            "sentiment",
+            "--metric",
+            "macro_f1",
+            "--max-test",
+            "5",
+        ],
+        root,
+    )
+    assert code == 0, err
+    ws = root / "workspaces" / "opinions"
+    raw = yaml.safe_load((ws / "params.yaml").read_text())
+    raw["evaluate"].update({"context": 400, "max_demos": 2, "batch_tokens": 1024})
+    (ws / "params.yaml").write_text(yaml.safe_dump(raw))
+    for args in (["prepare"], ["evaluate", "-m", "bm25"]):
+        code, out, err = run_cli(args, ws)
+        assert code == 0, err
+    result = json.loads((ws / "metrics" / "bm25" / "opinions.json").read_text())
+    assert result["metric"] == "macro_f1" and result["n"] == 5 and result["interval"]["method"] == "bootstrap"
+    assert "bm25 on opinions: macro_f1" in err and "accuracy" in json.dumps(result["details"])
+    assert (ws / "data" / "predictions" / "bm25" / "opinions.parquet").is_file()
+    assert not (root / "metrics").exists() and not (root / "data" / "prepared").exists()

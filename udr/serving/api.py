@@ -88,11 +88,13 @@ class Retriever:
         """The bi-encoder saved at `path` (default: the pipeline's final model under `root`, which is the
         directory of `params` when that is given: the project's params file, default root/params.yaml): a udr model
         directory, a `udr export` of one (a sentence-transformers directory), or the hub id of such an
-        export (`org/name`, for users who are online). search: "exact" (every demonstration scored), or
-        "approximate" (CPU: a faiss IVF index whose recall@8 against exact search is calibrated to 0.99 on
-        the pool; for pools of tens of thousands and more, where it is several times faster)."""
+        export (`hf:org/name`, or a bare `org/name` that is no local path, for users who are online).
+        search: "exact" (every demonstration scored), or "approximate" (CPU: a faiss IVF index whose
+        recall@8 against exact search is calibrated to 0.99 on the pool; for pools of tens of thousands
+        and more, where it is several times faster)."""
         import torch
 
+        from udr.lm.models import hub_id
         from udr.serving.query_encoder import ServingEncoder
         from udr.util.files import check_no_links_out
 
@@ -101,8 +103,9 @@ class Retriever:
                 raise UdrError(f"params file not found: {params}")
             root = Path(params).parent
         model_dir = Path(path) if path is not None else Paths(Path(root)).final_model
-        if path is not None and not model_dir.exists() and _looks_like_hub_id(str(path)):
-            model_dir = _download(str(path))
+        repo_id = hub_id(str(path)) if path is not None else None
+        if repo_id is not None:
+            model_dir = _download(repo_id)
         if not model_dir.is_dir():
             raise UdrError(
                 f"missing model {model_dir}: train one with `dvc repro` (or `udr index`), "
@@ -370,12 +373,6 @@ def check_search(search: str, device_type: str) -> str:
     return search
 
 
-def _looks_like_hub_id(text: str) -> bool:
-    import re
-
-    return re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and not text.startswith(".")
-
-
 def _download(repo_id: str) -> Path:
     """A udr export on the Hugging Face hub, downloaded (safetensors and configs only)."""
     try:
@@ -384,7 +381,7 @@ def _download(repo_id: str) -> Path:
         return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.md"]))
     except Exception as exc:  # offline, unknown repo, auth: all one line
         raise UdrError(
-            f"missing model {repo_id}: not a local directory, and the hub did not give it "
+            f"missing model {repo_id}: no local folder of that name, and the hub did not give it "
             f"({exc.__class__.__name__}); are you offline?"
         ) from None
 

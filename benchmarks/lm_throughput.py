@@ -259,7 +259,7 @@ def main(argv=None) -> int:
 
     from udr.config import load_settings
     from udr.evaluation.evaluate import LanguageModel
-    from udr.lm.models import load_causal_lm
+    from udr.lm.loading import load_causal_lm
     from udr.lm.predict import GreedyGenerator
     from udr.lm.scorer import LMScorer
 

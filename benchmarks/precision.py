@@ -46,7 +46,7 @@ def main() -> None:
     import torch
 
     from udr.errors import UdrError
-    from udr.lm.models import load_causal_lm
+    from udr.lm.loading import load_causal_lm
     from udr.lm.predict import GreedyGenerator
     from udr.lm.scorer import LMScorer, ScoringItem
     from udr.util.distributed import cpu_has_bf16_kernels

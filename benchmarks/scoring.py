@@ -339,7 +339,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from udr.lm.models import load_causal_lm
+    from udr.lm.loading import load_causal_lm
     from udr.lm.scorer import BatchStats, LMScorer
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -9,6 +9,7 @@ import ast
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 PKG = REPO / "udr"
 # The thin command layer and the package's lazy re-export are not stage code (see dvc.yaml's header).
 NOT_STAGE_CODE = {"udr", "udr.cli"}
+REFERENCE = re.compile(r"udr(\.\w+)+:\w+")
 
 
 def _module_file(name: str) -> Path | None:
@@ -41,6 +43,8 @@ def _udr_imports(node: ast.AST) -> set[str]:
         elif isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "udr":
             found.add(n.module)
             found |= {f"{n.module}.{a.name}" for a in n.names if _module_file(f"{n.module}.{a.name}")}
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and REFERENCE.fullmatch(n.value):
+            found.add(n.value.split(":")[0])  # a "udr.module:function" loaded by name (task builders)
     parts = {tuple(m.split(".")) for m in found}
     return {".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)}
 
@@ -73,13 +77,26 @@ def _command_imports(command: str) -> set[str]:
 
 
 def required_code_deps(command: str) -> set[str]:
-    """`udr/<subpackage>` or `udr/<module>.py` for every udr module the command's stage runs."""
-    deps = set()
+    """The code a command's stage runs: `udr/<module>.py` for a top-level module, `udr/<subpackage>` where it
+    runs every module of the subpackage, else the subpackage's modules it runs (`udr/<subpackage>/<module>.py`,
+    `__init__.py` included) and its data files, so that a change elsewhere in the subpackage (an LM kernel,
+    for the training stages) does not re-run it."""
+    deps, used = set(), {}
     for name in _closure(_command_imports(command)):
         parts = name.split(".")
         if len(parts) < 2 or parts[1] == "cli":
             continue
-        deps.add(f"udr/{parts[1]}" if (PKG / parts[1]).is_dir() else f"udr/{parts[1]}.py")
+        if (PKG / parts[1]).is_dir():
+            used.setdefault(parts[1], set()).add(_module_file(name))
+        else:
+            deps.add(f"udr/{parts[1]}.py")
+    for package, files in used.items():
+        folder = PKG / package
+        if files >= set(folder.glob("*.py")):
+            deps.add(f"udr/{package}")
+            continue
+        data = {f for f in folder.iterdir() if f.is_file() and f.suffix != ".py"}
+        deps |= {str(f.relative_to(REPO)) for f in files | data if f is not None}
     return deps
 
 
@@ -98,9 +115,18 @@ def test_each_stage_depends_on_exactly_the_code_it_runs(stage):
 
 def test_a_code_change_anywhere_in_a_used_subpackage_is_seen():
     # The case the flat file lists missed: templates and instructions live in udr/data, which every
-    # stage from LM scoring to evaluation renders its texts with.
+    # stage from LM scoring to evaluation renders its texts with (the built-in declarations are data).
     for command in ("score", "train", "mine", "index", "evaluate"):
-        assert "udr/data" in required_code_deps(command)
+        assert {"udr/data/tasks.py", "udr/data/builtin_tasks.yaml"} <= required_code_deps(command)
+    assert "udr/data/python_code.py" in required_code_deps("prepare")  # a builder named by a string
+
+
+def test_training_does_not_depend_on_the_lm_engine():
+    """Training reads scores and loads an encoder: an LM kernel change must not re-run it."""
+    for command in ("train", "mine", "index"):
+        deps = required_code_deps(command)
+        assert not {"udr/lm", "udr/lm/scorer.py", "udr/lm/ragged.py", "udr/feedback/scoring.py"} & deps
+        assert "udr/lm/loading.py" in deps
 
 
 def test_dvc_yaml_evaluates_every_method_of_the_config():

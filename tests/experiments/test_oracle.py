@@ -112,7 +112,7 @@ def test_oracle_scores_are_the_feedback_score_of_each_pair(project):
 
     from udr.data.prepare import read_prepared
     from udr.feedback.scoring import score_items
-    from udr.lm.models import load_causal_lm
+    from udr.lm.loading import load_causal_lm
     from udr.lm.prompt import PromptBuilder
     from udr.lm.scorer import LMScorer
 

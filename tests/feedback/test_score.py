@@ -71,7 +71,7 @@ def scored(project):
 @pytest.mark.parametrize("task", TASKS)
 def test_scores_equal_direct_computation(task, project, scored):
     from udr.data.tasks import get_task
-    from udr.lm.models import load_causal_lm
+    from udr.lm.loading import load_causal_lm
 
     summary, frame = scored[task]
     assert summary.queries == 6 and summary.pairs == len(frame) == 6 * 5 and summary.reused == 0
@@ -198,7 +198,7 @@ def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bit
     import json
 
     from udr.feedback.score import _lm_record, _pair_inputs, load_work, run_score
-    from udr.lm.models import RECORD_NAME
+    from udr.lm.loading import RECORD_NAME
 
     root = _copy(project, tmp_path)
     settings = _settings(root)
@@ -378,7 +378,8 @@ def test_killed_run_resumes_to_identical_output(real_project, tmp_path):
 def test_changed_scores_are_scored_again_not_reused(project, scored, tmp_path):
     """The summary records the scores file's checksum: negated scores are not reused (scored again), and
     a later round or training that reads them is a one-line error naming the file and the fix."""
-    from udr.feedback.score import read_scores, run_score
+    from udr.feedback.score import run_score
+    from udr.feedback.scores_file import read_scores
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)

@@ -13,14 +13,12 @@ import torch
 
 from udr.errors import UdrError
 from udr.lm import models
+from udr.lm.loading import RECORD_NAME, load_causal_lm, load_encoder
 from udr.lm.models import (
     PACKAGED_MODELS,
-    RECORD_NAME,
     VERIFY_ATOL,
     VERIFY_TEXT,
     PackagedModel,
-    load_causal_lm,
-    load_encoder,
     resolve_model,
     sequence_log_likelihood,
 )

@@ -190,7 +190,7 @@ def test_training_reads_the_scored_queries_params_ask_for(looped):
     `udr score`."""
     from udr.config import load_settings
     from udr.errors import UdrError
-    from udr.feedback.scoring import select_queries
+    from udr.feedback.scores_file import select_queries
     from udr.retriever.training import load_scored_queries
 
     settings = load_settings(looped / "params.yaml", ["score.queries_per_task=3"])

@@ -28,7 +28,8 @@ def test_a_damaged_bi_encoder_is_a_one_line_error(tmp_path, damage):
 
 
 def test_a_truncated_lm_is_a_one_line_error(tmp_path):
-    from udr.lm.models import load_causal_lm, resolve_model
+    from udr.lm.loading import load_causal_lm
+    from udr.lm.models import resolve_model
 
     lm = resolve_model(str(save_tiny_lm(tmp_path / "tiny")), tmp_path / "lm", kind="lm")
     os.truncate(lm / "model.safetensors", 100)
@@ -41,7 +42,8 @@ def test_a_model_folder_asking_to_run_its_code_is_refused_everywhere(tmp_path):
     code: refused when resolving (`udr models`) and when loading, with nothing run or written."""
     import json
 
-    from udr.lm.models import load_encoder, resolve_model
+    from udr.lm.loading import load_encoder
+    from udr.lm.models import resolve_model
 
     src = save_tiny_encoder(tmp_path / "tiny")
     base = resolve_model(str(src), tmp_path / "base", kind="encoder")

@@ -97,7 +97,7 @@ def check_method(method: str) -> None:
 def sbert_encoder(base_dir: Path):
     """The off-the-shelf sentence encoder: one model on both sides, mean pooling, normalised, no
     instruction."""
-    from udr.lm.models import load_encoder
+    from udr.lm.loading import load_encoder
     from udr.retriever.encoder import BiEncoder, BiEncoderSettings
 
     model, tokenizer = load_encoder(Path(base_dir))

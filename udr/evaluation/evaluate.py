@@ -39,7 +39,8 @@ class LanguageModel:
     def load(cls, settings) -> LanguageModel:
         import torch
 
-        from udr.lm.models import load_causal_lm, resolve_model
+        from udr.lm.loading import load_causal_lm
+        from udr.lm.models import resolve_model
         from udr.lm.predict import GreedyGenerator
         from udr.lm.scorer import LMScorer
         from udr.util.distributed import resolve_lm_precision

@@ -24,9 +24,10 @@ import numpy as np
 
 from udr.data.prepare import read_prepared
 from udr.data.tasks import Task
-from udr.errors import UdrError, first_line
-from udr.feedback.scoring import rank_within_query, score_items, scored_queries
-from udr.lm.models import RECORD_NAME
+from udr.errors import UdrError
+from udr.feedback.scores_file import check_finite, read_scores, scored_queries
+from udr.feedback.scoring import rank_within_query, score_items
+from udr.lm.loading import RECORD_NAME
 from udr.lm.scorer import BatchStats
 from udr.paths import round_label, summary_file
 from udr.util.distributed import Distributed, resolve_lm_precision
@@ -222,38 +223,6 @@ def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
     return ScoreWork(work.task, work.round, work.train, work.candidates_file, work.queries, reused, todo)
 
 
-def read_scores(path: Path, round_: int, task: str, columns: list[str] | None = None):
-    """The scores file `path` (polars), verified before any reuse or training: it must match the checksum
-    its summary records (where the summary has one; older summaries did not), and every score must be
-    finite. Anything else is a one-line UdrError saying to score again."""
-    import polars as pl
-
-    fix = f"run `udr score --round {round_} --task {task}` again"
-    try:
-        recorded = json.loads(summary_file(path).read_text()).get("sha256")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
-    if recorded and recorded != file_sha256(path):
-        raise UdrError(f"scores {path} changed since `udr score` wrote them (checksum differs from its summary): {fix}")
-    try:
-        frame = pl.read_parquet(path, columns=columns)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise UdrError(f"unreadable scores {path} ({first_line(exc)}): {fix}") from None
-    _check_finite(frame, f"scores {path}", fix)
-    return frame
-
-
-def _check_finite(frame, what: str, fix: str) -> None:
-    """A one-line UdrError where `frame`'s score column holds NaN or an infinity."""
-    import polars as pl
-
-    if "score" not in frame.columns:
-        return
-    bad = frame.filter(~pl.col("score").cast(pl.Float64).is_finite() | pl.col("score").is_null())
-    if len(bad):
-        raise UdrError(f"{what} hold {len(bad)} NaN or infinite score(s) (first: query {bad['query_id'][0]}): {fix}")
-
-
 def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
     """Everything finished shards depend on (a partial run with another fingerprint is discarded): the
     pairs' inputs, which pairs and how they are cut into shards, and every score setting but speed."""
@@ -282,7 +251,7 @@ def score_shards(
     import polars as pl
     import torch
 
-    from udr.lm.models import load_causal_lm
+    from udr.lm.loading import load_causal_lm
     from udr.lm.prompt import PromptBuilder
     from udr.lm.scorer import LMScorer
 
@@ -348,7 +317,7 @@ def finish(
     new = pl.concat([pl.read_parquet(f) for f in shard_files]) if shard_files else pl.DataFrame(schema=schema)
     n_tokens = int(new["tokens"].sum() or 0)
     new = new.drop("tokens").with_columns(pl.lit(work.round, dtype=pl.Int16).alias("scored_in"))
-    _check_finite(new, f"the LM's scores of {work.task.name} {round_label(work.round)}", "try score.dtype=fp32")
+    check_finite(new, f"the LM's scores of {work.task.name} {round_label(work.round)}", "try score.dtype=fp32")
     merged = rank_within_query(pl.concat([work.reused, new])).select(SCORE_COLUMNS)
     write_parquet_atomic(merged, out)
     pad = _padding_from_stats(partial)

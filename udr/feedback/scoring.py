@@ -19,20 +19,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from udr.lm.scorer import BatchStats, LMScorer, ScoringItem, group_batches, length_batches, prefix_groups
-from udr.util.rng import task_rng
-
-
-def select_queries(train_ids: np.ndarray, n: int, seed: int, task: str) -> np.ndarray:
-    """The seeded choice of at most n train query ids (depends on the pool's ids only: the same
-    queries every round)."""
-    ids = np.sort(np.asarray(train_ids, dtype=np.int64))
-    return np.sort(task_rng(seed, task, "score-queries").permutation(ids)[:n])
-
-
-def scored_queries(settings, task: str, train_ids: np.ndarray) -> np.ndarray:
-    """The train queries of `task` that the params score (`udr score`), mine candidates for (`udr
-    mine`) and train on (`udr train`): `score.queries_per_task` of them, chosen with `seed`."""
-    return select_queries(train_ids, settings.score.queries_per_task, settings.seed, task)
 
 
 def pair_score(logps: Sequence[float], gold: int, generation: bool, n_gold_tokens: int) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -17,9 +16,8 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args
 
 from udr.errors import UdrError
+from udr.lm.loading import RECORD_NAME, read_record
 from udr.util.files import building_dir, file_sha256, json_text, remove
-
-RECORD_NAME = "udr_model.json"
 
 # Fixed sentence whose log-likelihood must survive a GGUF -> safetensors conversion unchanged.
 VERIFY_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back into the forest."
@@ -94,20 +92,6 @@ def resolve_model(spec: str, dest: Path, *, kind: ModelKind, force: bool = False
         record["weights_sha256"] = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*.safetensors"))}
         (tmp / RECORD_NAME).write_text(json_text(record, sort_keys=True))
     return dest
-
-
-def load_causal_lm(path: Path) -> tuple[Any, Any]:
-    """Load a resolved causal LM directory as (model, tokenizer): fp32, safetensors only, eval mode."""
-    from transformers import AutoModelForCausalLM
-
-    return _load(Path(path), "lm", AutoModelForCausalLM)
-
-
-def load_encoder(path: Path) -> tuple[Any, Any]:
-    """Load a resolved encoder directory as (model, tokenizer) with `AutoModel`: fp32, safetensors only, eval mode."""
-    from transformers import AutoModel
-
-    return _load(Path(path), "encoder", AutoModel)
 
 
 def sequence_log_likelihood(model: Any, tokenizer: Any, text: str) -> float:
@@ -350,21 +334,13 @@ def _copy_model_files(src: Path, dst: Path) -> None:
 
 
 def _is_cached(dest: Path, spec: str, kind: str) -> bool:
-    record = _read_record(dest)
+    record = read_record(dest)
     return (
         record is not None
         and record.get("spec") == spec
         and record.get("kind") == kind
         and (dest / "config.json").is_file()
     )
-
-
-def _read_record(path: Path) -> dict[str, Any] | None:
-    try:
-        record = json.loads((path / RECORD_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _find_package_dir(module: str) -> Path | None:
@@ -390,33 +366,6 @@ def _single_gguf(src: Path, spec: str) -> str:
     if len(files) != 1:
         raise UdrError(f"model {spec!r}: expected exactly one .gguf file in {src}, found {len(files)}")
     return files[0]
-
-
-def _load(path: Path, kind: str, auto_cls: Any) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoTokenizer
-
-    record = _read_record(path)
-    if record is None or not (path / "config.json").is_file():
-        raise UdrError(f"missing model at {path}: run `udr models` first")
-    if record.get("kind") not in (None, kind):
-        raise UdrError(
-            f"model at {path} was resolved as kind {record.get('kind')!r}, not {kind!r}: run `udr models` first"
-        )
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # a per-load "Loading weights" bar is noise in stage logs
-    from udr.util.weights import load_weights
-
-    rebuild = "resolve it again with `udr models --force`"
-    model = load_weights(
-        lambda: auto_cls.from_pretrained(path, use_safetensors=True, dtype=torch.float32, trust_remote_code=False),
-        path,
-        rebuild,
-    )
-    model.eval()
-    tokenizer = load_weights(lambda: AutoTokenizer.from_pretrained(path, trust_remote_code=False), path, rebuild)
-    return model, tokenizer
 
 
 def _status(message: str) -> None:

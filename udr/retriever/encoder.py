@@ -172,7 +172,7 @@ class BiEncoder:
     def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> BiEncoder:
         """Both encoders initialised from the same resolved base encoder (two independent copies, or
         one encoder for both where ``settings.shared``)."""
-        from udr.lm.models import load_encoder
+        from udr.lm.loading import load_encoder
 
         query_model, tokenizer = load_encoder(base_dir)
         demo_model = query_model if settings.shared else load_encoder(base_dir)[0]

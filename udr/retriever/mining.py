@@ -42,7 +42,7 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.feedback.scoring import scored_queries
+    from udr.feedback.scores_file import scored_queries
     from udr.retriever.encoder import BiEncoder, query_text
     from udr.retriever.index import embed_pool
     from udr.retriever.search import exact_top_k

@@ -101,8 +101,7 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.feedback.score import read_scores
-    from udr.feedback.scoring import scored_queries
+    from udr.feedback.scores_file import read_scores, scored_queries
     from udr.retriever.encoder import demo_texts, query_text
 
     out: dict[str, list[ScoredQuery]] = {}
@@ -562,7 +561,7 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def _describe_init(init: Path) -> dict:
-    from udr.lm.models import RECORD_NAME
+    from udr.lm.loading import RECORD_NAME
     from udr.retriever.encoder import SETTINGS_NAME
 
     for name in (SETTINGS_NAME, RECORD_NAME):

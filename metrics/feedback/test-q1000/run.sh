@@ -63,6 +63,7 @@ for t, c in p["prepare"]["tasks"].items():
 for t, c in p["evaluate"]["unseen_tasks"].items():
     c["max_test"] = 300
 p["score"]["queries_per_task"] = 1000
+p["evaluate"]["shots_tasks"] = []  # the shots plot's extra evaluations are not this experiment's
 Path("params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
 EOF
   mkdir -p data/tasks
@@ -190,9 +191,9 @@ report() {
     cp metrics/"$n"/*.json "$OUT/$n/"
     cp data/predictions/"$n"/*.parquet "$OUT/$n/"
   done
-  cp "metrics/train/udr-frozen/metrics.json" "$OUT/train-udr-frozen.json" 2>/dev/null || true
-  cp "metrics/train/epr/metrics.json" "$OUT/train-epr.json" 2>/dev/null || true
-  cp "metrics/train/udr-both/metrics.json" "$OUT/train-udr-both.json" 2>/dev/null || true
+  for n in udr-frozen epr udr-both; do  # finished trainings' last losses
+    if [[ -f "done/train-$n" ]]; then cp "metrics/train/$n/metrics.json" "$OUT/train-$n.json"; fi
+  done
   local a b g tasks
   for a in udr-frozen udr-both; do
     for b in epr bm25 sbert random udr-frozen; do

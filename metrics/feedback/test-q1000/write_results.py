@@ -43,7 +43,7 @@ def scores_table(out: Path, tasks: list[str]) -> list[str]:
         cells = [f"{r['graded']['score']:.1f}" if r else "not run" for r in rows]
         avg = f"{sum(r['graded']['score'] for r in rows) / len(rows):.1f}" if all(rows) else ""
         lines.append(f"| {LABEL[m]} | " + " | ".join(cells) + f" | {avg} |")
-    return lines
+    return lines if len(lines) > 2 else ["Not run."]
 
 
 def diff_table(out: Path, a: str, tasks: list[str], group: str) -> list[str]:

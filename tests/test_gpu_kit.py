@@ -15,6 +15,7 @@ import pytest
 
 from benchmarks.gpu import kit
 from tests.conftest import REPO
+from udr.util.files import file_sha256
 
 
 def _fake_kit(tmp_path: Path, payload: bytes, part_mib: float) -> Path:
@@ -29,7 +30,7 @@ def _fake_kit(tmp_path: Path, payload: bytes, part_mib: float) -> Path:
         tf.add(content, arcname="kit")
     out = tmp_path / "gpukit"
     parts = kit.split(tar, out / "parts", part_mib)
-    index = {"created": "now", "small": True, "tar_sha256": kit.sha256(tar), "parts": parts}
+    index = {"created": "now", "small": True, "tar_sha256": file_sha256(tar), "parts": parts}
     (out / "index.json").write_text(json.dumps(index))
     return out
 

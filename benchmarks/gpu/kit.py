@@ -32,6 +32,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# stdlib only underneath: this runs on the GPU machine before the kit's wheels are installed
+from udr.util.files import file_sha256  # noqa: E402
+
 KIT = REPO / ".gpukit"
 CALL_LIMIT_MIB = 64
 STASH = Path(os.environ.get("UDR_KIT_STASH", "/tmp/udr-kit-parts"))
@@ -66,14 +72,6 @@ SMALL = {
     "evaluate.shots_tasks": [],
     "evaluate.unseen_tasks": {},
 }
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _log(msg: str) -> None:
@@ -194,7 +192,7 @@ def pack(args) -> int:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "python": args.python,
             "small": args.small,
-            "tar_sha256": sha256(tar),
+            "tar_sha256": file_sha256(tar),
             "parts": parts,
             "wheels": [w.name for w in wheels],
         }
@@ -248,7 +246,7 @@ def _present(kit: Path, index: dict) -> dict[str, Path]:
     for p in index["parts"]:
         for folder in (kit / "parts", STASH):
             path = folder / p["name"]
-            if path.is_file() and path.stat().st_size == p["bytes"] and sha256(path) == p["sha256"]:
+            if path.is_file() and path.stat().st_size == p["bytes"] and file_sha256(path) == p["sha256"]:
                 found[p["name"]] = path
                 break
     return found
@@ -279,7 +277,7 @@ def unpack(args) -> int:
         for p in index["parts"]:
             with found[p["name"]].open("rb") as src:
                 shutil.copyfileobj(src, sink, 1 << 20)
-    if sha256(tar) != index["tar_sha256"]:
+    if file_sha256(tar) != index["tar_sha256"]:
         raise SystemExit("kit: the joined parts do not match the index's sha256")
     with tarfile.open(tar) as tf:
         tf.extractall(dest, filter="data")

@@ -20,7 +20,14 @@ import numpy as np
 from udr.data.tasks import Task
 from udr.errors import UdrError, first_line
 from udr.paths import Paths
-from udr.util.files import file_sha256, json_text, write_atomic, write_json_atomic, write_text_atomic
+from udr.util.files import (
+    file_sha256,
+    json_text,
+    read_json_object,
+    write_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 # ---------------------------------------------------------------- embedding files
 
@@ -232,10 +239,4 @@ def read_model_declarations(model_dir: Path) -> dict:
     path = Paths.model_tasks(model_dir)
     if not path.is_file():
         return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise UdrError(f"unreadable task declarations {path}: {first_line(exc)}; run `udr index` again") from None
-    if not isinstance(raw, dict):
-        raise UdrError(f"unreadable task declarations {path}: expected a JSON object; run `udr index` again")
-    return raw
+    return read_json_object(path, "task declarations", "run `udr index` again")

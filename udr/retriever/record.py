@@ -9,11 +9,10 @@ and a run from another params file refuses to replace a recorded model unless to
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from udr.errors import UdrError, first_line, quoted
-from udr.util.files import check_dir_target, shown_path, write_json_atomic
+from udr.errors import UdrError, quoted
+from udr.util.files import check_dir_target, read_json_object, shown_path, write_json_atomic
 
 RECORD_FILE = "udr_record.json"
 
@@ -25,15 +24,7 @@ def record_path(model_dir: Path) -> Path:
 def read_record(model_dir: Path) -> dict | None:
     """The record of the model at `model_dir`, or None where it has none (a base encoder, an older model)."""
     path = record_path(model_dir)
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise UdrError(f"unreadable model record {path}: {first_line(exc)}") from None
-    if not isinstance(record, dict):
-        raise UdrError(f"unreadable model record {path}: expected a JSON object")
-    return record
+    return read_json_object(path, "model record") if path.is_file() else None
 
 
 def write_record(model_dir: Path, record: dict) -> None:

@@ -59,6 +59,21 @@ def check_output_path(path: Path, what: str = "--output") -> None:
         raise UdrError(f"{what} {path}: cannot write there (no write permission on {parent})")
 
 
+def read_json_object(path: Path, what: str, fix: str = "") -> dict:
+    """The JSON object in `path`; unreadable, nested too deep or not an object, a one-line UdrError
+    "unreadable <what> <path>: <why>[; <fix>]"."""
+    from udr.errors import UdrError, first_line
+
+    tail = f"; {fix}" if fix else ""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise UdrError(f"unreadable {what} {path}: {first_line(exc)}{tail}") from None
+    if not isinstance(data, dict):
+        raise UdrError(f"unreadable {what} {path}: expected a JSON object{tail}")
+    return data
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` atomically."""
     write_atomic(path, lambda tmp: tmp.write_text(text))

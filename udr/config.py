@@ -107,6 +107,22 @@ class ScoreSettings(_Strict):
     )
     dtype: Dtype = Field("bf16", description="auto: bf16 autocast on a GPU that supports it, fp32 on CPU.")
     device: Device = "auto"
+    shipped: str = Field(
+        "data/feedback/round0",
+        min_length=1,
+        description="Folder of shipped round-0 scores (<task>.parquet and its .json summary, relative to the "
+        "params file): round 0 takes a task's pairs from it where its inputs hash matches, after a sample agrees.",
+    )
+    reuse_shipped: bool = Field(True, description="Take shipped scores (false: score every pair here).")
+    check_queries: int = Field(
+        16, ge=1, description="Seeded queries per task whose shipped scores are scored again and compared."
+    )
+    check_tolerance: float = Field(
+        0.25,
+        gt=0,
+        description="Largest |shipped - recomputed| score a sampled pair may show (last bits differ "
+        "between devices and batchings in bf16).",
+    )
 
 
 class EncoderSettings(_Strict):

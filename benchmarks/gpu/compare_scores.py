@@ -2,7 +2,7 @@
 the CPU's): per task, the pairs in common, the median and mean Spearman correlation within a query,
 the share of queries whose best candidate is the same, and the largest and median |score difference|.
 
-    python benchmarks/gpu/compare_scores.py GPU_SCORES_DIR metrics/feedback/scores-round0-q1000 --markdown
+    python benchmarks/gpu/compare_scores.py GPU_SCORES_DIR data/feedback/round0 --markdown
 """
 
 from __future__ import annotations

@@ -27,11 +27,13 @@ from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.feedback.scores_file import check_finite, read_scores, scored_queries
 from udr.feedback.scoring import rank_within_query, score_items
+from udr.feedback.shipped import take_shipped
 from udr.lm.loading import RECORD_NAME
 from udr.lm.scorer import BatchStats
 from udr.paths import round_label, summary_file
 from udr.util.distributed import Distributed, resolve_lm_precision
 from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic
+from udr.util.machine import machine_kind
 from udr.util.progress import progress_bar
 from udr.util.resume import open_partial, partial_dir
 
@@ -57,6 +59,8 @@ class ScoreSummary:
     top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
     inputs: str = ""  # what every score depends on (hash): a later run with the same reuses them
     sha256: str = ""  # the scores file's checksum: a file changed since is not reused (:func:`read_scores`)
+    machine: str = ""  # the device kind that scored (:func:`udr.util.machine.machine_kind`): last bits depend on it
+    shipped: dict | None = None  # what was taken from shipped feedback and how its sample agreed (udr.feedback.shipped)
 
 
 @dataclass
@@ -83,8 +87,20 @@ def run_score(
     start = time.perf_counter()
     work = load_work(settings, task_name, round_)
     out = settings.paths.scores(round_, task_name)
-    work = reuse_earlier_run(settings, work, out)
-    return score_work(settings, work, out, start=start, progress=progress, stop_after_shards=stop_after_shards)
+    _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
+    # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
+    work, sample = take_shipped(settings, work, _accepted_inputs(settings, work, dtype))
+    if sample is None:
+        work = reuse_earlier_run(settings, work, out)
+    return score_work(
+        settings,
+        work,
+        out,
+        start=start,
+        progress=progress,
+        stop_after_shards=stop_after_shards,
+        verify=sample.verify if sample else None,
+    )
 
 
 def score_work(
@@ -96,9 +112,12 @@ def score_work(
     start: float | None = None,
     progress: bool = True,
     stop_after_shards: int | None = None,
+    verify=None,
 ) -> ScoreSummary | None:
     """Steps 2-3 for any `work` (the stage's, or an instrument's pairs): score in resumable shards
-    and write `out` with its summary. `depends_on` adds to what the shards' fingerprint records."""
+    and write `out` with its summary. `depends_on` adds to what the shards' fingerprint records; `verify`
+    (new scores -> (scores, record)) checks this run's scores before anything is written
+    (:meth:`udr.feedback.shipped.ShippedSample.verify`)."""
     start = time.perf_counter() if start is None else start
     device_type, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     dist = Distributed(device_type)
@@ -116,7 +135,7 @@ def score_work(
         dist.close()
         return None
     inputs = score_inputs(settings, work, dtype)
-    summary = finish(work, n_shards, partial, out, start, dist.world, device_type, dtype, inputs)
+    summary = finish(work, n_shards, partial, out, start, dist.world, device_type, dtype, inputs, verify)
     dist.close()
     return summary
 
@@ -302,9 +321,19 @@ def score_shards(
 
 
 def finish(
-    work: ScoreWork, n_shards: int, partial: Path, out: Path, start: float, world, device_type, dtype, inputs: str = ""
+    work: ScoreWork,
+    n_shards: int,
+    partial: Path,
+    out: Path,
+    start: float,
+    world,
+    device_type,
+    dtype,
+    inputs: str = "",
+    verify=None,
 ):
-    """Step 3 (rank 0): merge the shards with the reused pairs, rank, write the output and its summary."""
+    """Step 3 (rank 0): merge the shards with the reused pairs (after `verify`, where given), rank, write
+    the output and its summary."""
     import polars as pl
 
     from udr.util.files import remove
@@ -318,6 +347,9 @@ def finish(
     n_tokens = int(new["tokens"].sum() or 0)
     new = new.drop("tokens").with_columns(pl.lit(work.round, dtype=pl.Int16).alias("scored_in"))
     check_finite(new, f"the LM's scores of {work.task.name} {round_label(work.round)}", "try score.dtype=fp32")
+    n_new, shipped = len(new), None
+    if verify is not None:
+        new, shipped = verify(new)
     merged = rank_within_query(pl.concat([work.reused, new])).select(SCORE_COLUMNS)
     write_parquet_atomic(merged, out)
     pad = _padding_from_stats(partial)
@@ -329,11 +361,11 @@ def finish(
         len(work.queries),
         len(merged),
         len(work.reused),
-        len(new),
+        n_new,
         n_tokens,
         pad,
         round(seconds, 2),
-        round(len(new) / seconds, 2),
+        round(n_new / seconds, 2),
         round(n_tokens / seconds, 1),
         world,
         device_type,
@@ -341,6 +373,8 @@ def finish(
         round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6),
         inputs,
         file_sha256(out),
+        machine_kind(device_type),
+        shipped,
     )
     write_json_atomic(summary_file(out), asdict(summary))
     return summary

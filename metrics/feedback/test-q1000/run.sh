@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full-feedback experiment on test (issue 44, item 1): UDR trained on the whole pool's committed LM
-# feedback (1000 scored queries per task, metrics/feedback/scores-round0-q1000/, nothing re-scored)
+# feedback (1000 scored queries per task, data/feedback/round0/, nothing re-scored)
 # against EPR on the same scores, BM25, SBERT and random, on test sets of 300 rows per classification /
 # multiple-choice task, 100 per generation task and 300 per unseen task.
 #
@@ -34,7 +34,7 @@ THREADS="${THREADS:-1}"
 TRAIN_THREADS="${TRAIN_THREADS:-$THREADS}"
 NICE="${NICE:-5}"
 BOTH="${BOTH:-0}"
-SCORES="$REPO/metrics/feedback/scores-round0-q1000"
+SCORES="$REPO/data/feedback/round0"
 SEEN=(sst2 trec comv break e2e python_code)
 UNSEEN=(cr subj)
 

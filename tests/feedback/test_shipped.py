@@ -1,0 +1,130 @@
+"""udr.feedback.shipped: round 0 takes shipped scores after a seeded sample of them is scored again and
+agrees; a changed or disagreeing shipped file is an error and nothing is written; the committed shipped
+feedback matches its recorded checksums."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import REPO, prepare_with_candidates, write_params
+from tests.tiny_models import save_tiny_lm
+from udr.errors import UdrError
+from udr.util.files import file_sha256
+
+TASK = "sst2"
+
+
+@pytest.fixture(scope="module")
+def scored_project(tmp_path_factory, data_dir):
+    """A project with sst2 prepared, BM25 candidates, a tiny LM, and its round-0 scores (no shipped folder)."""
+    from udr.feedback.score import run_score
+    from udr.lm.models import resolve_model
+
+    root = tmp_path_factory.mktemp("shipped")
+    write_params(
+        root,
+        {TASK: {"max_train": 30, "max_test": 5}},
+        data_dir,
+        candidates={"k": 5, "field": "paper"},
+        score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048, "dtype": "fp32", "check_queries": 2},
+    )
+    prepare_with_candidates(root, {TASK: "classification"}, data_dir, max_train=30, max_test=5, k=5)
+    resolve_model(str(save_tiny_lm(root / "tiny-src")), root / "models" / "base" / "lm", kind="lm")
+    run_score(_settings(root), TASK, 0, progress=False)
+    return root
+
+
+def _settings(root, *overrides):
+    from udr.config import load_settings
+
+    return load_settings(root / "params.yaml", list(overrides))
+
+
+def _shipping(scored_project, tmp_path) -> Path:
+    """A copy of the project whose round-0 scores became its shipped feedback (and are gone from data/scores)."""
+    root = tmp_path / "proj"
+    shutil.copytree(scored_project, root)
+    shipped = root / "data/feedback/round0"
+    shipped.mkdir(parents=True)
+    for suffix in (".parquet", ".json"):
+        shutil.move(root / f"data/scores/round0/{TASK}{suffix}", shipped / f"{TASK}{suffix}")
+    return root
+
+
+def _score(root, *overrides):
+    from udr.feedback.score import run_score
+
+    return run_score(_settings(root, *overrides), TASK, 0, progress=False)
+
+
+def _edit_shipped(root, change, *, keep_checksum: bool) -> None:
+    path = root / f"data/feedback/round0/{TASK}.parquet"
+    pl.read_parquet(path).with_columns(change).write_parquet(path)
+    if keep_checksum:
+        summary = path.with_suffix(".json")
+        record = json.loads(summary.read_text())
+        summary.write_text(json.dumps({**record, "sha256": file_sha256(path)}))
+
+
+def test_shipped_scores_are_taken_once_their_sample_agrees(scored_project, tmp_path):
+    root = _shipping(scored_project, tmp_path)
+    summary = _score(root)
+    shipped = pl.read_parquet(root / f"data/feedback/round0/{TASK}.parquet")
+    out = pl.read_parquet(root / f"data/scores/round0/{TASK}.parquet")
+    # 6 queries x 5 candidates: 2 sampled queries scored again (10 pairs), the other 20 pairs taken.
+    assert summary.scored == 10 and summary.shipped["taken"] == 20 and summary.shipped["checked_queries"] == 2
+    assert summary.shipped["max_abs_diff"] <= summary.shipped["tolerance"]
+    assert summary.machine
+    # The output holds the shipped scores themselves, the sample's included.
+    assert out.sort(["query_id", "candidate_id"]).equals(shipped.sort(["query_id", "candidate_id"]))
+    recorded = json.loads((root / f"data/scores/round0/{TASK}.json").read_text())
+    assert recorded["shipped"]["sha256"] == file_sha256(root / f"data/feedback/round0/{TASK}.parquet")
+
+
+def test_an_altered_shipped_score_is_refused(scored_project, tmp_path):
+    root = _shipping(scored_project, tmp_path)
+    first = pl.int_range(pl.len()) == 0
+    _edit_shipped(root, pl.when(first).then(pl.col("score") + 1e-6).otherwise(pl.col("score")), keep_checksum=False)
+    with pytest.raises(UdrError, match="changed since it was written"):
+        _score(root)
+    assert not (root / f"data/scores/round0/{TASK}.parquet").exists()
+
+
+def test_shipped_scores_this_lm_disagrees_with_fail_and_nothing_is_written(scored_project, tmp_path):
+    root = _shipping(scored_project, tmp_path)
+    _edit_shipped(root, pl.col("score") + 0.5, keep_checksum=True)  # every score, so the sampled ones too
+    with pytest.raises(UdrError, match="disagrees with this machine's LM: 10 of 10"):
+        _score(root)
+    assert not (root / f"data/scores/round0/{TASK}.parquet").exists()
+    # Within a wider tolerance the same file is taken.
+    assert _score(root, "score.check_tolerance=0.6").shipped["taken"] == 20
+
+
+def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_project, tmp_path, capsys):
+    root = _shipping(scored_project, tmp_path)
+    assert _score(root, "score.reuse_shipped=false").shipped is None
+    summary_path = root / f"data/feedback/round0/{TASK}.json"
+    summary_path.write_text(json.dumps({**json.loads(summary_path.read_text()), "inputs": "another LM"}))
+    (root / f"data/scores/round0/{TASK}.parquet").unlink()
+    summary = _score(root)
+    assert summary.shipped is None and summary.scored == 30
+    assert "scored with other inputs" in capsys.readouterr().err
+
+
+def test_the_committed_shipped_feedback_matches_its_checksums():
+    """Any change to a committed shipped score (or a missing file) fails here, as it fails the score stage."""
+    folder = REPO / "data/feedback/round0"
+    summaries = sorted(folder.glob("*.json"))
+    assert summaries, folder
+    for path in summaries:
+        record = json.loads(path.read_text())
+        scores = path.with_suffix(".parquet")
+        assert record["sha256"] == file_sha256(scores), f"{scores} changed since its summary"
+        frame = pl.read_parquet(scores)
+        assert len(frame) == record["pairs"] and frame["query_id"].n_unique() == record["queries"]
+        assert frame["score"].is_finite().all()

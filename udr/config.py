@@ -316,6 +316,11 @@ class EvaluateSettings(_Strict):
     shots_methods: list[Method] = Field(
         default_factory=lambda: ["bm25", "epr", "udr"], description="Methods of the shots plot."
     )
+    beside: list[str] = Field(
+        default_factory=lambda: ["metrics/feedback/test-q1000/summary.json"],
+        description="Committed experiments' summary.json files shown beside this run in metrics/headline.md "
+        "(relative to the params file).",
+    )
     dtype: Dtype = "bf16"
     device: Device = "auto"
 

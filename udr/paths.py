@@ -9,7 +9,7 @@ models/epr/, metrics/train/epr/                              udr train --epr
 models/final/ (+ index/<task>.npy)                           udr index
 metrics/<method>/<task>.json, data/predictions/<method>/     udr evaluate
 data/oracle/<task>.parquet, metrics/{ceiling,agreement}.md   udr exp ceiling / agreement (validation)
-metrics/{results.md,summary.json,plots/}                     udr report
+metrics/{results.md,summary.json,headline.*,plots/}         udr report
 """
 
 from __future__ import annotations
@@ -131,6 +131,11 @@ class Paths:
     @property
     def results(self) -> Path:
         return self.root / "metrics" / "results.md"
+
+    @property
+    def headline_table(self) -> Path:
+        """This run beside the committed experiments (:mod:`udr.evaluation.headline`), shown in the README."""
+        return self.root / "metrics" / "headline.md"
 
     @property
     def plots(self) -> Path:

@@ -87,3 +87,24 @@ def test_headline_is_flat_and_agrees_with_the_summary(evaluated):
     assert head["udr-best"] == round(summary["udr_minus"][best]["all"]["difference"], 1)
     assert head["udr-best_low"] <= head["udr-best"] <= head["udr-best_high"]
     assert head["unseen_udr"] == round(summary["unseen"]["averages"]["udr"]["all"], 1)
+
+
+def test_headline_table_puts_this_run_beside_a_committed_experiment(evaluated, tmp_path):
+    from udr.config import load_settings
+    from udr.evaluation.headline import beside_columns, headline_markdown, run_column
+
+    summary = json.loads((evaluated / "metrics/summary.json").read_text())
+    table = (evaluated / "metrics/headline.md").read_text()
+    assert table.startswith("| | this run |") and "| udr − bm25 |" in table and "| **unseen tasks**" in table
+    other = {**summary, "label": "larger test sets", "scored_queries_per_task": 1000, "epochs": 3}
+    other["udr_minus"] = {"bm25": {"all": {"difference": 5.1, "low": 3.4, "high": 7.0, "resolved": True}}}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    settings = load_settings(evaluated / "params.yaml")
+    columns = [run_column(settings, summary), *beside_columns(tmp_path, ["other.json", "missing.json"])]
+    lines = headline_markdown(columns).splitlines()
+    assert lines[0] == "| | this run | larger test sets |" and len(columns) == 2
+    assert "| udr − bm25 | " in "\n".join(lines) and lines[-1].count("|") == 4
+    row = next(line for line in lines if line.startswith("| udr − bm25 |"))
+    assert row.endswith("| **+5.1 [+3.4, +7.0]** |")
+    feedback = next(line for line in lines if line.startswith("| LM feedback"))
+    assert f"| {settings.score.queries_per_task} (scored here) | 1000 |" in feedback

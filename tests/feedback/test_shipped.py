@@ -107,7 +107,10 @@ def test_shipped_scores_this_lm_disagrees_with_fail_and_nothing_is_written(score
 
 def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_project, tmp_path, capsys):
     root = _shipping(scored_project, tmp_path)
-    assert _score(root, "score.reuse_shipped=false").shipped is None
+    assert _score(root).shipped["taken"] == 20
+    # Switched off, nothing is taken, not even through the earlier output that came from the shipped file.
+    switched_off = _score(root, "score.reuse_shipped=false")
+    assert switched_off.shipped is None and switched_off.scored == 30
     summary_path = root / f"data/feedback/round0/{TASK}.json"
     summary_path.write_text(json.dumps({**json.loads(summary_path.read_text()), "inputs": "another LM"}))
     (root / f"data/scores/round0/{TASK}.parquet").unlink()

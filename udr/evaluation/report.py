@@ -371,6 +371,7 @@ def run_report(settings) -> dict:
     """`udr report`: write metrics/summary.json (its flat headline: metrics/headline.json),
     metrics/results.md (the results table and UDR against each baseline with bootstrap intervals, then
     the same two for the unseen tasks) and the shots plot; returns the summary."""
+    from udr.evaluation.headline import beside_columns, headline_markdown, run_column
     from udr.util.files import write_json_atomic, write_text_atomic
 
     paths = settings.paths
@@ -399,6 +400,9 @@ def run_report(settings) -> dict:
         )
     write_json_atomic(paths.summary, summary)
     write_json_atomic(paths.headline, headline(summary))
+    if summary:
+        columns = [run_column(settings, summary), *beside_columns(settings.root, settings.evaluate.beside)]
+        write_text_atomic(paths.headline_table, headline_markdown(columns))
     write_text_atomic(paths.results, markdown)
     if shots:
         write_shots_plot(shots, seen, paths.plots)

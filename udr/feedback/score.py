@@ -227,11 +227,12 @@ def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
         return work
     _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     try:
-        same = json.loads(summary.read_text()).get("inputs") in _accepted_inputs(settings, work, dtype)
+        record = json.loads(summary.read_text())
+        same = record.get("inputs") in _accepted_inputs(settings, work, dtype)
     except (json.JSONDecodeError, AttributeError):
         same = False
-    if not same:
-        return work
+    if not same or (record.get("shipped") and not settings.score.reuse_shipped):
+        return work  # other inputs, or scores taken from shipped feedback where every pair is to be scored here
     try:  # a file changed since its summary, or holding NaN: scored again
         earlier = read_scores(out, work.round, work.task.name, list(work.reused.columns)).cast(work.reused.schema)
     except UdrError:

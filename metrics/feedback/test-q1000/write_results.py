@@ -74,6 +74,36 @@ def timings(work: Path | None) -> list[str]:
     return lines
 
 
+def summary(out: Path) -> dict:
+    """summary.json, in the shape of the pipeline's metrics/summary.json for what `udr report` shows beside
+    the default run (metrics/headline.md): per task n and graded score, the all-task averages, and UDR
+    (frozen E_d) minus each baseline, for the six tasks and for the unseen ones."""
+
+    def part(tasks: list[str], group: str) -> dict:
+        tasks_by_method = {}
+        for m in METHODS:
+            rows = {t: load(out, m, t) for t in tasks}
+            if all(rows.values()):
+                key = "udr" if m == "udr-frozen" else m
+                tasks_by_method[key] = {t: {"graded": r["graded"]["score"], "n": r["n"]} for t, r in rows.items()}
+        averages = {m: {"all": sum(r["graded"] for r in by.values()) / len(by)} for m, by in tasks_by_method.items()}
+        minus = {}
+        for b in METHODS:
+            path = out / f"compare-udr-frozen-{b}-{group}.json"
+            if path.is_file():
+                d = json.loads(path.read_text())
+                minus[b] = {"tasks": {t: d[t] for t in tasks}, "all": d["average"]}
+        return {"tasks": tasks_by_method, "averages": averages, "udr_minus": minus}
+
+    return {
+        "label": "full feedback, larger test sets",
+        "scored_queries_per_task": 1000,
+        "epochs": 3,
+        **part(SEEN, "seen"),
+        "unseen": part(UNSEEN, "unseen"),
+    }
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     work = Path(sys.argv[2]) if len(sys.argv) > 2 else None
@@ -112,6 +142,7 @@ def main() -> None:
     if times:
         md += ["## Job times (this run's log)", "", *times, ""]
     (out / "results.md").write_text("\n".join(md))
+    (out / "summary.json").write_text(json.dumps(summary(out), indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+"""metrics/headline.md: this run's averages and UDR's differences from each baseline, side by side with
+committed experiments' (`evaluate.beside`), each column with its LM feedback, its test n and its paired
+bootstrap intervals. The README shows this file as it is (tests/test_docs.py checks the copy)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from udr.errors import UdrError
+
+METHODS = ("random", "bm25", "sbert", "epr", "udr")
+BASELINES = ("bm25", "sbert", "epr", "random")
+
+
+def run_column(settings, summary: dict) -> dict:
+    """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
+    the score summaries (shipped, with its re-scored sample, or scored here)."""
+    shipped = []
+    for task in settings.train.tasks or settings.task_names():
+        path = settings.paths.scores(0, task).with_suffix(".json")
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        shipped.append(bool(record.get("shipped")))
+    checked = settings.score.check_queries
+    feedback = f"shipped, {checked} re-scored" if shipped and all(shipped) else "scored here"
+    if any(shipped) and not all(shipped):
+        feedback = "shipped for some tasks"
+    return {
+        **summary,
+        "label": "this run",
+        "scored_queries_per_task": settings.score.queries_per_task,
+        "epochs": settings.train.epochs_first,
+        "feedback": feedback,
+    }
+
+
+def beside_columns(root: Path, paths: list[str]) -> list[dict]:
+    """The committed experiments' summaries (each a summary.json with a label, its scored queries per task
+    and epochs), relative paths from the params file's folder; a missing one is left out with a notice."""
+    columns = []
+    for entry in paths:
+        path = root / entry
+        if not path.is_file():
+            print(f"udr: evaluate.beside: no {entry} here; metrics/headline.md shows this run alone", file=sys.stderr)
+            continue
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UdrError(f"evaluate.beside: cannot read {entry} ({type(exc).__name__})") from None
+        missing = [k for k in ("label", "scored_queries_per_task", "averages", "udr_minus") if k not in summary]
+        if missing:
+            raise UdrError(f"evaluate.beside: {entry} has no {', '.join(missing)}")
+        columns.append(summary)
+    return columns
+
+
+def _n(part: dict) -> str:
+    tasks = part.get("tasks", {}).get("udr", {})
+    return str(sum(r["n"] for r in tasks.values())) if tasks else ""
+
+
+def _interval(d: dict | None) -> str:
+    if not d:
+        return ""
+    text = f"{d['difference']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
+    return f"**{text}**" if d["resolved"] else text
+
+
+def _rows(columns: list[dict], scope: str) -> list[str]:
+    """The averages and differences of one scope ("" for the trained-on tasks, "unseen")."""
+    parts = [c.get(scope, {}) if scope else c for c in columns]
+    title = "unseen tasks" if scope else "six trained-on tasks"
+    if not any(p.get("averages") for p in parts):
+        return []
+    lines = [f"| **{title}**: test examples | " + " | ".join(_n(p) for p in parts) + " |"]
+    for m in METHODS:
+        cells = [f"{p['averages'][m]['all']:.1f}" if m in p.get("averages", {}) else "" for p in parts]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    for b in BASELINES:
+        cells = [_interval(p.get("udr_minus", {}).get(b, {}).get("all")) for p in parts]
+        if any(cells):
+            lines.append(f"| udr − {b} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def headline_markdown(columns: list[dict]) -> str:
+    """The side-by-side table: each column's LM feedback and epochs, then per scope its test n, each method's
+    average graded score over the tasks, and UDR minus each baseline (paired bootstrap 95% interval over the
+    same test examples, all tasks resampled at once; bold where it excludes 0)."""
+    head = "| | " + " | ".join(c["label"] for c in columns) + " |"
+    lines = [
+        head,
+        "| --- |" + " ---: |" * len(columns),
+        "| LM feedback: scored queries per task | " + " | ".join(_feedback(c) for c in columns) + " |",
+        "| UDR training epochs | " + " | ".join(str(c.get("epochs", "")) for c in columns) + " |",
+        *_rows(columns, ""),
+        *_rows(columns, "unseen"),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _feedback(column: dict) -> str:
+    note = column.get("feedback", "")
+    return f"{column['scored_queries_per_task']}" + (f" ({note})" if note else "")

@@ -86,7 +86,7 @@ class CandidateSettings(_Strict):
 
 class ScoreSettings(_Strict):
     queries_per_task: int = Field(
-        128, gt=0, description="Train queries scored per task (seeded; the same every round)."
+        1000, gt=0, description="Train queries scored per task (seeded; the same every round)."
     )
     batch_tokens: int = Field(
         1024, ge=64, description="Token budget of one length-bucketed batch (padded size); raise it on a GPU."
@@ -209,7 +209,7 @@ class TrainSettings(_Strict):
         "length so that each chunk pads less (0: the whole micro-batch in one padded batch).",
     )
     epochs_first: float = Field(
-        3.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps; the paper: 30)."
+        1.0, gt=0.0, description="Epochs of round 0 (an epoch = scored queries / batch_size steps; the paper: 30)."
     )
     epochs_later: float = Field(2.0, gt=0.0, description="Epochs of every later round (the paper: 10).")
     lr: float = Field(5e-5, gt=0.0, description="AdamW learning rate (the paper: 1e-4).")

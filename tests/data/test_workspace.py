@@ -41,6 +41,13 @@ def test_init_task_writes_a_workspace_that_loads(project, run_cli):
     assert (
         settings.evaluate.unseen_tasks == {} and settings.data_dir() == load_settings(root / "params.yaml").data_dir()
     )
+    # No shipped feedback for a new task: its own scoring budget, nothing beside its results.
+    assert (settings.score.queries_per_task, settings.score.reuse_shipped, settings.train.epochs_first) == (
+        256,
+        False,
+        3,
+    )
+    assert settings.evaluate.beside == []
     task = settings.task("opinions")
     assert (task.metric, task.kind, task.declared_in) == ("macro_f1", "classification", "data/tasks/opinions.yaml")
     assert (ws / "data" / "tasks" / "opinions.csv").read_bytes() == csv.read_bytes()

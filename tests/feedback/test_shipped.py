@@ -131,3 +131,19 @@ def test_the_committed_shipped_feedback_matches_its_checksums():
         frame = pl.read_parquet(scores)
         assert len(frame) == record["pairs"] and frame["query_id"].n_unique() == record["queries"]
         assert frame["score"].is_finite().all()
+
+
+def test_shipped_scores_of_another_precision_are_taken_when_the_sample_agrees(scored_project, tmp_path):
+    """bf16 feedback serves an fp32 run (an AVX2-only CPU's), the sample scored in fp32 deciding."""
+    root = _shipping(scored_project, tmp_path)
+    summary_path = root / f"data/feedback/round0/{TASK}.json"
+    record = json.loads(summary_path.read_text())
+    from udr.config import load_settings
+    from udr.feedback.score import ScoreWork, load_work, score_inputs
+
+    settings = load_settings(root / "params.yaml", ["score.dtype=bf16"])
+    work = load_work(settings, TASK, 0)
+    assert isinstance(work, ScoreWork)
+    summary_path.write_text(json.dumps({**record, "dtype": "bf16", "inputs": score_inputs(settings, work, "bf16")}))
+    summary = _score(root)  # this run's dtype is fp32
+    assert summary.dtype == "fp32" and summary.shipped["taken"] == 20

@@ -19,6 +19,9 @@ from udr.errors import UdrError
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
 LINKED_MODELS = ("base", "final", "epr")
+# Scored queries and round-0 epochs of a workspace's task (metrics/selection.md: the curve's 256 point).
+WORKSPACE_QUERIES = 256
+WORKSPACE_EPOCHS = 3
 # Columns taken as the input / the label when the command does not name them.
 INPUT_COLUMNS = ("input", "text", "sentence", "question", "tweet", "review", "content")
 LABEL_COLUMNS = ("label", "target", "answer", "output", "class", "category")
@@ -49,8 +52,8 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], o
 
 
 def workspace_params(project_raw: dict, project_root: Path, folder: Path, name: str, caps: dict) -> dict:
-    """The project's params with only `name` as task (prepared with `caps`), no unseen tasks nor shots
-    curve, and the data mirror's path rebased onto `folder`."""
+    """The project's params with only `name` as task (prepared with `caps`), no unseen tasks, shots curve
+    nor experiments beside, its own scoring budget, and the data mirror's path rebased onto `folder`."""
     import copy
 
     raw = copy.deepcopy(project_raw)
@@ -62,8 +65,11 @@ def workspace_params(project_raw: dict, project_root: Path, folder: Path, name: 
     data["tasks_dir"] = "data/tasks"
     raw.setdefault("prepare", {})["tasks"] = {name: caps}
     evaluate = raw.setdefault("evaluate", {})
-    evaluate.update({"tasks": [], "unseen_tasks": {}, "shots_tasks": []})
-    raw.setdefault("train", {})["tasks"] = []
+    evaluate.update({"tasks": [], "unseen_tasks": {}, "shots_tasks": [], "beside": []})
+    # A new task has no shipped feedback: every pair is scored here, so the workspace scores the feedback
+    # curve's 256 queries (a few minutes for one task on 2 CPU cores) and trains 3 epochs on them.
+    raw.setdefault("score", {}).update({"queries_per_task": WORKSPACE_QUERIES, "reuse_shipped": False})
+    raw.setdefault("train", {}).update({"tasks": [], "epochs_first": WORKSPACE_EPOCHS})
     return raw
 
 

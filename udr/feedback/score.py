@@ -89,7 +89,7 @@ def run_score(
     out = settings.paths.scores(round_, task_name)
     _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
-    work, sample = take_shipped(settings, work, _accepted_inputs(settings, work, dtype))
+    work, sample = take_shipped(settings, work, lambda shipped_dtype: _accepted_inputs(settings, work, shipped_dtype))
     if sample is None:
         work = reuse_earlier_run(settings, work, out)
     return score_work(

@@ -2,8 +2,8 @@
 pool's scores under data/feedback/round0/), which `udr score` takes instead of scoring their pairs again,
 once a seeded sample of them, scored again here, agrees.
 
-A task's shipped file is taken only where its summary's `inputs` hash equals this run's (same data, LM,
-prompt settings and precision) and its checksum matches; a changed file is an error, never used. The
+A task's shipped file is taken only where its summary's `inputs` hash equals this run's (same data, LM
+and prompt settings; the precision may differ: the sample decides) and its checksum matches; a changed file is an error, never used. The
 sample is `score.check_queries` seeded queries (all their candidates): their scores are computed here and
 each must lie within `score.check_tolerance` of the shipped one, else the stage fails and writes nothing.
 The output then holds the shipped scores for every pair, the sample's too, so training reads the same
@@ -85,10 +85,12 @@ def shipped_file(settings, task: str) -> Path:
     return (folder if folder.is_absolute() else settings.root / folder) / f"{task}.parquet"
 
 
-def take_shipped(settings, work, accepted_inputs: set[str]):
+def take_shipped(settings, work, accepted_inputs):
     """(work, sample): `work` with every shipped pair of its to-do list moved to the reused ones but the
     sample's, which stay to be scored and checked; (work, None) where the task has no shipped file, or one
-    of other inputs (a notice says so: every pair is then scored here)."""
+    of other inputs (a notice says so: every pair is then scored here). `accepted_inputs(dtype)`: the
+    inputs hashes of this run's pairs at that precision. The shipped file's own precision is accepted
+    (an fp32 run takes bf16 feedback): the sample, scored at this run's, must agree all the same."""
     import polars as pl
 
     cfg = settings.score
@@ -96,9 +98,9 @@ def take_shipped(settings, work, accepted_inputs: set[str]):
     if not (cfg.reuse_shipped and work.round == 0 and source.is_file() and len(work.todo)):
         return work, None
     summary = _shipped_summary(source)
-    if summary.get("inputs") not in accepted_inputs:
+    if summary.get("inputs") not in accepted_inputs(summary.get("dtype", "")):
         print(
-            f"udr: shipped feedback {source} was scored with other inputs (data, LM, prompt or dtype): "
+            f"udr: shipped feedback {source} was scored with other inputs (data, LM or prompt): "
             f"scoring {work.task.name}'s pairs here",
             file=sys.stderr,
         )

@@ -3,9 +3,10 @@ pool's scores under data/feedback/round0/), which `udr score` takes instead of s
 once a seeded sample of them, scored again here, agrees.
 
 A task's shipped file is taken only where its summary's `inputs` hash equals this run's (same data, LM
-and prompt settings; the precision may differ: the sample decides) and its checksum matches; a changed file is an error, never used. The
-sample is `score.check_queries` seeded queries (all their candidates): their scores are computed here and
-each must lie within `score.check_tolerance` of the shipped one, else the stage fails and writes nothing.
+and prompt settings; the precision may differ: the sample decides) and its checksum matches; a changed
+file is an error, never used. The sample is `score.check_queries` seeded queries (all their candidates):
+their scores are computed here and each must lie within `score.check_tolerance` of the shipped one, else
+the stage fails and writes nothing.
 The output then holds the shipped scores for every pair, the sample's too, so training reads the same
 feedback on every machine.
 

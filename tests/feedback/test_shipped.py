@@ -84,6 +84,7 @@ def test_shipped_scores_are_taken_once_their_sample_agrees(scored_project, tmp_p
     assert out.sort(["query_id", "candidate_id"]).equals(shipped.sort(["query_id", "candidate_id"]))
     recorded = json.loads((root / f"data/scores/round0/{TASK}.json").read_text())
     assert recorded["shipped"]["sha256"] == file_sha256(root / f"data/feedback/round0/{TASK}.parquet")
+    assert recorded["shipped"]["source"] == f"data/feedback/round0/{TASK}.parquet"  # no machine path
 
 
 def test_an_altered_shipped_score_is_refused(scored_project, tmp_path):

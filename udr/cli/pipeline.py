@@ -141,6 +141,12 @@ def score_cmd(
                 f"{s.tokens_per_s} tok/s, padding {s.padding_fraction:.1%}, {s.seconds}s "
                 f"[{s.device}/{s.dtype}, {s.world_size} process(es)]"
             )
+            if s.shipped:
+                c = s.shipped
+                console().print(
+                    f"  taken from {c['source']} after {c['checked_queries']} queries ({c['checked_pairs']} pairs) "
+                    f"scored again agreed: largest difference {c['max_abs_diff']:.4f} (tolerance {c['tolerance']})"
+                )
 
 
 @app.command("train")

@@ -39,6 +39,7 @@ class ShippedSample:
     """The shipped pairs a run scores again, and how to check and replace them once scored."""
 
     source: Path
+    label: str  # the source as the params give it (relative to the params file's folder where it is there)
     summary: dict  # the shipped file's summary
     shipped: object  # the sample's shipped scores (polars): query_id, candidate_id, score, scored_in
     taken: int  # pairs taken from the shipped file without scoring
@@ -68,7 +69,7 @@ class ShippedSample:
         sample = self.shipped.select(new.columns).cast(new.schema)
         merged = pl.concat([new.join(sample, on=KEY, how="anti"), sample])
         return merged, {
-            "source": self.source.as_posix(),
+            "source": self.label,
             "sha256": self.summary.get("sha256", ""),
             "written_on": self.summary.get("machine", ""),
             "taken": self.taken,
@@ -116,8 +117,15 @@ def take_shipped(settings, work, accepted_inputs):
     taken = available.filter(~in_sample).select(work.reused.columns)
     todo = work.todo.join(taken, on=KEY, how="anti").sort(["candidate_id", "query_id"])
     reused = pl.concat([work.reused, taken])
+    label = (Path(cfg.shipped) / source.name).as_posix()
     sample = ShippedSample(
-        source, summary, available.filter(in_sample).select(taken.columns), len(taken), cfg.check_tolerance, len(picked)
+        source,
+        label,
+        summary,
+        available.filter(in_sample).select(taken.columns),
+        len(taken),
+        cfg.check_tolerance,
+        len(picked),
     )
     return type(work)(work.task, work.round, work.train, work.candidates_file, work.queries, reused, todo), sample
 

@@ -74,6 +74,28 @@ def test_docs_sources_name_no_issues():
         assert not found, f"{path.relative_to(ROOT)} names {found.group(0)!r}"
 
 
+def test_performance_page_summarises_the_benchmarks():
+    """The Performance page summarises benchmarks/README.md instead of including it: after its first section,
+    each section names benchmark scripts that exist and that benchmarks/README.md describes, its figures are
+    copied from there, and it ends by pointing to that file."""
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    notebook = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert "udr:include benchmarks/" not in page
+    # The sections after the title and "Where the default run's time goes".
+    sections = re.split(r"^## ", page, flags=re.MULTILINE)[2:]
+    assert len(sections) >= 9
+    for section in sections:
+        title = section.splitlines()[0]
+        scripts = re.findall(r"benchmarks/[\w/]+?(?:\.py|\.sh|/)(?=[`\s])", section)
+        assert scripts, f"the Performance section {title!r} names no benchmark script"
+        for script in scripts:
+            assert (ROOT / script).exists(), f"{title!r} names {script}, which does not exist"
+            assert script in notebook, f"{title!r} names {script}, which benchmarks/README.md does not describe"
+        for figure in re.findall(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+", section):
+            assert figure in notebook, f"{title!r} quotes {figure}, which benchmarks/README.md does not have"
+    assert page.rstrip().splitlines()[-1].startswith("`benchmarks/README.md` in the repository")
+
+
 def test_readme_tables_are_the_pipeline_files():
     """The README's results tables are copies of metrics/ files (docs/sync_readme.py), never edited by hand."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,16 @@ import pytest
 from tests.conftest import run_udr, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
-from udr.experiments.oracle import FixedRanking, agreement_of, candidate_order, interleave, ndcg
+from udr.experiments.oracle import (
+    FixedRanking,
+    agreement_of,
+    candidate_order,
+    interleave,
+    ndcg,
+    recorded_model_path,
+    write_agreement_table,
+)
+from udr.paths import Paths
 
 TASKS = ["sst2", "break"]
 N = 6  # oracle candidates per validation query
@@ -54,6 +64,30 @@ def test_candidate_order_and_fixed_ranking():
         fixed.rank(["b", "a"], 2)
     with pytest.raises(UdrError, match="k out of range"):
         fixed.rank(["a", "b"], 4)
+
+
+def test_agreement_records_models_without_machine_paths(tmp_path, monkeypatch):
+    """A --model folder is written relative to the project where it lies inside it, else as its last two
+    path parts: metrics/agreement.md never holds an absolute path."""
+    from types import SimpleNamespace
+
+    root, elsewhere = tmp_path / "project", tmp_path / "elsewhere" / "models" / "udr512"
+    (root / "models" / "curve" / "q64").mkdir(parents=True)
+    (root / "metrics").mkdir()
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(root)
+    assert recorded_model_path(root / "models" / "curve" / "q64", root) == "models/curve/q64"
+    assert recorded_model_path(Path("models/curve/q64"), root) == "models/curve/q64"  # as given, from the project
+    assert recorded_model_path(elsewhere, root) == "models/udr512"
+    assert recorded_model_path(Path("/udr512"), root) == "udr512"
+    settings = SimpleNamespace(paths=Paths(root), models=SimpleNamespace(lm="tiny"))
+    row = {"sst2": {"ndcg": 0.5, "top1": 0.25, "n": 4}}
+    models = {"q64": root / "models" / "curve" / "q64", "udr512": elsewhere, "rel": Path("models/curve/q64")}
+    text = write_agreement_table(
+        settings, {"random": row, **dict.fromkeys(models, row)}, ["sst2"], N, models
+    ).read_text()
+    assert "\n- q64: `models/curve/q64`\n- udr512: `models/udr512`\n- rel: `models/curve/q64`\n" in text
+    assert str(tmp_path) not in text and "`/" not in text
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +189,8 @@ def test_agreement_lists_every_retriever_and_reuses_the_scores(project):
     settings = _settings(project)
     table = json.loads((project / "metrics" / "agreement.json").read_text())["retrievers"]
     assert list(table) == ["random", "bm25", "sbert", "initial encoder", "epr", "udr", "round 0"]
+    text = (project / "metrics" / "agreement.md").read_text()
+    assert "\n- round 0: `models/rounds/round0`\n" in text and str(project) not in text  # no machine path
     for per_task in table.values():
         for t in TASKS:
             assert 0.0 <= per_task[t]["ndcg"] <= 1.0 and 0.0 <= per_task[t]["top1"] <= 1.0 and per_task[t]["n"] == 5

@@ -353,6 +353,17 @@ def _retrievers(settings, task: str, pool, models: dict, progress: bool) -> dict
     return out
 
 
+def recorded_model_path(path: Path, root: Path) -> str:
+    """A model folder as the agreement table records it: relative to the project `root` where it lies
+    inside it, else its folder's last two path parts (e.g. `models/udr512`); never a machine path."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        tail = resolved.parts[1:][-2:]  # parts[0] is the anchor, `/`
+        return Path(*tail).as_posix() if tail else "."
+
+
 def write_agreement_table(settings, table: dict, tasks: Sequence[str], n: int, models: dict) -> Path:
     head = ["retriever", *tasks, "average"]
     sizes = {t: next(iter(table.values()))[t]["n"] for t in tasks}
@@ -369,7 +380,9 @@ def write_agreement_table(settings, table: dict, tasks: Sequence[str], n: int, m
             values = [per_task[t][metric] for t in tasks]
             lines.append(f"| {label} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {np.mean(values):.3f} |")
         lines.append("")
-    extra = "".join(f"\n- {label}: `{path}`" for label, path in models.items())
+    extra = "".join(
+        f"\n- {label}: `{recorded_model_path(path, settings.paths.root)}`" for label, path in models.items()
+    )
     out = settings.paths.analysis("agreement")
     write_text_atomic(
         out,

@@ -93,7 +93,7 @@ def headline_markdown(columns: list[dict]) -> str:
         head,
         "| --- |" + " ---: |" * len(columns),
         "| LM feedback: scored queries per task | " + " | ".join(_feedback(c) for c in columns) + " |",
-        "| UDR training epochs | " + " | ".join(str(c.get("epochs", "")) for c in columns) + " |",
+        "| UDR training epochs | " + " | ".join(f"{c['epochs']:g}" if "epochs" in c else "" for c in columns) + " |",
         *_rows(columns, ""),
         *_rows(columns, "unseen"),
     ]

@@ -160,3 +160,20 @@ def test_a_plain_encode_of_the_export_raises_instead_of_picking_a_side(exported)
         model.encode(["a fine film"])
     assert np.allclose(model.encode(["a fine film"], task="query"), model.encode_query(["a fine film"]))
     assert "A plain model.encode() raises" in (exported / "README.md").read_text()
+
+
+def test_the_export_prints_no_progress_bars_in_a_log(served, real_model, tmp_path):
+    """Off a terminal (a log, a pipe) transformers' loading and saving bars stay off."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "logged"
+    done = subprocess.run(
+        [sys.executable, "-m", "udr.cli", "export", str(out), "--model", str(real_model)],
+        cwd=served,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = (done.stdout + done.stderr).strip().splitlines()
+    assert printed[-1].startswith("exported ") and not [line for line in printed if "%|" in line], printed

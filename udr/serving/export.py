@@ -11,6 +11,7 @@ task's template. `udr_export.json` beside it records udr's own settings and the 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from udr.errors import UdrError
@@ -82,6 +83,21 @@ def build_sentence_transformer(model_dir: Path, prompts: dict[str, str], staging
     )
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' own progress bars (loading weights, writing shards: a fraction of a second here) off,
+    so that the export prints one line, on a terminal or in a log."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, card: str) -> dict:
     """Write the export of the udr bi-encoder at `model_dir` to `out_dir` (atomically: built beside it,
     then swapped in): the sentence-transformers model, `udr_export.json` and the model card `card`
@@ -111,7 +127,7 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
     }
     check_export_target(Path(out_dir))
     ours = (EXPORT_META,), "an earlier udr export"
-    with building_dir(Path(out_dir), *ours) as tmp, staging_dir(Path(out_dir)) as staging:
+    with building_dir(Path(out_dir), *ours) as tmp, staging_dir(Path(out_dir)) as staging, _quiet_transformers():
         build_sentence_transformer(Path(model_dir), prompts, staging).save(str(tmp))
         for folder in ROUTE_DIRS.values():
             if not (tmp / folder / "config.json").is_file():

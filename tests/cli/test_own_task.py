@@ -57,6 +57,8 @@ def test_a_task_declared_over_a_csv_runs_through_every_stage(run_cli, tmp_path, 
     for stage in (*rounds, ["train", "--round", "1"], ["train", "--epr"], ["index"]):
         udr(*stage)
     assert (root / "data" / "scores" / "round1" / "reviews.parquet").is_file()
+    code, _, err = run_cli(["score"], root)  # all reused; the line still names device, precision, processes
+    assert code == 0 and "reviews round 0: " in err and "[cpu/" in err and "1 process(es)]" in err, err
     assert (root / "data" / "candidates" / "round1" / "reviews.parquet").is_file()
     for method in ("random", "bm25", "sbert", "epr", "udr"):
         udr("evaluate", "--method", method)

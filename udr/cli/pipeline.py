@@ -139,7 +139,8 @@ def score_cmd(
                 f"scored {name} round {round_}: {s.queries} queries, {s.pairs} pairs "
                 f"({s.reused} reused, {s.scored} scored), {s.pairs_per_s} pairs/s, "
                 f"{s.tokens_per_s} tok/s, padding {s.padding_fraction:.1%}, {s.seconds}s "
-                f"[{s.device}/{s.dtype}, {s.world_size} process(es)]"
+                f"[{s.device}/{s.dtype}, {s.world_size} process(es)]",
+                markup=False,  # the bracket is text, not a rich style
             )
             if s.shipped:
                 c = s.shipped

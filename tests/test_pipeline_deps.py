@@ -175,6 +175,12 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     shutil.copytree(REPO / "udr", root / "udr", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     shutil.copy(REPO / ".dvcignore", root / ".dvcignore")
+    # Committed inputs dvc.yaml names: the shipped feedback's folder (none of this tiny project's pairs)
+    # and the experiment shown beside the results.
+    (root / "data" / "feedback" / "round0").mkdir(parents=True)
+    beside = root / "metrics" / "feedback" / "test-q1000"
+    beside.mkdir(parents=True)
+    shutil.copy(REPO / "metrics" / "feedback" / "test-q1000" / "summary.json", beside / "summary.json")
     lm, enc = save_tiny_lm(tmp_path / "tiny-lm"), save_tiny_encoder(tmp_path / "tiny-enc")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"]["source_dir"] = str(data_dir)

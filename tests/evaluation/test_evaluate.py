@@ -203,7 +203,7 @@ def test_evaluations_saved_in_git_compare_as_their_files_do(evaluated, tmp_path)
 
     from udr.config import load_settings
     from udr.errors import UdrError
-    from udr.evaluation.report import saved_comparison
+    from udr.evaluation.comparisons import saved_comparison
     from udr.experiments.dvc import compare_revisions
 
     project = tmp_path / "p"

@@ -66,7 +66,7 @@ def test_unseen_task_gets_its_own_table_row_and_stays_out_of_the_averages(evalua
 
 
 def test_wilson_interval_matches_a_known_value_and_stays_in_range():
-    from udr.evaluation.report import wilson_interval
+    from udr.evaluation.bootstrap import wilson_interval
 
     low, high = wilson_interval(0.8, 80)  # 64 / 80: Wilson, z = 1.96, gives [0.6995, 0.8730]
     assert (round(low, 4), round(high, 4)) == (0.6995, 0.8730)

@@ -186,7 +186,7 @@ def exp_compare_cmd(
     (bold where it excludes 0), from the saved predictions."""
     import json
 
-    from udr.evaluation.report import saved_comparison, saved_results, saved_tasks
+    from udr.evaluation.comparisons import saved_comparison, saved_results, saved_tasks
     from udr.experiments.tables import compare_table
 
     if split not in ("test", "validation"):

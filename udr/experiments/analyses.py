@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.evaluation.report import BOOTSTRAP_RESAMPLES
+from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES
 from udr.experiments.dvc import compare_revisions, method_scores, run_named, saved_experiments
 from udr.experiments.tables import results_table, transfer_table
 from udr.paths import Paths, round_label

@@ -176,7 +176,7 @@ def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], see
 
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
-    from udr.evaluation.report import BOOTSTRAP_RESAMPLES, frame_scorer
+    from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, frame_scorer
     from udr.paths import Paths
 
     examples = {t: read_prepared(root, t, "test").to_dicts() for t in b}

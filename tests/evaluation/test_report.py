@@ -91,7 +91,8 @@ def test_headline_is_flat_and_agrees_with_the_summary(evaluated):
 
 def test_headline_table_puts_this_run_beside_a_committed_experiment(evaluated, tmp_path):
     from udr.config import load_settings
-    from udr.evaluation.headline import beside_columns, headline_markdown, run_column
+    from udr.evaluation.headline import beside_columns, headline_markdown
+    from udr.stages.report import run_column
 
     summary = json.loads((evaluated / "metrics/summary.json").read_text())
     table = (evaluated / "metrics/headline.md").read_text()

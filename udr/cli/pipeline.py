@@ -297,7 +297,7 @@ def evaluate_cmd(
 @app.command("report")
 def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Collect metrics/<method>/*.json -> metrics/summary.json, metrics/results.md and the shots plot."""
-    from udr.evaluation.report import run_report
+    from udr.stages.report import run_report
 
     settings = load(params, set_)
     run_report(settings)

@@ -1,6 +1,7 @@
-"""metrics/headline.md: this run's averages and UDR's differences from each baseline, side by side with
+"""The headline of a run: metrics/headline.json's few flat numbers (what `dvc exp show` compares), and
+metrics/headline.md, this run's averages and UDR's differences from each baseline side by side with
 committed experiments' (`evaluate.beside`), each column with its LM feedback, its test n and its paired
-bootstrap intervals. The README shows this file as it is (tests/test_docs.py checks the copy)."""
+bootstrap intervals. The README shows headline.md as it is (tests/test_docs.py checks the copy)."""
 
 from __future__ import annotations
 
@@ -9,30 +10,10 @@ import sys
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.evaluation.comparisons import COMPARED
 
 METHODS = ("random", "bm25", "sbert", "epr", "udr")
 BASELINES = ("bm25", "sbert", "epr", "random")
-
-
-def run_column(settings, summary: dict) -> dict:
-    """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
-    the score summaries (shipped, with its re-scored sample, or scored here)."""
-    shipped = []
-    for task in settings.train.tasks or settings.task_names():
-        path = settings.paths.scores(0, task).with_suffix(".json")
-        record = json.loads(path.read_text()) if path.is_file() else {}
-        shipped.append(bool(record.get("shipped")))
-    checked = settings.score.check_queries
-    feedback = f"shipped, {checked} re-scored" if shipped and all(shipped) else "scored here"
-    if any(shipped) and not all(shipped):
-        feedback = "shipped for some tasks"
-    return {
-        **summary,
-        "label": "this run",
-        "scored_queries_per_task": settings.score.queries_per_task,
-        "epochs": settings.train.epochs_first,
-        "feedback": feedback,
-    }
 
 
 def beside_columns(root: Path, paths: list[str]) -> list[dict]:
@@ -103,3 +84,21 @@ def headline_markdown(columns: list[dict]) -> str:
 def _feedback(column: dict) -> str:
     note = column.get("feedback", "")
     return f"{column['scored_queries_per_task']}" + (f" ({note})" if note else "")
+
+
+def flat_headline(summary: dict) -> dict[str, float]:
+    """The few flat numbers `dvc exp show` compares experiments by: each method's all-task average, UDR minus
+    the best baseline with its interval, and each method's unseen-task average (one decimal)."""
+    out: dict[str, float] = {}
+    for scope, part in (("", summary), ("unseen_", summary.get("unseen", {}))):
+        averages = part.get("averages", {})
+        for method, a in averages.items():
+            out[f"{scope}{method}"] = round(a["all"], 1)
+        baselines = {m: a["all"] for m, a in averages.items() if m not in (COMPARED, "random")}
+        if scope == "" and baselines and COMPARED in averages:
+            best = max(baselines, key=baselines.get)
+            diff = part["udr_minus"][best]["all"]
+            out[f"{COMPARED}-best"] = round(diff["difference"], 1)
+            out[f"{COMPARED}-best_low"] = round(diff["low"], 1)
+            out[f"{COMPARED}-best_high"] = round(diff["high"], 1)
+    return out

@@ -60,29 +60,32 @@ def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, 
     return seen, new
 
 
-def headline(summary: dict) -> dict[str, float]:
-    """The few flat numbers `dvc exp show` compares experiments by: each method's all-task average, UDR minus
-    the best baseline with its interval, and each method's unseen-task average (one decimal)."""
-    out: dict[str, float] = {}
-    for scope, part in (("", summary), ("unseen_", summary.get("unseen", {}))):
-        averages = part.get("averages", {})
-        for method, a in averages.items():
-            out[f"{scope}{method}"] = round(a["all"], 1)
-        baselines = {m: a["all"] for m, a in averages.items() if m not in (COMPARED, "random")}
-        if scope == "" and baselines and COMPARED in averages:
-            best = max(baselines, key=baselines.get)
-            diff = part["udr_minus"][best]["all"]
-            out[f"{COMPARED}-best"] = round(diff["difference"], 1)
-            out[f"{COMPARED}-best_low"] = round(diff["low"], 1)
-            out[f"{COMPARED}-best_high"] = round(diff["high"], 1)
-    return out
+def run_column(settings, summary: dict) -> dict:
+    """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
+    the score summaries (shipped, with its re-scored sample, or scored here)."""
+    shipped = []
+    for task in settings.train.tasks or settings.task_names():
+        path = settings.paths.scores(0, task).with_suffix(".json")
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        shipped.append(bool(record.get("shipped")))
+    checked = settings.score.check_queries
+    feedback = f"shipped, {checked} re-scored" if shipped and all(shipped) else "scored here"
+    if any(shipped) and not all(shipped):
+        feedback = "shipped for some tasks"
+    return {
+        **summary,
+        "label": "this run",
+        "scored_queries_per_task": settings.score.queries_per_task,
+        "epochs": settings.train.epochs_first,
+        "feedback": feedback,
+    }
 
 
 def run_report(settings) -> dict:
     """`udr report`: write metrics/summary.json (its flat headline: metrics/headline.json),
     metrics/results.md (the results table and UDR against each baseline with bootstrap intervals, then
     the same two for the unseen tasks) and the shots plot; returns the summary."""
-    from udr.evaluation.headline import beside_columns, headline_markdown, run_column
+    from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
     from udr.util.files import write_json_atomic, write_text_atomic
 
     paths = settings.paths
@@ -110,7 +113,7 @@ def run_report(settings) -> dict:
             scope=scope,
         )
     write_json_atomic(paths.summary, summary)
-    write_json_atomic(paths.headline, headline(summary))
+    write_json_atomic(paths.headline, flat_headline(summary))
     if summary:
         columns = [run_column(settings, summary), *beside_columns(settings.root, settings.evaluate.beside)]
         write_text_atomic(paths.headline_table, headline_markdown(columns))

@@ -22,8 +22,8 @@ TASK = "sst2"
 @pytest.fixture(scope="module")
 def scored_project(tmp_path_factory, data_dir):
     """A project with sst2 prepared, BM25 candidates, a tiny LM, and its round-0 scores (no shipped folder)."""
-    from udr.feedback.score import run_score
     from udr.lm.models import resolve_model
+    from udr.stages.score import run_score
 
     root = tmp_path_factory.mktemp("shipped")
     write_params(
@@ -57,7 +57,7 @@ def _shipping(scored_project, tmp_path) -> Path:
 
 
 def _score(root, *overrides):
-    from udr.feedback.score import run_score
+    from udr.stages.score import run_score
 
     return run_score(_settings(root, *overrides), TASK, 0, progress=False)
 
@@ -140,7 +140,7 @@ def test_shipped_scores_of_another_precision_are_taken_when_the_sample_agrees(sc
     summary_path = root / f"data/feedback/round0/{TASK}.json"
     record = json.loads(summary_path.read_text())
     from udr.config import load_settings
-    from udr.feedback.score import ScoreWork, load_work, score_inputs
+    from udr.stages.score import ScoreWork, load_work, score_inputs
 
     settings = load_settings(root / "params.yaml", ["score.dtype=bf16"])
     work = load_work(settings, TASK, 0)

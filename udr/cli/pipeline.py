@@ -128,7 +128,7 @@ def score_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Score candidates with the LM -> data/scores/round<N>/<task>.parquet (resumable; runs under torchrun)."""
-    from udr.feedback.score import run_score
+    from udr.stages.score import run_score
 
     settings = load(params, set_)
     settings.train.check_round(round_)

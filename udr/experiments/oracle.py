@@ -95,7 +95,7 @@ def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, 
     the task's prepared train and validation splits."""
     import polars as pl
 
-    from udr.feedback.score import ScoreWork, score_inputs, score_work
+    from udr.stages.score import ScoreWork, score_inputs, score_work
     from udr.util.distributed import resolve_lm_precision
 
     out = settings.paths.oracle(task_name)

@@ -1,4 +1,4 @@
-"""udr.feedback.score (the `udr score` stage): exact scores, ranks, reuse, resume, torchrun, errors.
+"""udr.stages.score (the `udr score` stage): exact scores, ranks, reuse, resume, torchrun, errors.
 
 Every score must equal a direct one-pair-at-a-time computation (full logits, no cache) to 1e-4 in fp32.
 """
@@ -58,7 +58,7 @@ def _settings(root, *overrides):
 
 
 def _run(root, task, round_=0, **kw):
-    from udr.feedback.score import run_score
+    from udr.stages.score import run_score
 
     return run_score(_settings(root), task, round_, progress=False, **kw)
 
@@ -116,7 +116,7 @@ def test_reuse_of_earlier_scores(project, scored, tmp_path):
 def test_more_queries_score_only_the_new_ones(project, scored, tmp_path):
     """Growing score.queries_per_task keeps the earlier queries (a seeded prefix) and their scores; only
     the new queries' pairs run. Another LM precision scores everything again."""
-    from udr.feedback.score import run_score
+    from udr.stages.score import run_score
 
     root = _copy(project, tmp_path)
     before = scored["sst2"][1]
@@ -145,7 +145,7 @@ def _with_new_candidates(root, task, per_query: int) -> pl.DataFrame:
 def test_more_candidates_score_only_the_new_pairs(project, scored, tmp_path):
     """A longer candidate list per query (candidates.k grown) keeps the pairs already scored: a pair's
     score does not depend on which other candidates its query has."""
-    from udr.feedback.score import run_score
+    from udr.stages.score import run_score
 
     root = _copy(project, tmp_path)
     before = scored["sst2"][1]
@@ -162,7 +162,7 @@ def _hashed_as(root, task: str, inputs: dict) -> None:
     """Make the task's score summary read as if an earlier version had hashed these inputs."""
     import json
 
-    from udr.feedback.score import _hash
+    from udr.stages.score import _hash
 
     path = root / f"data/scores/round0/{task}.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "inputs": _hash(inputs)}))
@@ -171,7 +171,7 @@ def _hashed_as(root, task: str, inputs: dict) -> None:
 def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored, tmp_path):
     """Summaries whose inputs hash also covers the candidates file (as written before candidate lists
     left the inputs) still let a larger score.queries_per_task reuse their pairs; another file does not."""
-    from udr.feedback.score import _lm_record, _pair_inputs, load_work, run_score
+    from udr.stages.score import _lm_record, _pair_inputs, load_work, run_score
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)
@@ -197,8 +197,8 @@ def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bit
     Other weights are another LM: nothing is reused."""
     import json
 
-    from udr.feedback.score import _lm_record, _pair_inputs, load_work, run_score
     from udr.lm.loading import RECORD_NAME
+    from udr.stages.score import _lm_record, _pair_inputs, load_work, run_score
 
     root = _copy(project, tmp_path)
     settings = _settings(root)
@@ -235,7 +235,7 @@ def test_stale_partial_results_are_discarded(project, scored, tmp_path):
     root = _copy(project, tmp_path)
     shutil.rmtree(root / "data/scores")
     _run(root, "sst2", stop_after_shards=1)
-    from udr.feedback.score import run_score
+    from udr.stages.score import run_score
 
     run_score(_settings(root, "score.instruction=prefix"), "sst2", 0, progress=False)
     with_instruction = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
@@ -378,8 +378,8 @@ def test_killed_run_resumes_to_identical_output(real_project, tmp_path):
 def test_changed_scores_are_scored_again_not_reused(project, scored, tmp_path):
     """The summary records the scores file's checksum: negated scores are not reused (scored again), and
     a later round or training that reads them is a one-line error naming the file and the fix."""
-    from udr.feedback.score import run_score
     from udr.feedback.scores_file import read_scores
+    from udr.stages.score import run_score
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)
@@ -402,8 +402,8 @@ def test_nan_or_infinite_scores_are_an_error(project, scored, tmp_path, bad):
     or trained on: the round that reuses them and `udr train` refuse them in one line."""
     import json
 
-    from udr.feedback.score import run_score
     from udr.retriever.training import load_scored_queries
+    from udr.stages.score import run_score
 
     root = _copy(project, tmp_path)
     path = root / "data/scores/round0/break.parquet"
@@ -423,7 +423,7 @@ def test_nan_or_infinite_scores_are_an_error(project, scored, tmp_path, bad):
 
 
 def test_nan_from_the_lm_is_an_error_and_writes_nothing(project, tmp_path, monkeypatch):
-    import udr.feedback.score as score_mod
+    import udr.stages.score as score_mod
 
     root = _copy(project, tmp_path)
     out = root / "data/scores/round0/comv.parquet"

@@ -98,10 +98,10 @@ def models_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Resolve the model specs in params to safetensors directories under models/base/<role>/."""
-    from udr.lm.models import resolve_base_models
+    from udr.stages.models import run_models
 
     settings = load(params, set_)
-    for name, spec, path, seconds in resolve_base_models(settings, role, force=force):
+    for name, spec, path, seconds in run_models(settings, role, force=force):
         console().print(f"model {name}: {spec} -> {path} ({seconds:.1f}s)")
 
 

@@ -372,17 +372,3 @@ def _status(message: str) -> None:
     from rich.console import Console
 
     Console(stderr=True).print(f"[dim]{message}[/dim]", highlight=False, soft_wrap=True)
-
-
-def resolve_base_models(settings, roles: list[str] | None = None, *, force: bool = False):
-    """`udr models`: resolve `models.lm` and `models.encoder` (or the given roles) into
-    models/base/<role>/; yields (role, spec, directory, seconds) as each is done."""
-    import time
-
-    specs = {"lm": settings.models.lm, "encoder": settings.models.encoder}
-    for role in roles or list(specs):
-        if role not in specs:
-            raise UdrError(f"unknown model role '{role}'; expected one of: {', '.join(specs)}")
-        start = time.perf_counter()
-        path = resolve_model(specs[role], settings.paths.base_model(role), kind=role, force=force)
-        yield role, specs[role], path, time.perf_counter() - start

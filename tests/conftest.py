@@ -103,6 +103,24 @@ def prepare_with_candidates(root: Path, tasks, data_dir: Path, max_train: int, m
         write_parquet_atomic(frame, paths.candidates(0, name))
 
 
+def scoring_project(
+    root: Path, tasks, data_dir: Path, *, max_train: int, max_test: int, k: int, score: dict, lm_src: str, **sections
+) -> Path:
+    """A project in `root` ready for `udr score`: params (the caps, K BM25 candidates, `score` and any other
+    `sections`), the real tasks prepared with their round-0 candidates, and a tiny LM resolved (built in
+    `root / lm_src`)."""
+    from tests.tiny_models import save_tiny_lm
+    from udr.lm.models import resolve_model
+
+    caps = {"max_train": max_train, "max_test": max_test}
+    write_params(
+        root, {t: caps for t in tasks}, data_dir, candidates={"k": k, "field": "paper"}, score=score, **sections
+    )
+    prepare_with_candidates(root, tasks, data_dir, max_train=max_train, max_test=max_test, k=k)
+    resolve_model(str(save_tiny_lm(root / lm_src)), root / "models" / "base" / "lm", kind="lm")
+    return root
+
+
 def write_csv_task(tasks_dir: Path, data_dir: Path, name: str = "reviews", rows: int = 40) -> Path:
     """A user's own task as the README declares one: `rows` real product reviews (the mirror's cr train
     split) written to a CSV with the user's own column names and labels, and a YAML declaration of it in

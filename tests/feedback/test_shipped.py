@@ -11,8 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import REPO, prepare_with_candidates, write_params
-from tests.tiny_models import save_tiny_lm
+from tests.conftest import REPO, scoring_project
 from udr.errors import UdrError
 from udr.util.files import file_sha256
 
@@ -22,19 +21,11 @@ TASK = "sst2"
 @pytest.fixture(scope="module")
 def scored_project(tmp_path_factory, data_dir):
     """A project with sst2 prepared, BM25 candidates, a tiny LM, and its round-0 scores (no shipped folder)."""
-    from udr.lm.models import resolve_model
     from udr.stages.score import run_score
 
+    score = {"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048, "dtype": "fp32", "check_queries": 2}
     root = tmp_path_factory.mktemp("shipped")
-    write_params(
-        root,
-        {TASK: {"max_train": 30, "max_test": 5}},
-        data_dir,
-        candidates={"k": 5, "field": "paper"},
-        score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048, "dtype": "fp32", "check_queries": 2},
-    )
-    prepare_with_candidates(root, {TASK: "classification"}, data_dir, max_train=30, max_test=5, k=5)
-    resolve_model(str(save_tiny_lm(root / "tiny-src")), root / "models" / "base" / "lm", kind="lm")
+    scoring_project(root, [TASK], data_dir, max_train=30, max_test=5, k=5, score=score, lm_src="tiny-src")
     run_score(_settings(root), TASK, 0, progress=False)
     return root
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from tests.conftest import prepare_with_candidates, run_udr, write_params
-from tests.tiny_models import save_tiny_encoder, save_tiny_lm
+from tests.conftest import run_udr, scoring_project
+from tests.tiny_models import save_tiny_encoder
 
 LOOP_TASKS = {"sst2": "classification", "break": "generation"}
 
@@ -19,12 +19,15 @@ def loop_project(tmp_path_factory, data_dir):
     from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("loop")
-    write_params(
+    scoring_project(
         root,
-        {t: {"max_train": 24, "max_test": 4} for t in LOOP_TASKS},
+        LOOP_TASKS,
         data_dir,
-        candidates={"k": 5, "field": "paper"},
+        max_train=24,
+        max_test=4,
+        k=5,
         score={"queries_per_task": 8, "shard_pairs": 16, "batch_tokens": 2048, "dtype": "fp32"},
+        lm_src="tiny-lm",
         encoder={"max_query_length": 64, "max_demo_length": 96},
         train={
             "later_rounds": {"round1": "round0"},
@@ -40,8 +43,6 @@ def loop_project(tmp_path_factory, data_dir):
         },
         mine={"k": 4, "batch_size": 8},
     )
-    prepare_with_candidates(root, LOOP_TASKS, data_dir, max_train=24, max_test=4, k=5)
-    resolve_model(str(save_tiny_lm(root / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
     resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
     return root
 

@@ -17,8 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.conftest import REPO, prepare_with_candidates, write_params
-from tests.tiny_models import save_tiny_lm
+from tests.conftest import REPO, scoring_project, write_params
 from udr.errors import UdrError
 from udr.feedback.scoring import pair_score
 from udr.lm.prompt import PromptBuilder
@@ -30,19 +29,9 @@ TASKS = {"sst2": "classification", "comv": "multiple_choice", "break": "generati
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, data_dir):
     """A project dir with three real tasks prepared, BM25 candidates, and a tiny LM resolved."""
-    from udr.lm.models import resolve_model
-
+    score = {"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048, "dtype": "fp32"}
     root = tmp_path_factory.mktemp("proj")
-    write_params(
-        root,
-        {t: {"max_train": 30, "max_test": 5} for t in TASKS},
-        data_dir,
-        candidates={"k": 5, "field": "paper"},
-        score={"queries_per_task": 6, "shard_pairs": 7, "batch_tokens": 2048, "dtype": "fp32"},
-    )
-    prepare_with_candidates(root, TASKS, data_dir, max_train=30, max_test=5, k=5)
-    resolve_model(str(save_tiny_lm(root / "tiny-src")), root / "models" / "base" / "lm", kind="lm")
-    return root
+    return scoring_project(root, TASKS, data_dir, max_train=30, max_test=5, k=5, score=score, lm_src="tiny-src")
 
 
 def _copy(project, tmp_path) -> Path:

@@ -87,7 +87,6 @@ def run_score(
     start = time.perf_counter()
     work = load_work(settings, task_name, round_)
     out = settings.paths.scores(round_, task_name)
-    _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
     work, sample = take_shipped(settings, work, lambda shipped_dtype: _accepted_inputs(settings, work, shipped_dtype))
     if sample is None:

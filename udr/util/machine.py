@@ -14,12 +14,10 @@ def machine_kind(device_type: str = "cpu") -> str:
     if device_type == "cuda" and torch.cuda.is_available():
         return f"cuda {torch.cuda.get_device_name()}"
     info = _cpuinfo()
-    name = " ".join(f"{k} {info[k]}" for k in ("cpu family", "model") if k in info)
-    vendor = info.get("vendor_id", platform.processor() or platform.machine())
+    parts = [info.get("vendor_id", platform.processor() or platform.machine())]
+    parts += [f"{label} {info[key]}" for key, label in (("cpu family", "family"), ("model", "model")) if key in info]
     amx = "+AMX" if "amx_bf16" in info.get("flags", "").split() else ""
-    return f"{vendor} {name.replace('cpu family', 'family')}, {torch.backends.cpu.get_cpu_capability()}{amx}".replace(
-        "  ", " "
-    )
+    return f"{' '.join(parts)}, {torch.backends.cpu.get_cpu_capability()}{amx}"
 
 
 def _cpuinfo() -> dict[str, str]:

@@ -14,6 +14,7 @@ from udr.errors import UdrError
 from udr.evaluation.comparisons import COMPARED, udr_versus_baselines
 from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown
+from udr.paths import summary_file
 
 
 def _load_results(settings) -> dict[str, dict[str, dict]]:
@@ -65,13 +66,15 @@ def run_column(settings, summary: dict) -> dict:
     the score summaries (shipped, with its re-scored sample, or scored here)."""
     shipped = []
     for task in settings.train.tasks or settings.task_names():
-        path = settings.paths.scores(0, task).with_suffix(".json")
+        path = summary_file(settings.paths.scores(0, task))
         record = json.loads(path.read_text()) if path.is_file() else {}
         shipped.append(bool(record.get("shipped")))
-    checked = settings.score.check_queries
-    feedback = f"shipped, {checked} re-scored" if shipped and all(shipped) else "scored here"
-    if any(shipped) and not all(shipped):
+    if shipped and all(shipped):
+        feedback = f"shipped, {settings.score.check_queries} re-scored"
+    elif any(shipped):
         feedback = "shipped for some tasks"
+    else:
+        feedback = "scored here"
     return {
         **summary,
         "label": "this run",

@@ -329,7 +329,7 @@ def test_a_shared_encoder_indexes_and_exports(looped, tmp_path):
     from udr.config import load_settings
     from udr.data.prepare import read_prepared
     from udr.retriever.encoder import BiEncoder, demo_texts
-    from udr.retriever.index import run_index
+    from udr.stages.index import run_index
 
     root, settings = _project(looped, tmp_path, "train.shared_encoder=true", "train.epochs_first=0.5")
     model = root / "models/rounds/round0"

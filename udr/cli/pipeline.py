@@ -76,7 +76,7 @@ def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
 @app.command("prepare")
 def prepare_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Write data/prepared/<task>/{train,test}.parquet (+ meta.json) for the tasks in params."""
-    from udr.data.prepare import run_prepare
+    from udr.stages.prepare import run_prepare
 
     settings = load(params, set_)
     for name in selected_tasks(settings, task, unseen=True):
@@ -108,7 +108,7 @@ def models_cmd(
 @app.command("candidates")
 def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Round 0: BM25 top-K candidates for every train query -> data/candidates/round0/<task>.parquet."""
-    from udr.feedback.bm25 import run_candidates
+    from udr.stages.candidates import run_candidates
 
     settings = load(params, set_)
     for name in selected_tasks(settings, task):
@@ -190,7 +190,7 @@ def mine_cmd(
     round_: RoundOpt = 1, task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None
 ) -> None:
     """Mine round N's candidates with round N-1's retriever -> data/candidates/round<N>/<task>.parquet."""
-    from udr.retriever.mining import run_mine
+    from udr.stages.mine import run_mine
 
     settings = load(params, set_)
     settings.train.check_round(round_)
@@ -221,7 +221,7 @@ def index_cmd(
 ) -> None:
     """Copy the last round's retriever to models/final/ (or --out) and embed every task's pool with it
     (-t: only these tasks' pools, into the folder an earlier `udr index` made)."""
-    from udr.retriever.index import run_index
+    from udr.stages.index import run_index
 
     settings = load(params, set_)
     chosen = selected_tasks(settings, task, unseen=True) if task else None

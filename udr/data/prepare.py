@@ -1,4 +1,5 @@
-"""The `udr prepare` stage: seeded caps on a task's splits, and the prepared-data files.
+"""Prepared data: seeded caps on a task's splits, and the prepared-data files (written by the
+`udr prepare` stage, :mod:`udr.stages.prepare`).
 
 Layout (:class:`udr.paths.Paths`): `data/prepared/<task>/{train,test}.parquet` and `meta.json`, with
 the columns id (stable, see :mod:`udr.data.sources`), input, target, label (index into choices, -1
@@ -143,18 +144,3 @@ def read_prepared(root: Path, task: str, split: str):
         )
     return frame
 
-
-def run_prepare(settings, task_name: str) -> dict:
-    """Prepare one task of `settings` (prepare.tasks or evaluate.unseen_tasks) into its prepared directory;
-    returns the metadata written."""
-    caps = settings.task_caps(task_name)
-    return prepare_task(
-        settings.task(task_name),
-        settings.data_dir(),
-        settings.paths.prepared_dir(task_name),
-        seed=settings.seed,
-        test_fraction=settings.prepare.test_fraction,
-        max_train=caps.max_train,
-        max_test=caps.max_test,
-        validation=caps.validation,
-    )

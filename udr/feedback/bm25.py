@@ -1,4 +1,5 @@
-"""BM25: the sparse index (bm25s) and the round-0 candidates it yields (`udr candidates`).
+"""BM25: the sparse index (bm25s) and the round-0 candidates it yields (`udr candidates`,
+:mod:`udr.stages.candidates`).
 
 Scores are on the classic Okapi scale: bm25s' `robertson` variant times (k1 + 1), which equals
 rank-bm25's `BM25Okapi(epsilon=0)` (the test oracle). Top-k is exact and deterministic: ties are
@@ -8,7 +9,6 @@ broken by position in the pool (lower first).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 
@@ -112,15 +112,3 @@ def bm25_candidates(train, kind: TaskKind, field: CandidateField, k: int, progre
         }
     )
 
-
-def run_candidates(settings, task_name: str, *, progress: bool = True) -> tuple[Path, str]:
-    """Write a task's round-0 candidates; returns (the output file, the field BM25 compared)."""
-    from udr.data.prepare import read_prepared
-    from udr.util.files import write_parquet_atomic
-
-    cfg = settings.candidates
-    kind = settings.task(task_name).kind
-    frame = bm25_candidates(read_prepared(settings.root, task_name, "train"), kind, cfg.field, cfg.k, progress)
-    out = settings.paths.candidates(0, task_name)
-    write_parquet_atomic(frame, out)
-    return out, candidate_field(kind, cfg.field)

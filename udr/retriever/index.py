@@ -1,7 +1,8 @@
 """Pool embeddings: E_d's embedding of a task's demonstration pool (its whole train split), their
 files, and the final index.
 
-`udr index` copies the last round's bi-encoder to `models/final/` and writes, for every task,
+`udr index` (:mod:`udr.stages.index`) copies the last round's bi-encoder to `models/final/` and
+writes, for every task,
 `models/final/index/<task>.npy` (float32, one row per pool item) with a JSON sidecar holding the
 pool's ids, the pool file's hash and the model it was made with, so a stale index is detected; and
 `models/final/pools/` with a copy of each pool and the tasks' declarations (`tasks.json`), so the folder
@@ -11,8 +12,6 @@ retrieves without its project.
 from __future__ import annotations
 
 import json
-import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,6 @@ from udr.util.files import (
     json_text,
     read_json_object,
     write_atomic,
-    write_json_atomic,
     write_text_atomic,
 )
 
@@ -147,91 +145,6 @@ def embed_pool(encoder, task: Task, frame, batch_size: int, progress: bool) -> n
     texts = demo_texts(task, frame["input"], frame["target"], encoder.settings)
     description = f"embedding {task.name} pool"
     return encoder.encode(texts, "demo", batch_size=batch_size, progress=progress, description=description)
-
-
-def run_index(
-    settings,
-    *,
-    tasks: list[str] | None = None,
-    model: Path | None = None,
-    out: Path | None = None,
-    replace: bool = False,
-    progress: bool = True,
-) -> dict:
-    """Copy a bi-encoder (default: the last round's model) to `out` (default: models/final; with `model`
-    and no `out`, the model's own folder) and index every prepared task's pool with it; the folder also
-    gets each pool, its task declaration and, in its record, what was indexed, so it serves from anywhere.
-
-    tasks: index only these (the others' indexes are kept); the folder must then already hold the model.
-    A folder recorded from another params file is not replaced unless `replace`."""
-    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder
-    from udr.retriever.record import check_replace
-    from udr.util.distributed import resolve_device_type
-    from udr.util.files import building_dir, check_no_links_out
-
-    paths = settings.paths
-    if model is None:
-        last = settings.train.rounds[-1]
-        src = paths.round_model(last)
-        if not src.is_dir():
-            raise UdrError(f"missing model {src}: run `udr train --round {last}` first")
-    else:
-        src = Path(model)
-        if not (src / SETTINGS_NAME).is_file():
-            raise UdrError(f"missing model {src}: --model takes a trained udr bi-encoder directory")
-    dst = Path(out) if out is not None else src if model is not None else paths.final_model
-    check_replace(dst, settings, replace)
-    for folder in dict.fromkeys((src, dst)):  # nothing is read or written through a link out of either
-        if folder.is_dir():
-            check_no_links_out(folder)
-    device = resolve_device_type(settings.train.device, "train.device")
-    label = settings.train.rounds[-1] if model is None else str(src)
-    if tasks is None:
-        with building_dir(dst) as tmp:
-            shutil.copytree(src, tmp, dirs_exist_ok=True)
-            shutil.rmtree(tmp / "index", ignore_errors=True)  # an indexed --model: its old indexes go
-            shutil.rmtree(Paths.model_pools(tmp), ignore_errors=True)
-            report = {"round": label, "model": model_fingerprint(tmp), "tasks": {}}
-            encoder = BiEncoder.load(tmp).to(device)
-            _index_tasks(settings, encoder, tmp, settings.prepared_task_names(), report, progress)
-        return report
-    report_file = dst / "index" / "report.json"
-    if not report_file.is_file() or model_fingerprint(dst) != model_fingerprint(src):
-        raise UdrError(
-            f"{dst} does not hold {'the last round' if model is None else src}'s indexed model yet: "
-            "run `udr index` (every task) first, then -t for the tasks you add"
-        )
-    report = json.loads(report_file.read_text())
-    _index_tasks(settings, BiEncoder.load(dst).to(device), dst, tasks, report, progress)
-    return report
-
-
-def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: dict, progress: bool) -> None:
-    """Embed `names`' prepared pools into `model_dir` (index, pool copy, declarations, record, report.json)."""
-    from udr.data.prepare import read_prepared
-    from udr.retriever.record import read_record, write_record
-
-    paths = settings.paths
-    fingerprint = report["model"]
-    declared = read_model_declarations(model_dir)
-    for name in names:  # unseen tasks too: UDR retrieves for them
-        t0 = time.perf_counter()
-        source = paths.prepared(name, "train")
-        pool = read_prepared(settings.root, name, "train")
-        emb = embed_pool(encoder, settings.task(name), pool, settings.mine.batch_size, progress)
-        ids = [int(i) for i in pool["id"]]
-        meta = {"task": name, "ids": ids, "model": fingerprint, "pool_sha256": file_sha256(source)}
-        write_atomic(Paths.model_pool(model_dir, name), lambda tmp, source=source: shutil.copyfile(source, tmp))
-        save_embeddings(Paths.index(model_dir, name), emb, meta)
-        if settings.task(name).declaration is not None:
-            declared[name] = settings.task(name).declaration
-        report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
-    write_json_atomic(Paths.model_tasks(model_dir), declared)
-    record = read_record(model_dir)
-    if record is not None:
-        indexed = {t: r["pool"] for t, r in report["tasks"].items()}
-        write_record(model_dir, {**record, "index": {"pools": indexed}})
-    write_json_atomic(model_dir / "index" / "report.json", report)
 
 
 def read_model_declarations(model_dir: Path) -> dict:

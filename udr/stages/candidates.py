@@ -1,0 +1,21 @@
+"""The `udr candidates` stage: round 0's candidates of a task, every train query's top-K BM25 neighbours
+in its own train split (:func:`udr.feedback.bm25.bm25_candidates`), written to
+data/candidates/round0/<task>.parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def run_candidates(settings, task_name: str, *, progress: bool = True) -> tuple[Path, str]:
+    """Write a task's round-0 candidates; returns (the output file, the field BM25 compared)."""
+    from udr.data.prepare import read_prepared
+    from udr.feedback.bm25 import bm25_candidates, candidate_field
+    from udr.util.files import write_parquet_atomic
+
+    cfg = settings.candidates
+    kind = settings.task(task_name).kind
+    frame = bm25_candidates(read_prepared(settings.root, task_name, "train"), kind, cfg.field, cfg.k, progress)
+    out = settings.paths.candidates(0, task_name)
+    write_parquet_atomic(frame, out)
+    return out, candidate_field(kind, cfg.field)

@@ -4,7 +4,7 @@ Workload: for each task (default: sst2, trec = classification, comv = multiple c
 break = generation), the first `--rows` test rows (`--gen-rows` for generation; 0: every test row,
 the workload `udr evaluate` runs) of the project's prepared data, with BM25's demonstrations
 (`evaluate.max_demos` of them for classification, as many as fit in `evaluate.context` for
-generation), assembled by `udr.evaluation.evaluate.TaskEvaluation`: the prompts
+generation), assembled by `udr.evaluation.task_evaluation.TaskEvaluation`: the prompts
 `udr evaluate --method bm25` builds. BM25 needs no trained model, so the benchmark runs on any
 project whose data is prepared.
 
@@ -118,9 +118,9 @@ def load_workload(settings, lm, task: str, rows: int):
     what `udr evaluate` runs), and its prompts."""
     from dataclasses import replace
 
-    from udr.evaluation.evaluate import TaskEvaluation
+    from udr.stages.evaluate import task_evaluation
 
-    ev = TaskEvaluation(settings, lm, "bm25", task, progress=False)
+    ev = task_evaluation(settings, lm, "bm25", task, progress=False)
     if rows:
         ev.rows = ev.rows[:rows]
         ev.ranking = replace(ev.ranking, ids=ev.ranking.ids[:rows], scores=ev.ranking.scores[:rows])
@@ -281,7 +281,7 @@ def process_start_seconds(repeats: int = 3) -> float:
 
 def breakdown(settings, lm, tasks, rows, gen_rows, load_s: float) -> list:
     from udr.data.prepare import read_prepared
-    from udr.evaluation.baselines import build_retriever
+    from udr.stages.evaluate import build_retriever
 
     timer = ForwardTimer(lm.model.get_decoder())
     table = []
@@ -350,7 +350,7 @@ def main(argv=None) -> int:
         ap.error("--rows and --gen-rows must be >= 0 (0: every test row)")
 
     from udr.config import load_settings
-    from udr.evaluation.evaluate import LanguageModel
+    from udr.stages.evaluate import load_language_model
 
     overrides = [f"evaluate.dtype={args.dtype}"]
     if args.batch_tokens:
@@ -358,7 +358,7 @@ def main(argv=None) -> int:
     settings = load_settings(args.project / "params.yaml", overrides)
     tasks = [t for t in args.tasks.split(",") if t]
     start = time.perf_counter()
-    lm = LanguageModel.load(settings)
+    lm = load_language_model(settings)
     load_s = time.perf_counter() - start
     import torch
 

@@ -258,7 +258,7 @@ def main(argv=None) -> int:
     import torch
 
     from udr.config import load_settings
-    from udr.evaluation.evaluate import LanguageModel
+    from udr.evaluation.task_evaluation import LanguageModel
     from udr.lm.loading import load_causal_lm
     from udr.lm.predict import GreedyGenerator
     from udr.lm.scorer import LMScorer

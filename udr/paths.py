@@ -64,7 +64,7 @@ class Paths:
 
     def oracle(self, task: str) -> Path:
         """The oracle instruments' LM scores of a task's validation queries and their candidates (a
-        `.candidates.parquet` and a `.json` summary beside; :mod:`udr.experiments.oracle`)."""
+        `.candidates.parquet` and a `.json` summary beside; :mod:`udr.experiments.instruments`)."""
         return self.root / "data" / "oracle" / f"{task}.parquet"
 
     def predictions(self, method: str, task: str, split: str = "test") -> Path:

@@ -67,7 +67,7 @@ def test_validation_split_is_evaluated_apart_from_test(evaluated, tmp_path):
 
     from udr.config import load_settings
     from udr.errors import UdrError
-    from udr.evaluation.evaluate import run_evaluate
+    from udr.stages.evaluate import run_evaluate
 
     project = tmp_path / "p"
     shutil.copytree(evaluated, project)

@@ -249,7 +249,7 @@ def exp_ceiling_cmd(
     set_: SetOpt = None,
 ) -> None:
     """The ceiling of the LM's feedback on validation: its own best candidates as demos -> metrics/ceiling.md."""
-    from udr.experiments.oracle import run_ceiling
+    from udr.experiments.instruments import run_ceiling
 
     out = run_ceiling(load(params, set_), task, candidates, rerun=rerun)
     console().print(f"-> {out}")
@@ -267,7 +267,7 @@ def exp_agreement_cmd(
     set_: SetOpt = None,
 ) -> None:
     """How retrievers order validation candidates against the LM's feedback (NDCG@8, top-1) -> metrics/agreement.md."""
-    from udr.experiments.oracle import run_agreement
+    from udr.experiments.instruments import run_agreement
 
     models = {}
     for spec in model or []:

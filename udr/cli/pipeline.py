@@ -266,7 +266,7 @@ def evaluate_cmd(
     """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/
     (validation: metrics/validation/, data/predictions-validation/; --save-as NAME: NAME instead of
     <method>; --limit: printed only)."""
-    from udr.evaluation.evaluate import run_evaluate
+    from udr.stages.evaluate import run_evaluate
 
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
@@ -320,8 +320,8 @@ def show_cmd(
 ) -> None:
     """An evaluation's examples: each input, the demonstrations in its prompt, the gold answer and the prediction."""
     from udr.config import METHODS
-    from udr.evaluation.evaluate import check_saved_name
     from udr.evaluation.show import read_examples, select_examples
+    from udr.stages.evaluate import check_saved_name
 
     if method not in METHODS:
         check_saved_name(method)  # a name `udr evaluate --save-as` can write

@@ -8,6 +8,9 @@ items of the task's demonstration pool (its prepared train split), most similar 
 - ``epr``: the EPR baseline (``models/epr``, see :func:`udr.retriever.training.epr_settings`);
 - ``udr``: the final UDR retriever (``models/final``) with its pool index from ``udr index``.
 
+Which model each method reads in a project, and the retriever built from it, is the evaluate stage's
+(:func:`udr.stages.evaluate.build_retriever`).
+
 EPR and UDR are bi-encoders read as in training: E_q sees ``[I] x``, E_d the rendered
 demonstration ``I z`` (see :mod:`udr.retriever.encoder`); they and SBERT rank with
 :class:`udr.retriever.search.DenseRetriever`, the retrieval core serving shares.
@@ -15,16 +18,15 @@ demonstration ``I z`` (see :mod:`udr.retriever.encoder`); they and SBERT rank wi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from udr.config import METHODS
+from udr.data.tasks import Task
 from udr.errors import UdrError
-from udr.paths import Paths
-from udr.retriever.search import DenseRetriever, PoolRetriever, Ranking, check_k, exclude_positions
+from udr.retriever.search import DenseRetriever, Ranking, check_k, exclude_positions
 from udr.util.rng import task_rng
 
 
@@ -69,25 +71,6 @@ class BM25Retriever:
         return Ranking(ids, scores)
 
 
-# ---------------------------------------------------------------- building a task's retriever
-
-
-@dataclass(frozen=True)
-class MethodModel:
-    """The model a learned method reads, and the command that makes it."""
-
-    path: Callable[[Paths], Path]
-    made_by: str
-
-
-# The methods of config.METHODS that read a model (random and BM25 read none).
-METHOD_MODELS: dict[str, MethodModel] = {
-    "sbert": MethodModel(lambda paths: paths.base_model("encoder"), "udr models"),
-    "epr": MethodModel(lambda paths: paths.epr_model, "udr train --epr"),
-    "udr": MethodModel(lambda paths: paths.final_model, "udr index"),
-}
-
-
 def check_method(method: str) -> None:
     """A one-line error for a method name udr does not know."""
     if method not in METHODS:
@@ -112,73 +95,36 @@ def sbert_encoder(base_dir: Path):
     return BiEncoder(model.eval(), model, tokenizer, settings)
 
 
-def build_retriever(
-    method: str, settings, task_name: str, pool, *, progress: bool = False, model_dir: Path | None = None
-) -> PoolRetriever:
-    """The retriever `method` over `pool` (a prepared train frame) of `task_name`; `model_dir`: the
-    bi-encoder of epr / udr (default: the pipeline's), whose pool is embedded here where it has no index."""
-    check_method(method)
-    ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
-    inputs = pool["input"].to_list()
-    if method == "random":
-        return RandomRetriever(ids, settings.seed, task_name)
-    if method == "bm25":
-        return BM25Retriever(ids, inputs)
-
-    from udr.util.distributed import resolve_device_type
-
-    model = METHOD_MODELS[method]
-    own = model_dir is not None
-    model_dir = Path(model_dir) if own else model.path(settings.paths)
-    if not model_dir.is_dir():
-        raise UdrError(f"missing model {model_dir}: run `{model.made_by}` first")
-    if method == "sbert":
-        batch = settings.mine.batch_size
-        encoder = sbert_encoder(model_dir).to(resolve_device_type(settings.evaluate.device, "evaluate.device"))
-        description = f"embedding {task_name} pool (sbert)"
-        emb = encoder.encode(inputs, "demo", batch_size=batch, progress=progress, description=description)
-        return DenseRetriever(encoder, ids, emb, batch_size=batch)
-    from udr.retriever.encoder import BiEncoder
-    from udr.retriever.index import load_index
-    from udr.util.files import file_sha256
-
-    encoder = BiEncoder.load(model_dir)
-    # UDR reads its index where `udr index` wrote one; a pool without one (a task added since) is embedded here.
-    if method == "udr" and Paths.index(model_dir, task_name).is_file():
-        emb = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
-        return bi_encoder_retriever(encoder, settings, task_name, pool, embeddings=emb)
-    return bi_encoder_retriever(encoder, settings, task_name, pool, progress=progress)
+def sbert_retriever(base_dir: Path, task_name: str, pool, device: str, batch_size: int, progress: bool = False):
+    """SBERT over `pool` (a prepared train frame): the base encoder of `base_dir` on the pool's inputs."""
+    encoder = sbert_encoder(base_dir).to(device)
+    description = f"embedding {task_name} pool (sbert)"
+    texts = pool["input"].to_list()
+    emb = encoder.encode(texts, "demo", batch_size=batch_size, progress=progress, description=description)
+    return DenseRetriever(encoder, np.asarray(pool["id"].to_list(), dtype=np.int64), emb, batch_size=batch_size)
 
 
 def bi_encoder_retriever(
-    encoder, settings, task_name: str, pool, *, embeddings: np.ndarray | None = None, progress: bool = False
+    encoder,
+    task: Task,
+    pool,
+    device: str,
+    batch_size: int,
+    embeddings: np.ndarray | None = None,
+    progress: bool = False,
 ) -> DenseRetriever:
     """A UDR-style bi-encoder (UDR, EPR, any round's model, or the initial encoder) over `pool`, reading
     queries and demonstrations as training does; `embeddings`: the pool's, if already computed."""
     from udr.retriever.encoder import query_text
     from udr.retriever.index import embed_pool
-    from udr.util.distributed import resolve_device_type
 
-    batch = settings.mine.batch_size
-    encoder = encoder.to(resolve_device_type(settings.evaluate.device, "evaluate.device"))
-    task = settings.task(task_name)
+    encoder = encoder.to(device)
     if embeddings is None:
-        embeddings = embed_pool(encoder, task, pool, batch, progress)
+        embeddings = embed_pool(encoder, task, pool, batch_size, progress)
     return DenseRetriever(
         encoder,
         pool["id"].to_list(),
         embeddings,
         lambda x: query_text(task.instruction, x, encoder.settings),
-        batch_size=batch,
+        batch_size=batch_size,
     )
-
-
-def initial_bi_encoder(settings):
-    """UDR's starting point before any training (:func:`udr.retriever.training.initial_bi_encoder` on the
-    project's base encoder)."""
-    from udr.retriever.training import initial_bi_encoder as from_base
-
-    base = settings.paths.base_model("encoder")
-    if not base.is_dir():
-        raise UdrError(f"missing model {base}: run `udr models` first")
-    return from_base(settings, base)

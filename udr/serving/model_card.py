@@ -159,7 +159,7 @@ def _saved_evaluations(settings) -> list[tuple[str, str]]:
     """(name, split) of every evaluation the project holds: the methods' and `udr evaluate --save-as`
     names', on test (metrics/NAME/) and validation (metrics/validation/NAME/), the methods first."""
     from udr.config import METHODS
-    from udr.evaluation.evaluate import RESERVED_NAMES
+    from udr.stages.evaluate import RESERVED_NAMES
 
     out = []
     for split in ("test", "validation"):

@@ -1,4 +1,4 @@
-"""udr.experiments.oracle: the ceiling and agreement instruments, their parts by hand and end to end on
+"""udr.experiments.instruments: the ceiling and agreement instruments, their parts by hand and end to end on
 a tiny project (tiny models, real data)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import run_udr, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 from udr.errors import UdrError
-from udr.experiments.oracle import (
+from udr.experiments.instruments import (
     FixedRanking,
     agreement_of,
     candidate_order,

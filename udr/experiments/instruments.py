@@ -73,7 +73,7 @@ def oracle_candidates(settings, task_name: str, pool, rows, n: int = CANDIDATES,
     """Each validation query (`rows`)'s top `n` of BM25 ∪ SBERT over `pool` (query_id, candidate_id, position)."""
     import polars as pl
 
-    from udr.evaluation.baselines import build_retriever
+    from udr.stages.evaluate import build_retriever
 
     n = min(n, len(pool))
     queries = rows["input"].to_list()
@@ -167,11 +167,11 @@ def run_ceiling(
 ) -> Path:
     """Score the oracle candidates, evaluate the ceiling and (where missing or older than their model)
     BM25, SBERT, EPR and UDR on validation; write `metrics/ceiling.md` and `.json`."""
-    from udr.evaluation.evaluate import LanguageModel, evaluate_task
+    from udr.stages.evaluate import evaluate_task, load_language_model
 
     tasks = list(tasks or settings.task_names())
     splits = {t: _validation(settings, t) for t in tasks}  # every task checked before the LM loads
-    lm = LanguageModel.load(settings)
+    lm = load_language_model(settings)
     for t in tasks:
         pool, rows = splits[t]
         scores = oracle_scores(settings, t, pool, rows, n, progress=progress)
@@ -185,7 +185,7 @@ def run_ceiling(
 
 def _fresh(settings, method: str, task: str) -> bool:
     """Whether `method`'s validation result on `task` is newer than its model and the prepared data."""
-    from udr.evaluation.baselines import METHOD_MODELS
+    from udr.stages.evaluate import METHOD_MODELS
 
     result = settings.paths.method_metrics(method, task, "validation")
     if not result.is_file() or not settings.paths.predictions(method, task, "validation").is_file():
@@ -337,8 +337,8 @@ AGREEMENT_RETRIEVERS = ("random", "bm25", "sbert", "initial encoder", "epr", "ud
 def _retrievers(settings, task: str, pool, models: dict, progress: bool) -> dict:
     """{label: a function building that retriever over `pool`}: random, BM25, SBERT, the initial encoder,
     EPR and UDR where trained, then `models`."""
-    from udr.evaluation.baselines import METHOD_MODELS, bi_encoder_retriever, build_retriever, initial_bi_encoder
     from udr.retriever.encoder import BiEncoder
+    from udr.stages.evaluate import METHOD_MODELS, bi_encoder_retriever, build_retriever
 
     def method(m: str):
         return lambda: build_retriever(m, settings, task, pool, progress=progress)
@@ -346,8 +346,16 @@ def _retrievers(settings, task: str, pool, models: dict, progress: bool) -> dict
     def model(path: Path):
         return lambda: bi_encoder_retriever(BiEncoder.load(Path(path)), settings, task, pool)
 
+    def initial_encoder():
+        from udr.retriever.training import initial_bi_encoder
+
+        base = settings.paths.base_model("encoder")
+        if not base.is_dir():
+            raise UdrError(f"missing model {base}: run `udr models` first")
+        return bi_encoder_retriever(initial_bi_encoder(settings, base), settings, task, pool)
+
     out = {m: method(m) for m in ("random", "bm25", "sbert")}
-    out["initial encoder"] = lambda: bi_encoder_retriever(initial_bi_encoder(settings), settings, task, pool)
+    out["initial encoder"] = initial_encoder
     out.update({m: method(m) for m in ("epr", "udr") if METHOD_MODELS[m].path(settings.paths).is_dir()})
     out.update({label: model(path) for label, path in models.items()})
     return out

@@ -1,10 +1,6 @@
 """The `udr evaluate` stage: in-context learning on each task's test split with one retriever's
-demonstrations.
-
-For every test input the retriever ranks the task's pool (its prepared train split); the prompt
-takes, most similar first, `evaluate.max_demos` demonstrations for classification / multiple choice
-and as many as fit in the context for generation (:func:`udr.evaluation.icl.assemble`), in `evaluate.order`.
-The LM then predicts (:mod:`udr.lm.predict`) and the task's metric scores it (:mod:`udr.evaluation.metrics`).
+demonstrations (:mod:`udr.evaluation.task_evaluation`), for a project's data, models and output files;
+and the project's retriever of each method (:func:`build_retriever`), which the instruments share.
 
 Outputs, per method and task:
 - ``metrics/<method>/<task>.json``: metric, score, graded score, n, seconds, mean demonstrations and
@@ -17,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,43 +21,89 @@ import numpy as np
 
 from udr.config import Split
 from udr.errors import UdrError
+from udr.evaluation.task_evaluation import LanguageModel, TaskEvaluation
+from udr.paths import Paths
+
+# ---------------------------------------------------------------- the project's retrievers and LM
 
 
-@dataclass
-class LanguageModel:
-    """The inference LM with its tokenizer, label scorer and greedy generator."""
+@dataclass(frozen=True)
+class MethodModel:
+    """The model a learned method reads, and the command that makes it."""
 
-    model: object
-    tokenizer: object
-    scorer: object
-    generator: object
+    path: Callable[[Paths], Path]
+    made_by: str
 
-    @classmethod
-    def load(cls, settings) -> LanguageModel:
-        import torch
 
-        from udr.lm.loading import load_causal_lm
-        from udr.lm.models import resolve_model
-        from udr.lm.predict import GreedyGenerator
-        from udr.lm.scorer import LMScorer
-        from udr.util.distributed import resolve_lm_precision
+# The methods of config.METHODS that read a model (random and BM25 read none).
+METHOD_MODELS: dict[str, MethodModel] = {
+    "sbert": MethodModel(lambda paths: paths.base_model("encoder"), "udr models"),
+    "epr": MethodModel(lambda paths: paths.epr_model, "udr train --epr"),
+    "udr": MethodModel(lambda paths: paths.final_model, "udr index"),
+}
 
-        if settings.evaluate.lm:  # another inference LM than the scoring one: resolved (once) next to it
-            lm_dir = resolve_model(settings.evaluate.lm, settings.paths.base_model("eval_lm"), kind="lm")
-        else:
-            lm_dir = settings.paths.base_model("lm")
-        if not lm_dir.is_dir():
-            raise UdrError(f"missing model {lm_dir}: run `udr models` first")
-        device_type, dtype = resolve_lm_precision(settings.evaluate.device, settings.evaluate.dtype, "evaluate")
-        model, tokenizer = load_causal_lm(lm_dir)
-        model.to(torch.device(device_type))
-        bf16 = dtype == "bf16"
-        return cls(
-            model,
-            tokenizer,
-            LMScorer(model, bf16=bf16, pad_id=tokenizer.pad_token_id or 0),
-            GreedyGenerator(model, tokenizer, bf16=bf16),
-        )
+
+def build_retriever(
+    method: str, settings, task_name: str, pool, *, progress: bool = False, model_dir: Path | None = None
+):
+    """The retriever `method` over `pool` (a prepared train frame) of `task_name`; `model_dir`: the
+    bi-encoder of epr / udr (default: the pipeline's), whose pool is embedded here where it has no index."""
+    from udr.evaluation.baselines import BM25Retriever, RandomRetriever, check_method
+
+    check_method(method)
+    ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
+    if method == "random":
+        return RandomRetriever(ids, settings.seed, task_name)
+    if method == "bm25":
+        return BM25Retriever(ids, pool["input"].to_list())
+
+    from udr.evaluation.baselines import sbert_retriever
+    from udr.retriever.encoder import BiEncoder
+    from udr.retriever.index import load_index
+    from udr.util.files import file_sha256
+
+    model = METHOD_MODELS[method]
+    model_dir = Path(model_dir) if model_dir is not None else model.path(settings.paths)
+    if not model_dir.is_dir():
+        raise UdrError(f"missing model {model_dir}: run `{model.made_by}` first")
+    if method == "sbert":
+        return sbert_retriever(model_dir, task_name, pool, _device(settings), settings.mine.batch_size, progress)
+    # UDR reads its index where `udr index` wrote one; a pool without one (a task added since) is embedded here.
+    embeddings = None
+    if method == "udr" and Paths.index(model_dir, task_name).is_file():
+        embeddings = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
+    return bi_encoder_retriever(BiEncoder.load(model_dir), settings, task_name, pool, embeddings, progress)
+
+
+def bi_encoder_retriever(encoder, settings, task_name: str, pool, embeddings=None, progress: bool = False):
+    """:func:`udr.evaluation.baselines.bi_encoder_retriever` with the project's task, device and batch size."""
+    from udr.evaluation.baselines import bi_encoder_retriever as over_pool
+
+    return over_pool(
+        encoder, settings.task(task_name), pool, _device(settings), settings.mine.batch_size, embeddings, progress
+    )
+
+
+def _device(settings) -> str:
+    from udr.util.distributed import resolve_device_type
+
+    return resolve_device_type(settings.evaluate.device, "evaluate.device")
+
+
+def load_language_model(settings) -> LanguageModel:
+    """The inference LM: `evaluate.lm` where set (resolved once, next to the scoring LM), else the
+    scoring LM of `udr models`; on `evaluate.device` in `evaluate.dtype`."""
+    from udr.lm.models import resolve_model
+    from udr.util.distributed import resolve_lm_precision
+
+    if settings.evaluate.lm:
+        lm_dir = resolve_model(settings.evaluate.lm, settings.paths.base_model("eval_lm"), kind="lm")
+    else:
+        lm_dir = settings.paths.base_model("lm")
+    if not lm_dir.is_dir():
+        raise UdrError(f"missing model {lm_dir}: run `udr models` first")
+    device_type, dtype = resolve_lm_precision(settings.evaluate.device, settings.evaluate.dtype, "evaluate")
+    return LanguageModel.load(lm_dir, device_type, dtype)
 
 
 def check_prepared_caps(settings, task_name: str, split: str) -> None:
@@ -82,154 +125,47 @@ def check_prepared_caps(settings, task_name: str, split: str) -> None:
         )
 
 
-class TaskEvaluation:
-    """One task's pool, evaluated split (test, or validation to choose settings on), retrieved
-    demonstrations and tokenised texts, ready to build prompts at any demonstration count."""
+def task_evaluation(
+    settings,
+    lm: LanguageModel,
+    method: str,
+    task_name: str,
+    *,
+    split: Split = "test",
+    progress: bool,
+    retriever=None,
+    limit: int | None = None,
+    model: Path | None = None,
+) -> TaskEvaluation:
+    """`task_name`'s evaluation on `split` (its first `limit` rows) with `method`'s retriever (`model`:
+    that bi-encoder's; `retriever`: an instrument's own ranking, e.g. the LM's oracle order)."""
+    from udr.data.prepare import read_prepared
 
-    def __init__(
-        self,
-        settings,
-        lm: LanguageModel,
-        method: str,
-        task_name: str,
-        *,
-        split: Split = "test",
-        progress: bool,
-        retriever=None,
-        limit: int | None = None,
-        model: Path | None = None,
-    ):
-        from udr.data.prepare import read_prepared
-        from udr.evaluation.baselines import build_retriever
-        from udr.lm.prompt import PromptBuilder
-
-        cfg = settings.evaluate
-        self.settings, self.lm, self.method = settings, lm, method
-        self.task = settings.task(task_name)
-        self.generation = self.task.generation
-        root = settings.root
-        pool = read_prepared(root, task_name, "train")
-        self.split = split
-        if split == "validation" and not settings.paths.prepared(task_name, split).is_file():
-            raise UdrError(
-                f"task {task_name} has no validation split: set prepare.tasks.{task_name}.validation "
-                f"to a number of rows and run `udr prepare -t {task_name}`"
-            )
-        check_prepared_caps(settings, task_name, split)
-        self.rows = read_prepared(root, task_name, split).to_dicts()[:limit]
-        if not self.rows:
-            raise UdrError(f"task {task_name} has no {split} rows: nothing to evaluate")
-        self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
-        instruction = self.task.instruction if settings.score.instruction == "prefix" else None
-        self.builder = PromptBuilder(lm.tokenizer, self.task, instruction, cfg.context)
-
-        want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
-        k = min(want, len(pool))
-        if retriever is None:  # else an instrument's own ranking (e.g. the LM's oracle order)
-            retriever = build_retriever(method, settings, task_name, pool, progress=progress, model_dir=model)
-        start = time.perf_counter()
-        queries = [r["input"] for r in self.rows]
-        from udr.retriever.search import DenseRetriever
-
-        if cfg.diversity and isinstance(retriever, DenseRetriever):  # random and BM25 have no embeddings
-            self.ranking = retriever.rank(queries, k, diversity=cfg.diversity)
-        else:
-            self.ranking = retriever.rank(queries, k)
-        self._done: dict[tuple[int, ...], object] = {}  # prompt token ids -> prediction
-        self.retrieval_seconds = time.perf_counter() - start
-        if self.generation:
-            longest = max(len(self.builder.encode(t)) for _, t in self.pool.values())
-            self.max_new_tokens = min(cfg.max_new_tokens, longest)
-
-    def shots(self) -> list[int]:
-        cfg = self.settings.evaluate
-        if self.split == "test" and self.task.name in cfg.shots_tasks and self.method in cfg.shots_methods:
-            return list(cfg.shots)
-        return []
-
-    def prompts(self, max_demos: int | None):
-        """One assembled prompt per test row (demonstrations capped at `max_demos`, None: as many as fit)."""
-        from udr.evaluation.icl import assemble
-        from udr.util.rng import task_rng
-
-        cfg = self.settings.evaluate
-        out = []
-        for row, ranked in zip(self.rows, self.ranking.ids):
-            demos = [(int(i), *self.pool[int(i)]) for i in ranked]
-            if self.generation:
-                reserve = self.max_new_tokens
-            else:
-                reserve = max(len(self.builder.encode(c)) for c in row["choices"])
-            rng = (
-                task_rng(self.settings.seed, self.task.name, f"order/{cfg.order_seed}/{row['id']}")
-                if cfg.order == "random"
-                else None
-            )
-            out.append(
-                assemble(
-                    self.builder,
-                    demos,
-                    row["input"],
-                    context=cfg.context,
-                    reserve=reserve,
-                    max_demos=max_demos,
-                    order=cfg.order,
-                    rng=rng,
-                )
-            )
-        return out
-
-    def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
-        """(predictions for the metric, their texts). A prompt already predicted at another
-        demonstration count (e.g. 8 for a shots point equal to the main run) is not run again."""
-        from udr.lm.predict import predict_choices
-        from udr.lm.scorer import ScoringItem
-
-        cfg = self.settings.evaluate
-        todo = [j for j, p in enumerate(prompts) if p.token_ids not in self._done]
-        if on_batch and len(todo) < len(prompts):
-            on_batch(len(prompts) - len(todo))
-        if self.generation:
-            texts = self.lm.generator.generate(
-                [prompts[j].token_ids for j in todo], self.max_new_tokens, cfg.batch_tokens, on_batch
-            )
-            self._done.update((prompts[j].token_ids, t) for j, t in zip(todo, texts))
-            preds = [self._done[p.token_ids] for p in prompts]
-            return preds, preds
-        items = []
-        for j in todo:
-            row = self.rows[j]
-            conts = tuple(self.builder.encode(c) for c in row["choices"])
-            items.append(ScoringItem(int(row["id"]), 0, prompts[j].token_ids, conts, int(row["label"])))
-        labels, _ = predict_choices(self.lm.scorer, items, cfg.batch_tokens, on_batch)
-        self._done.update((prompts[j].token_ids, label) for j, label in zip(todo, labels))
-        preds = [self._done[p.token_ids] for p in prompts]
-        return preds, [row["choices"][i] for row, i in zip(self.rows, preds)]
-
-    def run(
-        self, max_demos: int | None, bar=None, description: str = "", *, interval: bool = False
-    ) -> tuple[dict, list, list[str]]:
-        """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts);
-        `interval`: with the score's 95% interval (:func:`udr.evaluation.bootstrap.score_interval`)."""
-        from udr.evaluation.bootstrap import score_interval
-        from udr.evaluation.metrics import score_task
-
-        prompts = self.prompts(max_demos)
-        job = bar.add_task(description, total=len(prompts)) if bar is not None else None
-        advance = (lambda n: bar.advance(job, n)) if bar is not None else None
-        start = time.perf_counter()
-        preds, texts = self.predict(prompts, advance)
-        result = score_task(self.task.metric, preds, self.rows)
-        if interval:
-            result["interval"] = score_interval(
-                self.task.metric, preds, self.rows, result["score"], seed=self.settings.seed
-            )
-        result["seconds"] = round(time.perf_counter() - start, 2)
-        result["demos_mean"] = float(np.mean([len(p.demo_ids) for p in prompts]))
-        result["prompt_tokens_mean"] = float(np.mean([len(p.token_ids) for p in prompts]))
-        if bar is not None:
-            bar.remove_task(job)
-        return result, prompts, texts
+    pool = read_prepared(settings.root, task_name, "train")
+    if split == "validation" and not settings.paths.prepared(task_name, split).is_file():
+        raise UdrError(
+            f"task {task_name} has no validation split: set prepare.tasks.{task_name}.validation "
+            f"to a number of rows and run `udr prepare -t {task_name}`"
+        )
+    check_prepared_caps(settings, task_name, split)
+    rows = read_prepared(settings.root, task_name, split).to_dicts()[:limit]
+    if not rows:
+        raise UdrError(f"task {task_name} has no {split} rows: nothing to evaluate")
+    if retriever is None:
+        retriever = build_retriever(method, settings, task_name, pool, progress=progress, model_dir=model)
+    task = settings.task(task_name)
+    return TaskEvaluation(
+        lm,
+        method,
+        task,
+        pool,
+        rows,
+        retriever,
+        settings.evaluate,
+        seed=settings.seed,
+        instruction=task.instruction if settings.score.instruction == "prefix" else None,
+        split=split,
+    )
 
 
 def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]) -> None:
@@ -291,7 +227,7 @@ def run_evaluate(
             raise UdrError(f"--model goes with -m epr or -m udr (a trained bi-encoder), not {method}")
         if not Path(model).is_dir():
             raise UdrError(f"missing model {model}: give a trained udr bi-encoder directory")
-    lm = LanguageModel.load(settings)
+    lm = load_language_model(settings)
     if not tasks:
         tasks = settings.evaluation_tasks()
         if split == "validation":  # settings are chosen on the trained-on tasks: unseen ones stay unseen
@@ -320,7 +256,6 @@ def learned_model_fingerprint(settings, method: str, model: Path | None = None) 
     retriever then says so)."""
     if method not in ("epr", "udr"):
         return None
-    from udr.evaluation.baselines import METHOD_MODELS
     from udr.retriever.index import model_fingerprint
 
     model_dir = Path(model) if model is not None else METHOD_MODELS[method].path(settings.paths)
@@ -351,7 +286,7 @@ def evaluate_task(
 
     cfg = settings.evaluate
     start = time.perf_counter()
-    ev = TaskEvaluation(
+    ev = task_evaluation(
         settings, lm, method, name, split=split, progress=progress, retriever=retriever, limit=limit, model=model
     )
     with progress_bar(progress) as bar:

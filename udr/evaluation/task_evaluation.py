@@ -1,0 +1,183 @@
+"""In-context learning on one task: the inference LM, and a task's evaluated rows with their retrieved
+demonstrations, assembled into prompts at any demonstration count, predicted and scored.
+
+For every evaluated input the retriever ranks the task's pool (its prepared train split); the prompt
+takes, most similar first, `max_demos` demonstrations for classification / multiple choice and as many
+as fit in the context for generation (:func:`udr.evaluation.icl.assemble`), in the configured order.
+The LM then predicts (:mod:`udr.lm.predict`) and the task's metric scores it
+(:mod:`udr.evaluation.metrics`). The `udr evaluate` stage (:mod:`udr.stages.evaluate`) wires it to a
+project's data, models and output files.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from udr.config import EvaluateSettings, Split
+from udr.data.tasks import Task
+
+
+@dataclass
+class LanguageModel:
+    """The inference LM with its tokenizer, label scorer and greedy generator."""
+
+    model: object
+    tokenizer: object
+    scorer: object
+    generator: object
+
+    @classmethod
+    def load(cls, lm_dir: Path, device_type: str, dtype: str) -> LanguageModel:
+        """The causal LM in `lm_dir` (safetensors) on `device_type`, predicting in `dtype` (bf16: autocast)."""
+        import torch
+
+        from udr.lm.loading import load_causal_lm
+        from udr.lm.predict import GreedyGenerator
+        from udr.lm.scorer import LMScorer
+
+        model, tokenizer = load_causal_lm(lm_dir)
+        model.to(torch.device(device_type))
+        bf16 = dtype == "bf16"
+        return cls(
+            model,
+            tokenizer,
+            LMScorer(model, bf16=bf16, pad_id=tokenizer.pad_token_id or 0),
+            GreedyGenerator(model, tokenizer, bf16=bf16),
+        )
+
+
+class TaskEvaluation:
+    """One task's pool, evaluated rows (of test, or of validation to choose settings on), retrieved
+    demonstrations and tokenised texts, ready to build prompts at any demonstration count."""
+
+    def __init__(
+        self,
+        lm: LanguageModel,
+        method: str,
+        task: Task,
+        pool,
+        rows: list[dict],
+        retriever,
+        cfg: EvaluateSettings,
+        *,
+        seed: int,
+        instruction: str | None,
+        split: Split = "test",
+    ):
+        """`pool`: the task's prepared train frame (id, input, target); `rows`: the evaluated rows;
+        `retriever`: ranks the pool for each row's input; `instruction`: the task instruction that leads
+        every prompt, or None; `seed`: random demonstration orders and the score's interval."""
+        from udr.lm.prompt import PromptBuilder
+        from udr.retriever.search import DenseRetriever
+
+        self.cfg, self.seed, self.lm, self.method, self.task = cfg, seed, lm, method, task
+        self.generation = task.generation
+        self.split, self.rows = split, rows
+        self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
+        self.builder = PromptBuilder(lm.tokenizer, task, instruction, cfg.context)
+
+        want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
+        k = min(want, len(pool))
+        start = time.perf_counter()
+        queries = [r["input"] for r in self.rows]
+        if cfg.diversity and isinstance(retriever, DenseRetriever):  # random and BM25 have no embeddings
+            self.ranking = retriever.rank(queries, k, diversity=cfg.diversity)
+        else:
+            self.ranking = retriever.rank(queries, k)
+        self._done: dict[tuple[int, ...], object] = {}  # prompt token ids -> prediction
+        self.retrieval_seconds = time.perf_counter() - start
+        if self.generation:
+            longest = max(len(self.builder.encode(t)) for _, t in self.pool.values())
+            self.max_new_tokens = min(cfg.max_new_tokens, longest)
+
+    def shots(self) -> list[int]:
+        cfg = self.cfg
+        if self.split == "test" and self.task.name in cfg.shots_tasks and self.method in cfg.shots_methods:
+            return list(cfg.shots)
+        return []
+
+    def prompts(self, max_demos: int | None):
+        """One assembled prompt per test row (demonstrations capped at `max_demos`, None: as many as fit)."""
+        from udr.evaluation.icl import assemble
+        from udr.util.rng import task_rng
+
+        cfg = self.cfg
+        out = []
+        for row, ranked in zip(self.rows, self.ranking.ids):
+            demos = [(int(i), *self.pool[int(i)]) for i in ranked]
+            if self.generation:
+                reserve = self.max_new_tokens
+            else:
+                reserve = max(len(self.builder.encode(c)) for c in row["choices"])
+            rng = (
+                task_rng(self.seed, self.task.name, f"order/{cfg.order_seed}/{row['id']}")
+                if cfg.order == "random"
+                else None
+            )
+            out.append(
+                assemble(
+                    self.builder,
+                    demos,
+                    row["input"],
+                    context=cfg.context,
+                    reserve=reserve,
+                    max_demos=max_demos,
+                    order=cfg.order,
+                    rng=rng,
+                )
+            )
+        return out
+
+    def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
+        """(predictions for the metric, their texts). A prompt already predicted at another
+        demonstration count (e.g. 8 for a shots point equal to the main run) is not run again."""
+        from udr.lm.predict import predict_choices
+        from udr.lm.scorer import ScoringItem
+
+        cfg = self.cfg
+        todo = [j for j, p in enumerate(prompts) if p.token_ids not in self._done]
+        if on_batch and len(todo) < len(prompts):
+            on_batch(len(prompts) - len(todo))
+        if self.generation:
+            texts = self.lm.generator.generate(
+                [prompts[j].token_ids for j in todo], self.max_new_tokens, cfg.batch_tokens, on_batch
+            )
+            self._done.update((prompts[j].token_ids, t) for j, t in zip(todo, texts))
+            preds = [self._done[p.token_ids] for p in prompts]
+            return preds, preds
+        items = []
+        for j in todo:
+            row = self.rows[j]
+            conts = tuple(self.builder.encode(c) for c in row["choices"])
+            items.append(ScoringItem(int(row["id"]), 0, prompts[j].token_ids, conts, int(row["label"])))
+        labels, _ = predict_choices(self.lm.scorer, items, cfg.batch_tokens, on_batch)
+        self._done.update((prompts[j].token_ids, label) for j, label in zip(todo, labels))
+        preds = [self._done[p.token_ids] for p in prompts]
+        return preds, [row["choices"][i] for row, i in zip(self.rows, preds)]
+
+    def run(
+        self, max_demos: int | None, bar=None, description: str = "", *, interval: bool = False
+    ) -> tuple[dict, list, list[str]]:
+        """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts);
+        `interval`: with the score's 95% interval (:func:`udr.evaluation.bootstrap.score_interval`)."""
+        from udr.evaluation.bootstrap import score_interval
+        from udr.evaluation.metrics import score_task
+
+        prompts = self.prompts(max_demos)
+        job = bar.add_task(description, total=len(prompts)) if bar is not None else None
+        advance = (lambda n: bar.advance(job, n)) if bar is not None else None
+        start = time.perf_counter()
+        preds, texts = self.predict(prompts, advance)
+        result = score_task(self.task.metric, preds, self.rows)
+        if interval:
+            result["interval"] = score_interval(self.task.metric, preds, self.rows, result["score"], seed=self.seed)
+        result["seconds"] = round(time.perf_counter() - start, 2)
+        result["demos_mean"] = float(np.mean([len(p.demo_ids) for p in prompts]))
+        result["prompt_tokens_mean"] = float(np.mean([len(p.token_ids) for p in prompts]))
+        if bar is not None:
+            bar.remove_task(job)
+        return result, prompts, texts

@@ -59,8 +59,13 @@ class Paths:
         return self.root / "data" / "candidates" / round_label(round_) / f"{task}.parquet"
 
     def scores(self, round_: int, task: str) -> Path:
-        """The LM's scores of a round's candidates (a .json summary beside)."""
+        """The LM's scores of a round's candidates (their manifest, :mod:`udr.feedback.scores_file`, beside)."""
         return self.root / "data" / "scores" / round_label(round_) / f"{task}.parquet"
+
+    def score_report(self, round_: int, task: str) -> Path:
+        """How a round's scoring of a task went (counts, time, throughput, the shipped sample's check); the
+        scores' manifest, which later stages read, is the .json beside the scores."""
+        return self.root / "metrics" / "score" / round_label(round_) / f"{task}.json"
 
     def oracle(self, task: str) -> Path:
         """The oracle instruments' LM scores of a task's validation queries and their candidates (a

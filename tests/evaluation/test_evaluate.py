@@ -203,8 +203,8 @@ def test_evaluations_saved_in_git_compare_as_their_files_do(evaluated, tmp_path)
 
     from udr.config import load_settings
     from udr.errors import UdrError
-    from udr.evaluation.comparisons import saved_comparison
     from udr.experiments.dvc import compare_revisions
+    from udr.stages.saved_evaluations import saved_comparison
 
     project = tmp_path / "p"
     shutil.copytree(evaluated, project)

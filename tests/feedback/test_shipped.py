@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import REPO, scoring_project
 from udr.errors import UdrError
+from udr.feedback.scores_file import inputs_hash, read_manifest, read_scores
 from udr.util.files import file_sha256
 
 TASK = "sst2"
@@ -73,9 +74,13 @@ def test_shipped_scores_are_taken_once_their_sample_agrees(scored_project, tmp_p
     assert summary.machine
     # The output holds the shipped scores themselves, the sample's included.
     assert out.sort(["query_id", "candidate_id"]).equals(shipped.sort(["query_id", "candidate_id"]))
-    recorded = json.loads((root / f"data/scores/round0/{TASK}.json").read_text())
+    recorded = json.loads((root / f"metrics/score/round0/{TASK}.json").read_text())
     assert recorded["shipped"]["sha256"] == file_sha256(root / f"data/feedback/round0/{TASK}.parquet")
     assert recorded["shipped"]["source"] == f"data/feedback/round0/{TASK}.parquet"  # no machine path
+    manifest = json.loads((root / f"data/scores/round0/{TASK}.json").read_text())
+    assert manifest["taken_from"] == recorded["shipped"]["source"] and manifest["sha256"] == file_sha256(
+        root / f"data/scores/round0/{TASK}.parquet"
+    )
 
 
 def test_an_altered_shipped_score_is_refused(scored_project, tmp_path):
@@ -103,8 +108,10 @@ def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_pro
     # Switched off, nothing is taken, not even through the earlier output that came from the shipped file.
     switched_off = _score(root, "score.reuse_shipped=false")
     assert switched_off.shipped is None and switched_off.scored == 30
-    summary_path = root / f"data/feedback/round0/{TASK}.json"
-    summary_path.write_text(json.dumps({**json.loads(summary_path.read_text()), "inputs": "another LM"}))
+    manifest_path = root / f"data/feedback/round0/{TASK}.json"
+    manifest = json.loads(manifest_path.read_text())
+    other = {**manifest["inputs"], "lm": "another LM"}
+    manifest_path.write_text(json.dumps({**manifest, "inputs": other, "inputs_hash": inputs_hash(other)}))
     (root / f"data/scores/round0/{TASK}.parquet").unlink()
     summary = _score(root)
     assert summary.shipped is None and summary.scored == 30
@@ -112,30 +119,26 @@ def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_pro
 
 
 def test_the_committed_shipped_feedback_matches_its_checksums():
-    """Any change to a committed shipped score (or a missing file) fails here, as it fails the score stage."""
+    """Any change to a committed shipped score (or a missing file) fails here, as it fails the score stage;
+    each manifest lists the file's queries and hashes its inputs in the one current form."""
     folder = REPO / "data/feedback/round0"
-    summaries = sorted(folder.glob("*.json"))
-    assert summaries, folder
-    for path in summaries:
-        record = json.loads(path.read_text())
+    manifests = sorted(folder.glob("*.json"))
+    assert manifests, folder
+    for path in manifests:
         scores = path.with_suffix(".parquet")
-        assert record["sha256"] == file_sha256(scores), f"{scores} changed since its summary"
-        frame = pl.read_parquet(scores)
-        assert len(frame) == record["pairs"] and frame["query_id"].n_unique() == record["queries"]
-        assert frame["score"].is_finite().all()
+        manifest = read_manifest(scores, 0, path.stem)
+        assert manifest.sha256 == file_sha256(scores), f"{scores} changed since its manifest"
+        frame = read_scores(scores, 0, path.stem)
+        assert len(frame) == manifest.pairs
+        assert sorted(frame["query_id"].unique().to_list()) == sorted(manifest.queries)
 
 
 def test_shipped_scores_of_another_precision_are_taken_when_the_sample_agrees(scored_project, tmp_path):
     """bf16 feedback serves an fp32 run (an AVX2-only CPU's), the sample scored in fp32 deciding."""
     root = _shipping(scored_project, tmp_path)
-    summary_path = root / f"data/feedback/round0/{TASK}.json"
-    record = json.loads(summary_path.read_text())
-    from udr.config import load_settings
-    from udr.stages.score import ScoreWork, load_work, score_inputs
-
-    settings = load_settings(root / "params.yaml", ["score.dtype=bf16"])
-    work = load_work(settings, TASK, 0)
-    assert isinstance(work, ScoreWork)
-    summary_path.write_text(json.dumps({**record, "dtype": "bf16", "inputs": score_inputs(settings, work, "bf16")}))
+    manifest_path = root / f"data/feedback/round0/{TASK}.json"
+    manifest = json.loads(manifest_path.read_text())
+    bf16 = {**manifest["inputs"], "dtype": "bf16"}
+    manifest_path.write_text(json.dumps({**manifest, "inputs": bf16, "inputs_hash": inputs_hash(bf16)}))
     summary = _score(root)  # this run's dtype is fp32
     assert summary.dtype == "fp32" and summary.shipped["taken"] == 20

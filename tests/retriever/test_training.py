@@ -185,7 +185,7 @@ def test_scored_queries_carry_the_lm_scores_in_lm_order(looped):
 
 
 def test_training_reads_the_scored_queries_params_ask_for(looped):
-    """Scores of more queries hold the fewer ones (the same seeded choice): training takes exactly those;
+    """Scores of more queries hold the fewer ones (the manifest's first n): training takes exactly those;
     asking for more queries than were scored, or for another seed's queries, is a one-line error naming
     `udr score`."""
     from udr.config import load_settings
@@ -199,10 +199,10 @@ def test_training_reads_the_scored_queries_params_ask_for(looped):
         ids = pl.read_parquet(looped / f"data/prepared/{task}/train.parquet")["id"].to_numpy()
         assert [q.query_id for q in queries] == select_queries(ids, 3, settings.seed, task).tolist()
     more = load_settings(looped / "params.yaml", ["score.queries_per_task=12"])
-    with pytest.raises(UdrError, match=r"lacks 4 of the 12 queries that score.queries_per_task and seed choose"):
+    with pytest.raises(UdrError, match=r"holds the scores of 8 queries chosen with seed 42; the params choose 12"):
         load_scored_queries(more, list(TASKS), 0, more.encoder)
     other_seed = load_settings(looped / "params.yaml", ["seed=7"])
-    with pytest.raises(UdrError, match=r"queries that score.queries_per_task and seed choose .*run `udr score"):
+    with pytest.raises(UdrError, match=r"the params choose 8 with seed 7 .*run `udr score --round 0"):
         load_scored_queries(other_seed, list(TASKS), 0, other_seed.encoder)
 
 

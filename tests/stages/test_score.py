@@ -147,19 +147,23 @@ def test_more_candidates_score_only_the_new_pairs(project, scored, tmp_path):
     assert len(both) == len(before) and (both["score"] == both["score_0"]).all()
 
 
-def _hashed_as(root, task: str, inputs: dict) -> None:
-    """Make the task's score summary read as if an earlier version had hashed these inputs."""
+def _as_older_summary(root, task: str, inputs_hash: str) -> None:
+    """Make the task's manifest read as the summary an older udr wrote beside the scores (its run report
+    and checksum, the inputs as a hash only)."""
     import json
 
-    from udr.stages.score import _hash
-
     path = root / f"data/scores/round0/{task}.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "inputs": _hash(inputs)}))
+    manifest = json.loads(path.read_text())
+    report = json.loads((root / f"metrics/score/round0/{task}.json").read_text())
+    path.write_text(json.dumps({**report, "inputs": inputs_hash, "sha256": manifest["sha256"]}))
 
 
-def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored, tmp_path):
-    """Summaries whose inputs hash also covers the candidates file (as written before candidate lists
-    left the inputs) still let a larger score.queries_per_task reuse their pairs; another file does not."""
+def test_older_summaries_are_scored_again_unless_migrated(project, scored, tmp_path):
+    """A summary written before manifests (inputs hashed, in any of the older forms) is not reused: it is
+    scored again, unless tools/migrate_score_manifests.py turned it into a manifest, after which a larger
+    score.queries_per_task reuses its pairs. A summary of other inputs is not migrated."""
+    from tools.migrate_score_manifests import main as migrate
+    from udr.feedback.scores_file import inputs_hash, read_manifest
     from udr.stages.score import _lm_record, _pair_inputs, load_work, run_score
     from udr.util.files import file_sha256
 
@@ -171,30 +175,33 @@ def test_summaries_hashed_with_their_candidates_file_are_reused(project, scored,
         "lm": _lm_record(settings),
         "candidates": file_sha256(work.candidates_file),
     }
-    _hashed_as(root, "sst2", legacy)
+    scores = root / "data/scores/round0/sst2.parquet"
+    before = read_manifest(scores, 0, "sst2")
+    _as_older_summary(root, "sst2", inputs_hash({**legacy, "candidates": "0" * 64}))
+    assert migrate(["--params", str(root / "params.yaml"), "--dir", str(scores.parent)]) == 1  # other inputs
+    _as_older_summary(root, "sst2", inputs_hash(legacy))
+    fresh_root = _copy(root, tmp_path / "unmigrated")
+    assert migrate(["--params", str(root / "params.yaml"), "--dir", str(scores.parent)]) == 0
+    assert read_manifest(scores, 0, "sst2") == before
     grown = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
     assert grown.reused == 30 and grown.scored == 3 * 5
-    _hashed_as(root, "sst2", {**legacy, "candidates": "0" * 64})
-    fresh = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
+    fresh = run_score(_settings(fresh_root, "score.queries_per_task=9"), "sst2", 0, progress=False)
     assert fresh.reused == 0 and fresh.scored == 45
 
 
 def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bits(project, scored, tmp_path):
     """The LM record's conversion check (`verification`: one forward pass's log-likelihood) differs in
-    its last bits between CPUs for the same weights: scores made on one CPU are reused on another, and
-    summaries hashed with the whole record (as written before) are reused where the record is the same.
+    its last bits between CPUs for the same weights: scores made on one CPU are reused on another.
     Other weights are another LM: nothing is reused."""
     import json
 
     from udr.lm.loading import RECORD_NAME
-    from udr.stages.score import _lm_record, _pair_inputs, load_work, run_score
+    from udr.stages.score import _lm_record, run_score
 
     root = _copy(project, tmp_path)
     settings = _settings(root)
     record_path = root / "models/base/lm" / RECORD_NAME
     record = _lm_record(settings)
-    whole = {**_pair_inputs(settings, load_work(settings, "sst2", 0), "fp32"), "lm": record}
-    _hashed_as(root, "sst2", whole)
     assert run_score(_settings(root, "score.queries_per_task=7"), "sst2", 0, progress=False).reused == 30
 
     other_cpu = {**record, "verification": {"log_likelihood_converted": -67.00453206996396, "passed": True}}
@@ -262,7 +269,7 @@ def test_two_process_torchrun_equals_one_process(project, scored, tmp_path):
     # roundings (relative 1e-7 each) in the attention over a shared prefix's cache.
     assert two.drop("score").equals(one.drop("score"))
     np.testing.assert_allclose(two["score"].to_numpy(), one["score"].to_numpy(), rtol=0, atol=1e-6)
-    assert '"world_size": 2' in (root / "data/scores/round0/comv.json").read_text()
+    assert '"world_size": 2' in (root / "metrics/score/round0/comv.json").read_text()
 
 
 def test_candidates_with_unknown_ids_fail_clearly(project, tmp_path):
@@ -365,15 +372,15 @@ def test_killed_run_resumes_to_identical_output(real_project, tmp_path):
 
 
 def test_changed_scores_are_scored_again_not_reused(project, scored, tmp_path):
-    """The summary records the scores file's checksum: negated scores are not reused (scored again), and
+    """The manifest records the scores file's checksum: negated scores are not reused (scored again), and
     a later round or training that reads them is a one-line error naming the file and the fix."""
-    from udr.feedback.scores_file import read_scores
+    from udr.feedback.scores_file import read_manifest, read_scores
     from udr.stages.score import run_score
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)
     path = root / "data/scores/round0/sst2.parquet"
-    assert scored["sst2"][0].sha256 == file_sha256(project / "data/scores/round0/sst2.parquet")
+    assert read_manifest(path, 0, "sst2").sha256 == file_sha256(path)
     original = pl.read_parquet(path)
     original.with_columns(-pl.col("score")).write_parquet(path)
     with pytest.raises(UdrError, match=r"sst2.parquet changed since `udr score` wrote them.*--round 0 --task sst2"):
@@ -387,12 +394,13 @@ def test_changed_scores_are_scored_again_not_reused(project, scored, tmp_path):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_nan_or_infinite_scores_are_an_error(project, scored, tmp_path, bad):
-    """NaN or infinite scores (written without a checksum, as an older summary has none) are never reused
-    or trained on: the round that reuses them and `udr train` refuse them in one line."""
+    """NaN or infinite scores (in a file whose manifest's checksum matches it) are never reused or trained
+    on: the round that reuses them and `udr train` refuse them in one line."""
     import json
 
     from udr.retriever.training import load_scored_queries
     from udr.stages.score import run_score
+    from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)
     path = root / "data/scores/round0/break.parquet"
@@ -400,8 +408,8 @@ def test_nan_or_infinite_scores_are_an_error(project, scored, tmp_path, bad):
     frame.with_columns(pl.when(pl.col("rank") == 1).then(bad).otherwise(pl.col("score")).alias("score")).write_parquet(
         path
     )
-    summary = json.loads(path.with_suffix(".json").read_text())
-    path.with_suffix(".json").write_text(json.dumps({k: v for k, v in summary.items() if k != "sha256"}))
+    manifest = json.loads(path.with_suffix(".json").read_text())
+    path.with_suffix(".json").write_text(json.dumps({**manifest, "sha256": file_sha256(path)}))
     (root / "data/candidates/round1").mkdir(parents=True)
     _with_new_candidates(root, "break", 2).write_parquet(root / "data/candidates/round1/break.parquet")
     with pytest.raises(UdrError, match=r"break.parquet hold 6 NaN or infinite score\(s\)"):

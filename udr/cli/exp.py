@@ -186,8 +186,8 @@ def exp_compare_cmd(
     (bold where it excludes 0), from the saved predictions."""
     import json
 
-    from udr.evaluation.comparisons import saved_comparison, saved_results, saved_tasks
     from udr.experiments.tables import compare_table
+    from udr.stages.saved_evaluations import saved_comparison, saved_results, saved_tasks
 
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")

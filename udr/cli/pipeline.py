@@ -171,7 +171,7 @@ def train_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Train the bi-encoder on round N's scores -> models/rounds/round<N>/ or --out (resumable; runs under torchrun)."""
-    from udr.retriever.training import run_train_stage
+    from udr.stages.train import run_train_stage
 
     settings = load(params, set_)
     summary, out = run_train_stage(
@@ -320,8 +320,8 @@ def show_cmd(
 ) -> None:
     """An evaluation's examples: each input, the demonstrations in its prompt, the gold answer and the prediction."""
     from udr.config import METHODS
-    from udr.evaluation.show import read_examples, select_examples
     from udr.stages.evaluate import check_saved_name
+    from udr.stages.show import read_examples, select_examples
 
     if method not in METHODS:
         check_saved_name(method)  # a name `udr evaluate --save-as` can write
@@ -362,7 +362,7 @@ def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
     from rich.console import Console
     from rich.table import Table
 
-    from udr.retriever.rounds import rounds_table
+    from udr.stages.rounds import rounds_table
 
     settings = load(params, set_)
     table = Table(
@@ -433,7 +433,7 @@ def init_task_cmd(
     """Make a workspace for your own classification task: a folder with its own params.yaml and the task's
     declaration and data, whose runs write their data, models and metrics there and leave the project's
     pipeline as it is; its models/base, final and epr link to the project's."""
-    from udr.data.workspace import init_workspace
+    from udr.stages.workspace import init_workspace
 
     settings = load(params, set_)
     folder = folder if folder is not None else settings.root / "workspaces" / name

@@ -143,4 +143,3 @@ def read_prepared(root: Path, task: str, split: str):
             f"run `udr prepare --task {task}` again"
         )
     return frame
-

@@ -59,7 +59,7 @@ class CurveRow:
 
 def measure_curve(settings, points: list[CurvePoint], baseline: str, tasks: list[str], split: str):
     """(baseline's per-task scores, per-task n, [CurveRow]) from the saved results and predictions."""
-    from udr.evaluation.comparisons import saved_comparisons, saved_results
+    from udr.stages.saved_evaluations import saved_comparisons, saved_results
 
     results = {
         m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([baseline, *(p.name for p in points)])
@@ -133,7 +133,7 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
 
 def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: str, out: Path) -> Path:
     """`udr exp curve`: out (Markdown), out.json and out.png from the saved evaluations of the points."""
-    from udr.evaluation.comparisons import saved_tasks
+    from udr.stages.saved_evaluations import saved_tasks
     from udr.util.files import check_output_path, write_json_atomic, write_text_atomic
 
     if split not in ("test", "validation"):

@@ -199,7 +199,7 @@ def _fresh(settings, method: str, task: str) -> bool:
 
 def validation_comparison(settings, a: str, b: str, tasks: Sequence[str]):
     """(per-task Intervals, average Interval) of a - b on the validation split, paired bootstrap."""
-    from udr.evaluation.comparisons import saved_comparison
+    from udr.stages.saved_evaluations import saved_comparison
 
     return saved_comparison(settings, a, b, tasks, "validation")
 

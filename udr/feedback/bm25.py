@@ -111,4 +111,3 @@ def bm25_candidates(train, kind: TaskKind, field: CandidateField, k: int, progre
             "score": np.concatenate(scores).astype(np.float32),
         }
     )
-

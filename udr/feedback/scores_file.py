@@ -1,46 +1,105 @@
-"""The scores file, the contract between `udr score` and what reads its output (`udr train`, `udr mine`):
-which train queries a params file scores, and a scores file read back verified (its checksum against
-its summary, every score finite)."""
+"""The scores file and its manifest, the contract between `udr score` and what reads its output
+(`udr train`, `udr mine`, the next run of `udr score`).
+
+Beside `data/scores/round<N>/<task>.parquet` (query_id, candidate_id, score, rank, scored_in) the stage
+writes `<task>.json`, the manifest (:class:`ScoresManifest`): the scored query ids, what every score
+depends on (the task, round, train split, LM identity, prompt settings and precision) with its hash,
+the file's checksum and the machine that scored. Readers take the query set from it and never
+re-derive it; a file that does not match its manifest's checksum, or holds a NaN, is refused. How the
+run went (time, throughput, the shipped sample's check) is a report apart, in metrics/score/.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from udr.errors import UdrError, first_line
 from udr.paths import summary_file
-from udr.util.files import file_sha256
+from udr.util.files import file_sha256, write_json_atomic
 from udr.util.rng import task_rng
 
 
-def select_queries(train_ids: np.ndarray, n: int, seed: int, task: str) -> np.ndarray:
-    """The seeded choice of at most n train query ids (depends on the pool's ids only: the same
-    queries every round)."""
+def query_choice(train_ids: np.ndarray, seed: int, task: str) -> np.ndarray:
+    """Every train query id in the order of the seeded choice: its first n are the n queries scored
+    (depends on the pool's ids only: the same queries every round, and a larger n keeps a smaller one's)."""
     ids = np.sort(np.asarray(train_ids, dtype=np.int64))
-    return np.sort(task_rng(seed, task, "score-queries").permutation(ids)[:n])
+    return task_rng(seed, task, "score-queries").permutation(ids)
 
 
-def scored_queries(settings, task: str, train_ids: np.ndarray) -> np.ndarray:
-    """The train queries of `task` that the params score (`udr score`), mine candidates for (`udr
-    mine`) and train on (`udr train`): `score.queries_per_task` of them, chosen with `seed`."""
-    return select_queries(train_ids, settings.score.queries_per_task, settings.seed, task)
+def select_queries(train_ids: np.ndarray, n: int, seed: int, task: str) -> np.ndarray:
+    """The seeded choice of at most n train query ids, sorted."""
+    return np.sort(query_choice(train_ids, seed, task)[:n])
+
+
+def inputs_hash(inputs: dict) -> str:
+    """The hash of what a pair's score depends on (:attr:`ScoresManifest.inputs`)."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class ScoresManifest:
+    """What a scores file holds and what its scores depend on."""
+
+    task: str
+    round: int
+    seed: int | None  # the seed of the queries' choice (None: an instrument's own queries, in id order)
+    queries: list[int]  # the scored query ids in the order of their seeded choice: the first n are the choice of n
+    pairs: int
+    inputs: dict  # task, round, train split hash, LM identity, prompt settings, precision
+    inputs_hash: str  # :func:`inputs_hash` of `inputs`: a run with the same reuses the scores
+    sha256: str  # the scores file's checksum
+    machine: str  # the device kind that scored (:func:`udr.util.machine.machine_kind`): last bits depend on it
+    taken_from: str | None = None  # the shipped feedback (`score.shipped`) whose scores the file holds, if any
+
+    def write(self, scores: Path) -> None:
+        write_json_atomic(summary_file(scores), asdict(self))
+
+    def chosen_queries(self, n: int, seed: int, scores: Path) -> np.ndarray:
+        """The ids (sorted) of the n queries that `n` and `seed` choose, which the file holds when it was
+        scored for at least as many with the same seed; else a one-line UdrError naming `udr score`."""
+        if seed != self.seed or n > len(self.queries):
+            raise UdrError(
+                f"{scores} holds the scores of {len(self.queries)} queries chosen with seed {self.seed}; the params "
+                f"choose {n} with seed {seed} (score.queries_per_task, seed): run `udr score --round {self.round}` "
+                f"with the same parameters first"
+            )
+        return np.sort(np.asarray(self.queries[:n], dtype=np.int64))
+
+
+def read_manifest(scores: Path, round_: int, task: str) -> ScoresManifest:
+    """The manifest beside the scores file `scores`, or a one-line UdrError saying to score again."""
+    path = summary_file(scores)
+    fix = f"run `udr score --round {round_} --task {task}` again"
+    try:
+        raw = json.loads(path.read_text())
+        manifest = ScoresManifest(**raw)
+    except FileNotFoundError:
+        raise UdrError(f"scores {scores} have no manifest {path.name}: {fix}") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise UdrError(f"scores {scores}: unreadable manifest {path.name} ({first_line(exc)}): {fix}") from None
+    if manifest.inputs_hash != inputs_hash(manifest.inputs):
+        raise UdrError(f"scores {scores}: the manifest's inputs do not match their hash (edited by hand?): {fix}")
+    return manifest
 
 
 def read_scores(path: Path, round_: int, task: str, columns: list[str] | None = None):
     """The scores file `path` (polars), verified before any reuse or training: it must match the checksum
-    its summary records (where the summary has one; older summaries did not), and every score must be
-    finite. Anything else is a one-line UdrError saying to score again."""
+    its manifest records, and every score must be finite. Anything else is a one-line UdrError saying
+    to score again."""
     import polars as pl
 
     fix = f"run `udr score --round {round_} --task {task}` again"
-    try:
-        recorded = json.loads(summary_file(path).read_text()).get("sha256")
-    except (OSError, ValueError, AttributeError):
-        recorded = None
-    if recorded and recorded != file_sha256(path):
-        raise UdrError(f"scores {path} changed since `udr score` wrote them (checksum differs from its summary): {fix}")
+    if not path.is_file():
+        raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
+    if read_manifest(path, round_, task).sha256 != file_sha256(path):
+        raise UdrError(
+            f"scores {path} changed since `udr score` wrote them (checksum differs from its manifest): {fix}"
+        )
     try:
         frame = pl.read_parquet(path, columns=columns)
     except (OSError, pl.exceptions.PolarsError) as exc:

@@ -2,7 +2,7 @@
 pool's scores under data/feedback/round0/), which `udr score` takes instead of scoring their pairs again,
 once a seeded sample of them, scored again here, agrees.
 
-A task's shipped file is taken only where its summary's `inputs` hash equals this run's (same data, LM
+A task's shipped file is taken only where its manifest's inputs hash equals this run's (same data, LM
 and prompt settings; the precision may differ: the sample decides) and its checksum matches; a changed
 file is an error, never used. The sample is `score.check_queries` seeded queries (all their candidates):
 their scores are computed here and each must lie within `score.check_tolerance` of the shipped one, else
@@ -18,16 +18,14 @@ same pairs scored in the whole run even on the machine that wrote them (measured
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from udr.errors import UdrError
-from udr.feedback.scores_file import read_scores
-from udr.paths import summary_file
+from udr.feedback.scores_file import ScoresManifest, read_manifest, read_scores
 from udr.util.files import file_sha256
 from udr.util.rng import task_rng
 
@@ -40,7 +38,7 @@ class ShippedSample:
 
     source: Path
     label: str  # the source as the params give it (relative to the params file's folder where it is there)
-    summary: dict  # the shipped file's summary
+    manifest: ScoresManifest  # the shipped file's
     shipped: object  # the sample's shipped scores (polars): query_id, candidate_id, score, scored_in
     taken: int  # pairs taken from the shipped file without scoring
     tolerance: float
@@ -70,8 +68,8 @@ class ShippedSample:
         merged = pl.concat([new.join(sample, on=KEY, how="anti"), sample])
         return merged, {
             "source": self.label,
-            "sha256": self.summary.get("sha256", ""),
-            "written_on": self.summary.get("machine", ""),
+            "sha256": self.manifest.sha256,
+            "written_on": self.manifest.machine,
             "taken": self.taken,
             "checked_queries": self.queries,
             "checked_pairs": len(both),
@@ -87,11 +85,11 @@ def shipped_file(settings, task: str) -> Path:
     return (folder if folder.is_absolute() else settings.root / folder) / f"{task}.parquet"
 
 
-def take_shipped(settings, work, accepted_inputs):
+def take_shipped(settings, work, inputs_hash):
     """(work, sample): `work` with every shipped pair of its to-do list moved to the reused ones but the
     sample's, which stay to be scored and checked; (work, None) where the task has no shipped file, or one
-    of other inputs (a notice says so: every pair is then scored here). `accepted_inputs(dtype)`: the
-    inputs hashes of this run's pairs at that precision. The shipped file's own precision is accepted
+    of other inputs (a notice says so: every pair is then scored here). `inputs_hash(dtype)`: the
+    inputs hash of this run's pairs at that precision. The shipped file's own precision is accepted
     (an fp32 run takes bf16 feedback): the sample, scored at this run's, must agree all the same."""
     import polars as pl
 
@@ -99,8 +97,8 @@ def take_shipped(settings, work, accepted_inputs):
     source = shipped_file(settings, work.task.name)
     if not (cfg.reuse_shipped and work.round == 0 and source.is_file() and len(work.todo)):
         return work, None
-    summary = _shipped_summary(source)
-    if summary.get("inputs") not in accepted_inputs(summary.get("dtype", "")):
+    manifest = _shipped_manifest(source)
+    if manifest.inputs_hash != inputs_hash(manifest.inputs.get("dtype", "")):
         print(
             f"udr: shipped feedback {source} was scored with other inputs (data, LM or prompt): "
             f"scoring {work.task.name}'s pairs here",
@@ -121,31 +119,25 @@ def take_shipped(settings, work, accepted_inputs):
     sample = ShippedSample(
         source,
         label,
-        summary,
+        manifest,
         available.filter(in_sample).select(taken.columns),
         len(taken),
         cfg.check_tolerance,
         len(picked),
     )
-    return type(work)(work.task, work.round, work.train, work.candidates_file, work.queries, reused, todo), sample
+    return replace(work, reused=reused, todo=todo), sample
 
 
-def _shipped_summary(source: Path) -> dict:
-    """The shipped file's summary, which must record the file's checksum (shipped data is never taken
+def _shipped_manifest(source: Path) -> ScoresManifest:
+    """The shipped file's manifest, whose checksum the file must match (shipped data is never taken
     unverified)."""
-    path = summary_file(source)
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UdrError(f"shipped feedback {source}: unreadable summary {path.name} ({type(exc).__name__})") from None
-    if not isinstance(summary, dict) or not summary.get("sha256"):
-        raise UdrError(f"shipped feedback {source}: its summary {path.name} records no sha256 checksum")
-    if summary["sha256"] != file_sha256(source):
+    manifest = read_manifest(source, 0, source.stem)
+    if manifest.sha256 != file_sha256(source):
         raise UdrError(
-            f"shipped feedback {source} changed since it was written (checksum differs from {path.name}): "
+            f"shipped feedback {source} changed since it was written (checksum differs from its manifest): "
             f"restore it (git checkout) or score every pair with score.reuse_shipped=false"
         )
-    return summary
+    return manifest
 
 
 def _fully_covered_queries(todo, available) -> np.ndarray:

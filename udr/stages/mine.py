@@ -8,8 +8,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
 from udr.errors import UdrError
 from udr.paths import summary_file
 from udr.util.files import write_json_atomic, write_parquet_atomic
@@ -36,7 +34,7 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
     import polars as pl
 
     from udr.data.prepare import read_prepared
-    from udr.feedback.scores_file import scored_queries
+    from udr.feedback.scores_file import read_manifest
     from udr.retriever.encoder import BiEncoder
     from udr.retriever.mining import mine_candidates
     from udr.util.distributed import resolve_device_type
@@ -53,7 +51,12 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
         raise UdrError(f"missing candidates {previous_file}: run round {round_ - 1} first")
 
     pool = read_prepared(settings.root, task_name, "train")
-    queries = scored_queries(settings, task_name, np.asarray(pool["id"].to_list(), dtype=np.int64))
+    # the queries whose scores round N-1 holds (the same every round)
+    scores = paths.scores(round_ - 1, task_name)
+    if not scores.is_file():
+        raise UdrError(f"missing scores {scores}: run `udr score --round {round_ - 1}` first")
+    manifest = read_manifest(scores, round_ - 1, task_name)
+    queries = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, scores)
     k = min(settings.mine.k, len(pool) - 1)
     if k < 1:
         raise UdrError(f"{task_name}: the pool has {len(pool)} rows, too few to mine from")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 
 from udr.errors import UdrError
-from udr.evaluation.comparisons import COMPARED, udr_versus_baselines
+from udr.evaluation.comparisons import COMPARED
 from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown
-from udr.paths import summary_file
+from udr.stages.saved_evaluations import udr_versus_baselines
 
 
 def _load_results(settings) -> dict[str, dict[str, dict]]:
@@ -63,10 +63,10 @@ def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, 
 
 def run_column(settings, summary: dict) -> dict:
     """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
-    the score summaries (shipped, with its re-scored sample, or scored here)."""
+    the score reports (shipped, with its re-scored sample, or scored here)."""
     shipped = []
     for task in settings.train.tasks or settings.task_names():
-        path = summary_file(settings.paths.scores(0, task))
+        path = settings.paths.score_report(0, task)
         record = json.loads(path.read_text()) if path.is_file() else {}
         shipped.append(bool(record.get("shipped")))
     if shipped and all(shipped):

@@ -2,8 +2,9 @@
 scale-out, and the output file.
 
 Output `data/scores/round<N>/<task>.parquet`: query_id, candidate_id, score, rank (1 = most helpful;
-ties broken by lower candidate id), scored_in (the round that computed the score). A summary with
-counts and throughput goes to the `.json` beside it.
+ties broken by lower candidate id), scored_in (the round that computed the score), with its manifest
+beside (`.json`, :mod:`udr.feedback.scores_file`: the scored queries, what the scores depend on, the
+checksum); counts, time and throughput go to `metrics/score/round<N>/<task>.json`.
 
 Resume: the pairs still to score are cut, in (candidate_id, query_id) order, into shards of
 `score.shard_pairs`; each finished shard is written at once to the partial directory beside the
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +26,19 @@ import numpy as np
 from udr.data.prepare import read_prepared
 from udr.data.tasks import Task
 from udr.errors import UdrError
-from udr.feedback.scores_file import check_finite, read_scores, scored_queries
+from udr.feedback.scores_file import (
+    ScoresManifest,
+    check_finite,
+    inputs_hash,
+    query_choice,
+    read_manifest,
+    read_scores,
+)
 from udr.feedback.scoring import rank_within_query, score_items
 from udr.feedback.shipped import take_shipped
 from udr.lm.loading import RECORD_NAME
 from udr.lm.scorer import BatchStats
-from udr.paths import round_label, summary_file
+from udr.paths import round_label
 from udr.util.distributed import Distributed, resolve_lm_precision
 from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic
 from udr.util.machine import machine_kind
@@ -57,9 +65,7 @@ class ScoreSummary:
     device: str
     dtype: str
     top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
-    inputs: str = ""  # what every score depends on (hash): a later run with the same reuses them
-    sha256: str = ""  # the scores file's checksum: a file changed since is not reused (:func:`read_scores`)
-    machine: str = ""  # the device kind that scored (:func:`udr.util.machine.machine_kind`): last bits depend on it
+    machine: str = ""  # the device kind that scored (:func:`udr.util.machine.machine_kind`)
     shipped: dict | None = None  # what was taken from shipped feedback and how its sample agreed (udr.feedback.shipped)
 
 
@@ -71,9 +77,11 @@ class ScoreWork:
     round: int
     train: object  # the rows the pairs name (polars): the prepared train split (an instrument adds its queries)
     candidates_file: Path
-    queries: np.ndarray  # the scored query ids
+    queries: np.ndarray  # the scored query ids, in the order of their seeded choice (the manifest's)
     reused: object  # pairs scored in an earlier round: query_id, candidate_id, score, scored_in
     todo: object  # pairs to score now: query_id, candidate_id, in candidate order
+    seed: int | None = None  # the seed of the queries' choice (None: an instrument's own queries)
+    taken_from: str | None = None  # the shipped feedback whose pairs were taken (`score.shipped`)
 
 
 def run_score(
@@ -81,20 +89,21 @@ def run_score(
 ) -> ScoreSummary | None:
     """`udr score`: the LM's score of every candidate pair of `task_name`'s scored queries in round
     `round_` (pairs scored in the round before are reused), written to `data/scores/round<N>/<task>.parquet`
-    with its `.json` summary. Resumes from finished shards; under torchrun every process scores its share.
-    Returns the summary (None on ranks other than 0, or when `stop_after_shards` ended the run early,
-    which tests use to simulate a kill)."""
+    with its manifest, and the run's report to `metrics/score/`. Resumes from finished shards; under
+    torchrun every process scores its share. Returns the summary (None on ranks other than 0, or when
+    `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
     start = time.perf_counter()
     work = load_work(settings, task_name, round_)
     out = settings.paths.scores(round_, task_name)
     # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
-    work, sample = take_shipped(settings, work, lambda shipped_dtype: _accepted_inputs(settings, work, shipped_dtype))
+    work, sample = take_shipped(settings, work, lambda shipped_dtype: score_inputs(settings, work, shipped_dtype))
     if sample is None:
         work = reuse_earlier_run(settings, work, out)
     return score_work(
         settings,
         work,
         out,
+        report=settings.paths.score_report(round_, task_name),
         start=start,
         progress=progress,
         stop_after_shards=stop_after_shards,
@@ -107,6 +116,7 @@ def score_work(
     work: ScoreWork,
     out: Path,
     *,
+    report: Path | None = None,
     depends_on: dict | None = None,
     start: float | None = None,
     progress: bool = True,
@@ -114,8 +124,9 @@ def score_work(
     verify=None,
 ) -> ScoreSummary | None:
     """Steps 2-3 for any `work` (the stage's, or an instrument's pairs): score in resumable shards
-    and write `out` with its summary. `depends_on` adds to what the shards' fingerprint records; `verify`
-    (new scores -> (scores, record)) checks this run's scores before anything is written
+    and write `out` with its manifest, and the run's summary to `report` (where given). `depends_on` adds
+    to what the shards' fingerprint records; `verify` (new scores -> (scores, record)) checks this run's
+    scores before anything is written
     (:meth:`udr.feedback.shipped.ShippedSample.verify`)."""
     start = time.perf_counter() if start is None else start
     device_type, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
@@ -133,8 +144,8 @@ def score_work(
     if dist.rank != 0:
         dist.close()
         return None
-    inputs = score_inputs(settings, work, dtype)
-    summary = finish(work, n_shards, partial, out, start, dist.world, device_type, dtype, inputs, verify)
+    inputs = _pair_inputs(settings, work, dtype)
+    summary = finish(work, n_shards, partial, out, report, start, dist.world, device_type, dtype, inputs, verify)
     dist.close()
     return summary
 
@@ -157,7 +168,10 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
             f"{cand_file} names {len(unknown)} id(s) not in the prepared train split of "
             f"{task_name} (first: {unknown[:5]}); re-run `udr candidates` after `udr prepare`"
         )
-    queries = scored_queries(settings, task_name, np.asarray(train["id"].to_list()))
+    # the first queries_per_task of the seeded choice, in its order (the manifest's)
+    queries = query_choice(np.asarray(train["id"].to_list()), settings.seed, task_name)[
+        : settings.score.queries_per_task
+    ]
     pairs = cands.filter(pl.col("query_id").is_in(queries.tolist())).unique().sort(["query_id", "candidate_id"])
     reused = pl.DataFrame(
         schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "scored_in": pl.Int16}
@@ -170,7 +184,7 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
         reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
     # Candidate order: a shard then holds each candidate's pairs together (its prefix runs once).
     todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
-    return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo)
+    return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo, settings.seed)
 
 
 def _lm_record(settings) -> dict | None:
@@ -195,25 +209,9 @@ def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
     }
 
 
-def _hash(inputs: dict) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
 def score_inputs(settings, work: ScoreWork, dtype: str) -> str:
-    """A hash of :func:`_pair_inputs`, kept in the summary: a later run with the same reuses the scores."""
-    return _hash(_pair_inputs(settings, work, dtype))
-
-
-def _accepted_inputs(settings, work: ScoreWork, dtype: str) -> set[str]:
-    """The summary hashes whose scores this run reuses: its own, and the same inputs as earlier summaries
-    hashed them (same pairs, same scores): with the LM's whole record, and with the candidates file's hash
-    as well, from before candidate lists left the inputs."""
-    inputs = _pair_inputs(settings, work, dtype)
-    whole_record = {**inputs, "lm": _lm_record(settings)}
-    with_candidates = {**whole_record, "candidates": file_sha256(work.candidates_file)}
-    return {_hash(inputs), _hash(whole_record), _hash(with_candidates)}
+    """The hash of :func:`_pair_inputs`, kept in the manifest: a later run with the same reuses the scores."""
+    return inputs_hash(_pair_inputs(settings, work, dtype))
 
 
 def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
@@ -221,25 +219,22 @@ def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
     `score.queries_per_task` grew: a larger number keeps the smaller one's queries) join the reused ones."""
     import polars as pl
 
-    summary = summary_file(out)
-    if not (out.is_file() and summary.is_file()):
+    if not out.is_file():
         return work
     _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
-    try:
-        record = json.loads(summary.read_text())
-        same = record.get("inputs") in _accepted_inputs(settings, work, dtype)
-    except (json.JSONDecodeError, AttributeError):
-        same = False
-    if not same or (record.get("shipped") and not settings.score.reuse_shipped):
-        return work  # other inputs, or scores taken from shipped feedback where every pair is to be scored here
-    try:  # a file changed since its summary, or holding NaN: scored again
+    try:  # no manifest, or a file changed since, or holding NaN: scored again
+        manifest = read_manifest(out, work.round, work.task.name)
         earlier = read_scores(out, work.round, work.task.name, list(work.reused.columns)).cast(work.reused.schema)
     except UdrError:
         return work
+    if manifest.inputs_hash != score_inputs(settings, work, dtype):
+        return work
+    if manifest.taken_from and not settings.score.reuse_shipped:
+        return work  # scores taken from shipped feedback, where every pair is to be scored here
     earlier = earlier.join(work.todo, on=["query_id", "candidate_id"], how="semi")
     reused = pl.concat([work.reused, earlier])
     todo = work.todo.join(earlier, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
-    return ScoreWork(work.task, work.round, work.train, work.candidates_file, work.queries, reused, todo)
+    return replace(work, reused=reused, todo=todo, taken_from=manifest.taken_from)
 
 
 def _fingerprint(settings, work: ScoreWork, dtype: str) -> dict:
@@ -325,15 +320,16 @@ def finish(
     n_shards: int,
     partial: Path,
     out: Path,
+    report: Path | None,
     start: float,
     world,
     device_type,
     dtype,
-    inputs: str = "",
+    inputs: dict,
     verify=None,
 ):
     """Step 3 (rank 0): merge the shards with the reused pairs (after `verify`, where given), rank, write
-    the output and its summary."""
+    the output with its manifest, and the run's summary to `report` (where given)."""
     import polars as pl
 
     from udr.util.files import remove
@@ -371,12 +367,23 @@ def finish(
         device_type,
         dtype,
         round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6),
-        inputs,
-        file_sha256(out),
         machine_kind(device_type),
         shipped,
     )
-    write_json_atomic(summary_file(out), asdict(summary))
+    ScoresManifest(
+        work.task.name,
+        work.round,
+        work.seed,
+        [int(q) for q in work.queries],
+        len(merged),
+        inputs,
+        inputs_hash(inputs),
+        file_sha256(out),
+        machine_kind(device_type),
+        shipped["source"] if shipped else work.taken_from,
+    ).write(out)
+    if report is not None:
+        write_json_atomic(report, asdict(summary))
     return summary
 
 

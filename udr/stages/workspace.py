@@ -19,7 +19,7 @@ from udr.errors import UdrError
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
 LINKED_MODELS = ("base", "final", "epr")
-# Scored queries and round-0 epochs of a workspace's task (metrics/selection.md: the curve's 256 point).
+# Scored queries and round-0 epochs of a workspace's task (notebook/2026-11-selection.md: the curve's 256 point).
 WORKSPACE_QUERIES = 256
 WORKSPACE_EPOCHS = 3
 # Columns taken as the input / the label when the command does not name them.

@@ -52,7 +52,7 @@ def rounds_table(settings) -> list[dict]:
         train = _read(paths.train_log(round_label(it)) / "summary.json") if _own_round(settings, it) else None
         per_task = []
         for task in settings.task_names():
-            score = _read(summary_file(paths.scores(it, task)))
+            score = _read(paths.score_report(it, task))
             mine = _read(summary_file(paths.candidates(it, task))) if it > 0 else None
             per_task.append(
                 {

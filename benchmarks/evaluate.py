@@ -123,7 +123,7 @@ def load_workload(settings, lm, task: str, rows: int):
     ev = task_evaluation(settings, lm, "bm25", task, progress=False)
     if rows:
         ev.rows = ev.rows[:rows]
-        ev.ranking = replace(ev.ranking, ids=ev.ranking.ids[:rows], scores=ev.ranking.scores[:rows])
+        ev.ranking = replace(ev.ranking, ids=ev.ranking.ids[:rows], similarities=ev.ranking.similarities[:rows])
     prompts = ev.prompts(None if ev.generation else settings.evaluate.max_demos)
     return ev, prompts
 

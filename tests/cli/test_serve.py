@@ -45,8 +45,8 @@ def test_table_prints_brackets_in_queries_and_pool_text_verbatim(capsys):
     from udr.cli.serve import _print_demonstrations
 
     demos = [
-        SimpleNamespace(score=1.0, input="name[The Mill], eatType[pub]", output="[/bold] a film", pool_id=7),
-        SimpleNamespace(score=0.5, input="[red]x[/red]", output="[b]", pool_id=8),
+        SimpleNamespace(similarity=1.0, input="name[The Mill], eatType[pub]", output="[/bold] a film", pool_id=7),
+        SimpleNamespace(similarity=0.5, input="[red]x[/red]", output="[b]", pool_id=8),
     ]
     _print_demonstrations("area[riverside] [/bold]", "e2e", demos)
     out = capsys.readouterr().out
@@ -89,7 +89,7 @@ def test_json_lines_equal_the_api(cli, api):
     demos = api.retrieve(QUERY, task="sst2", k=4)
     assert [line["rank"] for line in lines] == [1, 2, 3, 4]
     assert [(x["pool_id"], x["input"], x["output"]) for x in lines] == [(d.pool_id, d.input, d.output) for d in demos]
-    assert [x["score"] for x in lines] == pytest.approx([d.score for d in demos], abs=1e-6)
+    assert [x["similarity"] for x in lines] == pytest.approx([d.similarity for d in demos], abs=1e-6)
 
 
 def test_diversity_reranks_like_the_api(cli, api, tmp_path):

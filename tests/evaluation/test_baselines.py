@@ -40,12 +40,12 @@ def test_k_distinct_pool_items_never_the_excluded_one(sbert, name, k):
     retriever = _retrievers(sbert)[name]
     queries = POOL[:6]
     ranking = retriever.rank(queries, k, exclude=POOL_IDS[:6])
-    assert ranking.ids.shape == (6, k) and ranking.scores.shape == (6, k)
+    assert ranking.ids.shape == (6, k) and ranking.similarities.shape == (6, k)
     for own, row in zip(POOL_IDS[:6], ranking.ids):
         assert len(set(row.tolist())) == k
         assert set(row.tolist()) <= set(POOL_IDS)
         assert own not in row
-    assert np.all(np.diff(ranking.scores, axis=1) <= 1e-6)  # most similar first
+    assert np.all(np.diff(ranking.similarities, axis=1) <= 1e-6)  # most similar first
 
 
 @pytest.mark.parametrize("name", ["bm25", "dense"])
@@ -70,7 +70,7 @@ def test_dense_scores_are_cosines_of_normalised_mean_pooled_embeddings(sbert):
     q = sbert.embed_queries(["cats and dogs"])
     ranking = sbert.rank(["cats and dogs"], 4)
     expected = np.sort(emb @ q[0])[::-1][:4]
-    assert np.allclose(ranking.scores[0], expected, atol=1e-5)
+    assert np.allclose(ranking.similarities[0], expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["random", "bm25", "dense"])

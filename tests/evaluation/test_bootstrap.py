@@ -74,16 +74,16 @@ def test_bad_arguments_are_one_line_errors(kwargs):
 def test_score_interval_is_wilson_for_a_share_and_the_bootstrap_otherwise():
     from udr.data.tasks import Example
     from udr.evaluation.bootstrap import score_interval, wilson_interval
-    from udr.evaluation.metrics import score_task
+    from udr.evaluation.metrics import metric_result
 
     choices = ("No .", "Yes .")
     rows = [Example(str(i), choices[i % 3 == 0], int(i % 3 == 0), choices, (choices[i % 3 == 0],)) for i in range(30)]
     preds = [int(i % 2 == 0) for i in range(30)]
-    accuracy = score_task("accuracy", preds, rows)["score"]
+    accuracy = metric_result("accuracy", preds, rows)["score"]
     low, high = wilson_interval(accuracy / 100, 30)
     wilson = score_interval("accuracy", preds, rows, accuracy)
     assert wilson == {"low": round(100 * low, 2), "high": round(100 * high, 2), "method": "wilson"}
-    f1 = score_task("macro_f1", preds, rows)["score"]
+    f1 = metric_result("macro_f1", preds, rows)["score"]
     boot = score_interval("macro_f1", preds, rows, f1, seed=3)
     assert boot["method"] == "bootstrap" and boot["low"] < f1 < boot["high"]
     assert boot == score_interval("macro_f1", preds, rows, f1, seed=3)  # seeded

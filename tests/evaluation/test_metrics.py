@@ -16,10 +16,10 @@ from udr.evaluation.metrics import (
     bleu,
     exact_match,
     graded_score,
+    metric_result,
     rouge,
     rouge_l,
     sari,
-    score_task,
     sentence_bleu_mean,
     token_f1,
 )
@@ -139,11 +139,11 @@ def test_score_task_covers_every_registry_metric():
     ]
     for name in sorted(used):
         if name == "accuracy":
-            out = score_task(name, [1, 1], cls)
+            out = metric_result(name, [1, 1], cls)
             assert out["score"] == pytest.approx(50.0)
         else:
             exs = [_gen("the cat sat on the mat", source="the cat sat on the mat"), _gen("a b")]
-            out = score_task(name, ["the cat sat on the mat", "a b"], exs)
+            out = metric_result(name, ["the cat sat on the mat", "a b"], exs)
             assert out["score"] == pytest.approx(100.0)
         assert out["metric"] == name and out["n"] == 2
         assert set(out["graded"]) == {"name", "score"}
@@ -154,12 +154,12 @@ def test_score_task_accuracy_text_predictions_and_rows():
         {"id": "0", "input": "q", "target": "yes", "label": 0, "choices": ["yes", "no"], "references": ["yes"]},
         {"id": "1", "input": "q", "target": "2", "label": -1, "choices": [], "references": ["2"]},
     ]
-    assert score_task("accuracy", ["yes", 2], rows)["score"] == pytest.approx(100.0)
-    assert score_task("accuracy", [1, "3"], rows)["score"] == 0.0
+    assert metric_result("accuracy", ["yes", 2], rows)["score"] == pytest.approx(100.0)
+    assert metric_result("accuracy", [1, "3"], rows)["score"] == 0.0
 
 
 def test_score_task_exact_match_grades_with_token_f1():
-    out = score_task(
+    out = metric_result(
         "exact_match",
         ["[IN:GET_WEATHER [SL:LOCATION paris ] ]"],
         [_gen("[IN:GET_WEATHER [SL:LOCATION paris ] [SL:DATE_TIME today ] ]")],
@@ -169,10 +169,10 @@ def test_score_task_exact_match_grades_with_token_f1():
 
 
 def test_score_task_details():
-    bl = score_task("bleu", ["a b c d"], [_gen("a b c e")])
+    bl = metric_result("bleu", ["a b c d"], [_gen("a b c e")])
     assert bl["details"]["bleu_2"] == pytest.approx(100 * math.sqrt(0.5))
     assert bl["details"]["bleu_1"] == pytest.approx(75.0)
-    ro = score_task("rouge", ["the cat sat on the mat"], [_gen("the cat lay on the mat")])
+    ro = metric_result("rouge", ["the cat sat on the mat"], [_gen("the cat lay on the mat")])
     assert ro["score"] == pytest.approx(100 * 5 / 6) and ro["details"]["rouge_2"] == pytest.approx(60.0)
 
 
@@ -205,21 +205,21 @@ def test_graded_statistics_equal_graded_score_on_resamples(metric):
 
 def test_errors_are_one_line_udr_errors():
     cases = [
-        lambda: score_task("meteor", ["a"], [_gen("a")]),
+        lambda: metric_result("meteor", ["a"], [_gen("a")]),
         lambda: accuracy([], []),
         lambda: accuracy([1, 2], [1]),
         lambda: exact_match(["a"], [[]]),
         lambda: bleu(["a", "b"], [["a"]]),
         lambda: rouge_l([None], [["a"]]),
         lambda: sari(["s"], ["a", "b"], [["a"], ["b"]]),
-        lambda: score_task("bleu", [], []),
+        lambda: metric_result("bleu", [], []),
     ]
     for case in cases:
         with pytest.raises(UdrError) as err:
             case()
         assert "\n" not in str(err.value) and str(err.value)
     with pytest.raises(UdrError, match="unknown metric 'meteor'; known metrics: accuracy, bleu"):
-        score_task("meteor", ["a"], [_gen("a")])
+        metric_result("meteor", ["a"], [_gen("a")])
     with pytest.raises(UdrError, match="2 predictions but 1 references"):
         bleu(["a", "b"], [["a"]])
 
@@ -241,7 +241,7 @@ def test_macro_f1_task_score_its_details_and_bootstrap_statistics():
         Example("y", "It was terrible .", 0, ("It was terrible .", "It was great ."), ("It was terrible .",)),
         Example("z", "It was great .", 1, ("It was terrible .", "It was great ."), ("It was great .",)),
     ]
-    out = score_task("macro_f1", [1, 1, 1], cls)
+    out = metric_result("macro_f1", [1, 1, 1], cls)
     assert out["score"] == pytest.approx(100 * (0.8 + 0) / 2) and out["graded"]["name"] == "macro_f1"
     assert out["details"]["accuracy"] == pytest.approx(200 / 3)
     stats = metrics.GradedStatistics("macro_f1", [1, 1, 1], cls)

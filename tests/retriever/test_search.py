@@ -210,7 +210,7 @@ def test_dense_retriever_diversity_reranks_within_the_fetched_neighbours():
     assert np.array_equal(retriever.rank(queries, 3, diversity=0.0).ids, plain.ids)
     diverse = retriever.rank(queries, 3, diversity=0.7)
     near = retriever.rank(queries, MMR_FETCH * 3)
-    for query, ids, scores, fetched in zip(queries, diverse.ids, diverse.scores, near.ids):
+    for query, ids, scores, fetched in zip(queries, diverse.ids, diverse.similarities, near.ids):
         assert len(set(ids)) == 3 and set(ids) <= set(fetched)
         assert np.allclose(scores, pool[ids - 100] @ np.asarray(query.split(","), dtype=np.float32))  # own scores
     assert not np.array_equal(diverse.ids, plain.ids)  # it re-ranks on this data

@@ -47,10 +47,10 @@ def test_retrieve_returns_the_exact_top_k_of_the_index(served, retriever):
     scores = emb @ q
     where = {pid: row for row, pid in enumerate(meta["ids"])}
     got = [where[d.pool_id] for d in demos]
-    np.testing.assert_allclose([d.score for d in demos], scores[got], rtol=1e-5, atol=1e-5)
-    assert all(a >= b for a, b in zip([d.score for d in demos], [d.score for d in demos][1:]))
+    np.testing.assert_allclose([d.similarity for d in demos], scores[got], rtol=1e-5, atol=1e-5)
+    assert all(a >= b for a, b in zip([d.similarity for d in demos], [d.similarity for d in demos][1:]))
     rest = np.delete(scores, got)
-    assert demos[-1].score >= rest.max() - 1e-5  # nothing left out scores higher (up to float rounding)
+    assert demos[-1].similarity >= rest.max() - 1e-5  # nothing left out scores higher (up to float rounding)
 
 
 def test_batch_equals_single_queries_in_order(retriever):
@@ -67,7 +67,7 @@ def test_batch_equals_single_queries_in_order(retriever):
     for query, demos in zip(queries, batch):
         single = retriever.retrieve(query, task="sst2", k=3)
         assert [d.pool_id for d in demos] == [d.pool_id for d in single]
-        np.testing.assert_allclose([d.score for d in demos], [d.score for d in single], atol=1e-4)
+        np.testing.assert_allclose([d.similarity for d in demos], [d.similarity for d in single], atol=1e-4)
 
 
 def test_prompt_puts_the_most_similar_demonstration_last(retriever):
@@ -121,7 +121,7 @@ def test_an_altered_cache_entry_is_embedded_again(served, tmp_path, damage):
     records = [{"input": f"def f{i}(x): return x * {i}", "target": f"multiply x by {i}"} for i in range(10)]
     kwargs = {"instruction": "Comment on the code. Code: ", "root": served, "cache_dir": tmp_path / "cache"}
     query = "def g(y): return y * 3"
-    expected = [(d.pool_id, d.score) for d in Retriever.from_pool(records, **kwargs).retrieve(query, k=10)]
+    expected = [(d.pool_id, d.similarity) for d in Retriever.from_pool(records, **kwargs).retrieve(query, k=10)]
     (entry,) = (tmp_path / "cache" / "pools").glob("*.npy")
     emb = original = np.load(entry)
     emb = emb.copy()
@@ -133,7 +133,7 @@ def test_an_altered_cache_entry_is_embedded_again(served, tmp_path, damage):
     else:
         emb = emb[:, :-1].copy()
     save_embeddings(entry, emb, meta)  # a consistent sidecar: only the checksum can tell
-    assert [(d.pool_id, d.score) for d in Retriever.from_pool(records, **kwargs).retrieve(query, k=10)] == expected
+    assert [(d.pool_id, d.similarity) for d in Retriever.from_pool(records, **kwargs).retrieve(query, k=10)] == expected
     assert np.array_equal(np.load(entry), original)
 
 
@@ -239,7 +239,7 @@ def test_approximate_search_serves_through_an_ivf_index(served, tmp_path):
     demos = approx.retrieve("a gripping, funny film", task="sst2", k=5)
     assert isinstance(approx._searcher("sst2").index, ApproximateIndex)
     assert len({d.pool_id for d in demos}) == 5
-    assert all(a.score >= b.score for a, b in zip(demos, demos[1:]))
+    assert all(a.similarity >= b.similarity for a, b in zip(demos, demos[1:]))
     with pytest.raises(UdrError, match="bad search 'fuzzy': expected one of exact, approximate"):
         Retriever.load(root=served, cache_dir=tmp_path / "cache", search="fuzzy")
 
@@ -284,3 +284,12 @@ assert not errors and results == [2] * 8
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+def test_a_demonstrations_former_score_name_still_reads_its_similarity_with_a_warning():
+    from udr.serving.api import Demonstration
+
+    demo = Demonstration(3, "x", "y", 0.5)
+    assert demo.to_dict() == {"pool_id": 3, "input": "x", "output": "y", "similarity": 0.5}
+    with pytest.warns(DeprecationWarning, match="similarity"):
+        assert demo.score == 0.5

@@ -60,7 +60,7 @@ def test_udr_loads_the_export_and_retrieves_the_same(served, real_model, exporte
             got = loaded.retrieve(query, task=name, k=4)
             want = original.retrieve(query, task=name, k=4)
             assert [d.pool_id for d in got] == [d.pool_id for d in want]
-            assert [d.score for d in got] == pytest.approx([d.score for d in want], abs=1e-5)
+            assert [d.similarity for d in got] == pytest.approx([d.similarity for d in want], abs=1e-5)
 
 
 def test_export_has_prompts_metadata_and_a_model_card(served, exported):

@@ -153,7 +153,7 @@ def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) 
     # Queries and pool texts are data: brackets in them ("name[The Mill]") are not Rich markup.
     table = Table(
         "#",
-        "score",
+        "similarity",
         "input",
         "output",
         "pool id",
@@ -164,7 +164,7 @@ def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) 
         title_justify="left",
     )
     for rank, d in enumerate(demos, 1):
-        table.add_row(str(rank), f"{d.score:.3f}", escape(d.input), escape(d.output), str(d.pool_id))
+        table.add_row(str(rank), f"{d.similarity:.3f}", escape(d.input), escape(d.output), str(d.pool_id))
     Console().print(table)
 
 

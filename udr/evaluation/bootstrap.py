@@ -24,7 +24,7 @@ import numpy as np
 from udr.errors import UdrError
 
 # A function of example indices -> the graded score of one method on those examples.
-ScoreOn = Callable[[np.ndarray], float]
+MetricOn = Callable[[np.ndarray], float]
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,14 @@ class PairedTask:
     """One task's paired comparison: n test examples and each method's score on a subset of them."""
 
     n: int
-    score_a: ScoreOn
-    score_b: ScoreOn
+    metric_a: MetricOn
+    metric_b: MetricOn
 
 
 def paired_bootstrap(
     tasks: Sequence[PairedTask], *, resamples: int = 1000, seed: int = 0, level: float = 0.95
 ) -> tuple[list[Interval], Interval]:
-    """Intervals of score_a - score_b per task and of its mean over the tasks (see the module doc)."""
+    """Intervals of metric_a - metric_b per task and of its mean over the tasks (see the module doc)."""
     if not tasks:
         raise UdrError("paired bootstrap: no tasks to compare")
     if resamples < 1 or not 0 < level < 1:
@@ -69,12 +69,12 @@ def paired_bootstrap(
     if any(t.n < 1 for t in tasks):
         raise UdrError("paired bootstrap: a task has no test examples")
     rng = np.random.default_rng(seed)
-    observed = np.array([t.score_a(np.arange(t.n)) - t.score_b(np.arange(t.n)) for t in tasks])
+    observed = np.array([t.metric_a(np.arange(t.n)) - t.metric_b(np.arange(t.n)) for t in tasks])
     diffs = np.empty((resamples, len(tasks)))
     for r in range(resamples):
         for j, t in enumerate(tasks):
             idx = rng.integers(0, t.n, size=t.n)
-            diffs[r, j] = t.score_a(idx) - t.score_b(idx)
+            diffs[r, j] = t.metric_a(idx) - t.metric_b(idx)
     tail = 100 * (1 - level) / 2
 
     def interval(observed_value: float, samples: np.ndarray) -> Interval:

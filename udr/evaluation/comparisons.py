@@ -13,7 +13,7 @@ COMPARED = "udr"
 BOOTSTRAP_RESAMPLES = 1000
 
 
-def frame_scorer(frame, examples: list[dict], metric: str, source: str, rows: str):
+def frame_metric(frame, examples: list[dict], metric: str, source: str, rows: str):
     """The graded score of the predictions in `frame` (columns id, prediction) as a function of
     indices into `examples`; `source` and `rows` name the two in the error when they differ."""
     from udr.evaluation.metrics import GradedStatistics

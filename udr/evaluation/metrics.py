@@ -1,6 +1,6 @@
 """Task metrics: accuracy, macro-F1, exact match (+ token F1), BLEU, ROUGE and SARI, all in percent (0-100).
 
-Every task in :mod:`udr.data.tasks` names one metric; :func:`score_task` maps that name to a function
+Every task in :mod:`udr.data.tasks` names one metric; :func:`metric_result` maps that name to a function
 here and returns ``{"metric", "score", "n", "graded", ...}``. What each name computes:
 
 ``accuracy``
@@ -348,7 +348,7 @@ def _accuracy_pairs(predictions: Sequence, examples: Sequence) -> tuple[list, li
 
 
 def graded_score(metric_name: str, predictions: Sequence, examples: Sequence) -> float:
-    """The graded score alone (what :func:`score_task` reports as ``graded``): :class:`GradedStatistics`
+    """The graded score alone (what :func:`metric_result` reports as ``graded``): :class:`GradedStatistics`
     of every example."""
     import numpy as np
 
@@ -411,7 +411,7 @@ class GradedStatistics:
         return 100.0 * sum(rows[:, 0].tolist()) / len(rows)
 
 
-def score_task(metric_name: str, predictions: Sequence, examples: Sequence) -> dict:
+def metric_result(metric_name: str, predictions: Sequence, examples: Sequence) -> dict:
     """Score `predictions` against `examples` (Example objects or prepared rows) with a task's metric.
 
     Returns ``{"metric": name, "score": float, "n": int, "graded": {"name", "score"}}`` plus

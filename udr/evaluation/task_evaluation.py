@@ -165,14 +165,14 @@ class TaskEvaluation:
         """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts);
         `interval`: with the score's 95% interval (:func:`udr.evaluation.bootstrap.score_interval`)."""
         from udr.evaluation.bootstrap import score_interval
-        from udr.evaluation.metrics import score_task
+        from udr.evaluation.metrics import metric_result
 
         prompts = self.prompts(max_demos)
         job = bar.add_task(description, total=len(prompts)) if bar is not None else None
         advance = (lambda n: bar.advance(job, n)) if bar is not None else None
         start = time.perf_counter()
         preds, texts = self.predict(prompts, advance)
-        result = score_task(self.task.metric, preds, self.rows)
+        result = metric_result(self.task.metric, preds, self.rows)
         if interval:
             result["interval"] = score_interval(self.task.metric, preds, self.rows, result["score"], seed=self.seed)
         result["seconds"] = round(time.perf_counter() - start, 2)

@@ -176,7 +176,7 @@ def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], see
 
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
-    from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, frame_scorer
+    from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, frame_metric
     from udr.paths import Paths
 
     examples = {t: read_prepared(root, t, "test").to_dicts() for t in b}
@@ -186,7 +186,7 @@ def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], see
         path = Paths(root).predictions(method, task).relative_to(root).as_posix()
         frame = pl.read_parquet(io.BytesIO(git_show(root, rev, path)), columns=["id", "prediction"])
         where = f"{path} at {rev[:12]}"
-        return frame_scorer(frame, examples[task], metric, where, f"the prepared test split of {task}")
+        return frame_metric(frame, examples[task], metric, where, f"the prepared test split of {task}")
 
     base = {t: scorer(t, *b[t]) for t in b}
     return {

@@ -299,10 +299,10 @@ def _select(scores: np.ndarray, idx: np.ndarray, k: int, exclude: np.ndarray | N
 
 @dataclass(frozen=True)
 class Ranking:
-    """Retrieved pool ids (n, k), most similar first, and their similarity scores (n, k)."""
+    """Retrieved pool ids (n, k), most similar first, and their similarities (n, k)."""
 
     ids: np.ndarray
-    scores: np.ndarray
+    similarities: np.ndarray
 
 
 class PoolRetriever(Protocol):

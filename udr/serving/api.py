@@ -4,7 +4,7 @@
 
     retriever = Retriever.load("models/final")           # the pipeline's final UDR model
     for demo in retriever.retrieve("a gripping, funny film", task="sst2", k=8):
-        print(f"{demo.score:.2f}  {demo.input} -> {demo.output}")
+        print(f"{demo.similarity:.2f}  {demo.input} -> {demo.output}")
 
     own = Retriever.from_pool([{"input": "...", "target": "..."}, ...], instruction="Summarize the text: ")
     own.retrieve("some text", k=4)
@@ -36,10 +36,18 @@ class Demonstration:
     pool_id: int
     input: str
     output: str
-    score: float
+    similarity: float
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def score(self) -> float:
+        """The similarity under its former name (deprecated: "score" is the LM's feedback in udr)."""
+        import warnings
+
+        warnings.warn("Demonstration.score is now Demonstration.similarity", DeprecationWarning, stacklevel=2)
+        return self.similarity
 
 
 class Retriever:
@@ -200,11 +208,13 @@ class Retriever:
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):
             ranking = searcher.rank(queries[lo : lo + self.batch_size], k, diversity=diversity)
-            for ids, scores in zip(ranking.ids, ranking.scores):
+            for ids, scores in zip(ranking.ids, ranking.similarities):
                 out.append(
                     [
-                        Demonstration(int(pid), pool.inputs[rows[int(pid)]], pool.outputs[rows[int(pid)]], float(score))
-                        for pid, score in zip(ids, scores)
+                        Demonstration(
+                            int(pid), pool.inputs[rows[int(pid)]], pool.outputs[rows[int(pid)]], float(similarity)
+                        )
+                        for pid, similarity in zip(ids, scores)
                     ]
                 )
         return out

@@ -3,7 +3,7 @@ per query, in input order.
 
 An input line is an object with a ``"query"`` string and, optionally, a ``"task"`` (default: the
 command's --task). An output line is the input object plus ``"task"``, ``"demonstrations"`` (a
-list of {pool_id, input, output, score}, most similar first) and, when asked, ``"prompt"``.
+list of {pool_id, input, output, similarity}, most similar first) and, when asked, ``"prompt"``.
 """
 
 from __future__ import annotations

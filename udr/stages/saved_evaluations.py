@@ -9,19 +9,19 @@ import json
 from collections.abc import Sequence
 
 from udr.errors import UdrError, first_line
-from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, COMPARED, check_same_metrics, frame_scorer
+from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, COMPARED, check_same_metrics, frame_metric
 
 
-def prediction_scorer(settings, method: str, task: str, examples: list[dict], metric: str, split: str = "test"):
+def prediction_metric(settings, method: str, task: str, examples: list[dict], metric: str, split: str = "test"):
     """The graded score of `method`'s saved predictions on `task`'s `split` as a function of example
-    indices (:data:`udr.evaluation.bootstrap.ScoreOn`), `examples` being that split's prepared rows."""
+    indices (:data:`udr.evaluation.bootstrap.MetricOn`), `examples` being that split's prepared rows."""
     import polars as pl
 
     path = settings.paths.predictions(method, task, split)
     if not path.is_file():
         raise UdrError(f"missing predictions {path}: run `udr evaluate --method {method}` first")
     frame = pl.read_parquet(path, columns=["id", "prediction"])
-    return frame_scorer(frame, examples, metric, f"{path}", f"the prepared {split} split of {task}")
+    return frame_metric(frame, examples, metric, f"{path}", f"the prepared {split} split of {task}")
 
 
 def saved_results(settings, name: str, tasks: Sequence[str], split: str = "test") -> dict[str, dict]:
@@ -59,7 +59,7 @@ def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[st
     results = {m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([*names, b])}
     check_same_metrics(results, tasks)
     scorers = {
-        (m, t): prediction_scorer(settings, m, t, examples[t], results[m][t]["metric"], split)
+        (m, t): prediction_metric(settings, m, t, examples[t], results[m][t]["metric"], split)
         for m in results
         for t in tasks
     }
@@ -99,7 +99,7 @@ def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[
     # Each method's predictions are read and scored once, UDR's included, however many baselines it
     # meets; resamples only sum per-example statistics (corpus BLEU included).
     scorers = {
-        (m, t): prediction_scorer(settings, m, t, examples[t], results[m][t]["metric"]) for m in results for t in tasks
+        (m, t): prediction_metric(settings, m, t, examples[t], results[m][t]["metric"]) for m in results for t in tasks
     }
     out = {}
     for baseline in (m for m in results if m != COMPARED):

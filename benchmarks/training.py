@@ -47,7 +47,8 @@ def main() -> None:
     from benchmarks.lm_throughput import cpu_name
     from udr.config import load_settings
     from udr.retriever.sampling import TaskSampler
-    from udr.retriever.training import build, load_scored_queries, train_step
+    from udr.retriever.training import train_step
+    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     base = load_settings(args.params, args.set)
@@ -66,15 +67,15 @@ def main() -> None:
     init = base.paths.base_model("encoder")
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {
-            name: build(settings, init, Path(tmp) / str(i), "cpu", 0, args.steps)
+            name: build(settings, 0, init, Path(tmp) / str(i), "cpu", 0, args.steps)
             for i, (name, settings) in enumerate(runs.items())
         }
         times = {n: [] for n in runs}
         losses = {n: [] for n in runs}
         for step in range(args.steps):
-            for name, settings in runs.items():
+            for name in runs:
                 t0 = time.perf_counter()
-                record = train_step(settings, trainers[name], data, sampler, 0, step, dp)
+                record = train_step(trainers[name], data, sampler, step, dp)
                 times[name].append(time.perf_counter() - t0)
                 losses[name].append(record["loss"])
 

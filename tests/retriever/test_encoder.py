@@ -112,7 +112,7 @@ def test_auto_pooling_trains_with_the_base_models_own_and_later_rounds_keep_it(l
 
     from udr.config import load_settings
     from udr.retriever.encoder import BiEncoder
-    from udr.retriever.training import run_train
+    from udr.stages.train import run_train
 
     base = tmp_path / "base"
     shutil.copytree(loop_project / "models" / "base" / "encoder", base)
@@ -139,7 +139,7 @@ def test_cosine_similarity_trains_unit_embeddings_and_later_rounds_keep_it(loop_
 
     from udr.config import load_settings
     from udr.retriever.encoder import BiEncoder
-    from udr.retriever.training import run_train
+    from udr.stages.train import run_train
 
     raw = yaml.safe_load((loop_project / "params.yaml").read_text())
     raw["train"].update(epochs_first=0.25)

@@ -54,7 +54,7 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     """Kill round 0's training after a few steps (a checkpoint exists), run again: same weights."""
     from udr.config import load_settings
     from udr.retriever.encoder import BiEncoder
-    from udr.retriever.training import run_train
+    from udr.stages.train import run_train
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
@@ -79,7 +79,7 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
 
 def test_single_task_training_reads_only_that_task(looped, tmp_path):
     from udr.config import load_settings
-    from udr.retriever.training import run_train
+    from udr.stages.train import run_train
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
@@ -160,7 +160,7 @@ def _project(looped, tmp_path, *overrides):
 
 
 def _train(settings, root, out, init=None, **kw):
-    from udr.retriever.training import run_train
+    from udr.stages.train import run_train
 
     init = init or root / "models/base/encoder"
     return run_train(settings, 0, init=init, out=out, log_dir=out.with_name(out.name + "-log"), progress=False, **kw)
@@ -172,7 +172,7 @@ def _weights(model) -> dict:
 
 def test_scored_queries_carry_the_lm_scores_in_lm_order(looped):
     from udr.config import load_settings
-    from udr.retriever.training import load_scored_queries
+    from udr.stages.train import load_scored_queries
 
     settings = load_settings(looped / "params.yaml")
     data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
@@ -191,7 +191,7 @@ def test_training_reads_the_scored_queries_params_ask_for(looped):
     from udr.config import load_settings
     from udr.errors import UdrError
     from udr.feedback.scores_file import select_queries
-    from udr.retriever.training import load_scored_queries
+    from udr.stages.train import load_scored_queries
 
     settings = load_settings(looped / "params.yaml", ["score.queries_per_task=3"])
     data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
@@ -223,12 +223,13 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
     from udr.data.prepare import read_prepared
     from udr.retriever.encoder import BiEncoder, demo_texts
     from udr.retriever.sampling import TaskSampler
-    from udr.retriever.training import _micro_batch_loss, build, load_scored_queries, train_step
+    from udr.retriever.training import _micro_batch_loss, train_step
+    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     root, settings = _project(looped, tmp_path, "train.freeze_demo_encoder=true")
     init = root / "models/base/encoder"
-    trainer = build(settings, init, tmp_path / "partial", "cpu", 0, 4)
+    trainer = build(settings, 0, init, tmp_path / "partial", "cpu", 0, 4)
     enc = trainer.encoder
     demo_before, query_before = _weights(enc.demo_model), _weights(enc.query_model)
     assert trainer.params and {id(p) for p in trainer.params} == {id(p) for p in enc.query_model.parameters()}
@@ -264,7 +265,7 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
 
     sampler = TaskSampler({t: len(qs) for t, qs in data.items()}, settings.train.alpha)
     for step in range(2):
-        assert np.isfinite(train_step(settings, trainer, data, sampler, 0, step, Distributed("cpu"))["loss"])
+        assert np.isfinite(train_step(trainer, data, sampler, step, Distributed("cpu"))["loss"])
     assert all(torch.equal(v, demo_before[k]) for k, v in enc.demo_model.state_dict().items())
     assert all(p.grad is None for p in enc.demo_model.parameters())
     assert any(not torch.equal(v, query_before[k]) for k, v in enc.query_model.state_dict().items())
@@ -366,7 +367,8 @@ def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_pat
     import torch
 
     from udr.retriever.sampling import TaskSampler
-    from udr.retriever.training import build, load_scored_queries, train_step
+    from udr.retriever.training import train_step
+    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     grads, losses = {}, {}
@@ -378,13 +380,13 @@ def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_pat
         root, settings = _project(
             looped, tmp_path / name.replace(" ", "-"), f"train.loss={loss}", "train.dtype=fp32", *overrides
         )
-        trainer = build(settings, root / "models/base/encoder", tmp_path / name / "partial", "cpu", 0, 4)
+        trainer = build(settings, 0, root / "models/base/encoder", tmp_path / name / "partial", "cpu", 0, 4)
         trainer.encoder.query_model.eval()  # dropout off: the two routes see the same encoder
         trainer.encoder.demo_model.eval()
         data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
         sampler = TaskSampler({t: len(qs) for t, qs in data.items()}, settings.train.alpha)
         trainer.optimizer.step = lambda: None  # keep the gradients of step 0 to compare them
-        losses[name] = train_step(settings, trainer, data, sampler, 0, 0, Distributed("cpu"))
+        losses[name] = train_step(trainer, data, sampler, 0, Distributed("cpu"))
         grads[name] = torch.cat([p.grad.flatten() for p in trainer.params if p.grad is not None])
     whole, cached = losses["one micro-batch"], losses["grad cache"]
     for part in ("loss", "rank", "in_batch"):

@@ -5,7 +5,7 @@ items of the task's demonstration pool (its prepared train split), most similar 
 - ``bm25``: Okapi BM25 between the test input and the pool's inputs;
 - ``sbert``: the off-the-shelf base encoder (all-MiniLM-L6-v2) as sentence-transformers uses it:
   mean pooling, L2-normalised, cosine similarity of the test input and the pool's inputs;
-- ``epr``: the EPR baseline (``models/epr``, see :func:`udr.retriever.training.epr_settings`);
+- ``epr``: the EPR baseline (``models/epr``, see :func:`udr.stages.train.epr_settings`);
 - ``udr``: the final UDR retriever (``models/final``) with its pool index from ``udr index``.
 
 Which model each method reads in a project, and the retriever built from it, is the evaluate stage's

@@ -347,7 +347,7 @@ def _retrievers(settings, task: str, pool, models: dict, progress: bool) -> dict
         return lambda: bi_encoder_retriever(BiEncoder.load(Path(path)), settings, task, pool)
 
     def initial_encoder():
-        from udr.retriever.training import initial_bi_encoder
+        from udr.stages.train import initial_bi_encoder
 
         base = settings.paths.base_model("encoder")
         if not base.is_dir():

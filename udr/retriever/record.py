@@ -31,27 +31,6 @@ def write_record(model_dir: Path, record: dict) -> None:
     write_json_atomic(record_path(model_dir), record)
 
 
-def training_record(settings, *, method: str, round_: int, init: Path, summary) -> dict:
-    """The record of a model `run_train` just trained from `init` (its TrainSummary: `summary`)."""
-    previous = read_record(init)
-    return {
-        "method": method,
-        "round": round_,
-        "params_file": settings.params_file,
-        "project": str(Path(settings.root).resolve()),
-        "seed": settings.seed,
-        "models": settings.models.model_dump(mode="json"),
-        "candidates": settings.candidates.model_dump(mode="json"),
-        "score": settings.score.model_dump(mode="json", exclude={"batch_tokens", "shard_pairs", "device"}),
-        "encoder": settings.encoder.model_dump(mode="json"),
-        "train": settings.train.model_dump(mode="json", exclude={"checkpoint_steps", "device"}),
-        "tasks": dict(summary.queries),
-        "steps": summary.steps,
-        "loss": {"start": summary.loss_start, "end": summary.loss_end},
-        "init": previous if previous is not None else {"base": str(settings.models.encoder)},
-    }
-
-
 def check_replace(out: Path, settings, replace: bool, option: str = "--out") -> None:
     """A one-line error, before any work, where `out` is no folder a bi-encoder may replace
     (:func:`udr.util.files.check_dir_target`), or holds a model recorded from another params file than

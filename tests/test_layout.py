@@ -68,6 +68,16 @@ def test_a_library_module_reads_no_project_and_imports_no_stage(module):
             assert not {"Settings", "load_settings", "settings_from_mapping"} & set(names), (
                 f"{_name(module)} imports the whole settings ({names}): take explicit arguments or one section"
             )
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            for arg in args:
+                if arg.arg == "settings":
+                    annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+                    assert annotation.endswith("Settings") and annotation != "Settings", (
+                        f"{_name(module)}:{node.lineno} {node.name}(settings: {annotation or '?'}): a library function "
+                        "takes one settings section, annotated (e.g. EncoderSettings), not the whole settings"
+                    )
     reads = sorted(_project_reads(tree))
     if _name(module) in NOT_YET_STAGES:
         assert reads, f"{_name(module)} no longer reads a project: drop it from NOT_YET_STAGES"

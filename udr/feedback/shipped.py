@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from udr.config import ScoreSettings
 from udr.errors import UdrError
 from udr.feedback.scores_file import ScoresManifest, read_manifest, read_scores
 from udr.util.files import file_sha256
@@ -79,22 +80,16 @@ class ShippedSample:
         }
 
 
-def shipped_file(settings, task: str) -> Path:
-    """Where `task`'s shipped round-0 scores would be (relative paths from the params file's folder)."""
-    folder = Path(settings.score.shipped)
-    return (folder if folder.is_absolute() else settings.root / folder) / f"{task}.parquet"
-
-
-def take_shipped(settings, work, inputs_hash):
+def take_shipped(work, source: Path, label: str, cfg: ScoreSettings, seed: int, inputs_hash):
     """(work, sample): `work` with every shipped pair of its to-do list moved to the reused ones but the
     sample's, which stay to be scored and checked; (work, None) where the task has no shipped file, or one
-    of other inputs (a notice says so: every pair is then scored here). `inputs_hash(dtype)`: the
-    inputs hash of this run's pairs at that precision. The shipped file's own precision is accepted
+    of other inputs (a notice says so: every pair is then scored here). `source`: the task's shipped
+    scores (`label`: as the params name them); `cfg`: the score settings (`reuse_shipped`, `check_queries`,
+    `check_tolerance`); `seed`: the sample's; `inputs_hash(dtype)`: the inputs hash of this run's pairs at
+    that precision. The shipped file's own precision is accepted
     (an fp32 run takes bf16 feedback): the sample, scored at this run's, must agree all the same."""
     import polars as pl
 
-    cfg = settings.score
-    source = shipped_file(settings, work.task.name)
     if not (cfg.reuse_shipped and work.round == 0 and source.is_file() and len(work.todo)):
         return work, None
     manifest = _shipped_manifest(source)
@@ -110,12 +105,11 @@ def take_shipped(settings, work, inputs_hash):
     covered = _fully_covered_queries(work.todo, available)
     if not covered.size:
         return work, None
-    picked = task_rng(settings.seed, work.task.name, "shipped-check").permutation(covered)[: cfg.check_queries]
+    picked = task_rng(seed, work.task.name, "shipped-check").permutation(covered)[: cfg.check_queries]
     in_sample = pl.col("query_id").is_in(picked.tolist())
     taken = available.filter(~in_sample).select(work.reused.columns)
     todo = work.todo.join(taken, on=KEY, how="anti").sort(["candidate_id", "query_id"])
     reused = pl.concat([work.reused, taken])
-    label = (Path(cfg.shipped) / source.name).as_posix()
     sample = ShippedSample(
         source,
         label,

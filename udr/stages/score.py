@@ -96,7 +96,14 @@ def run_score(
     work = load_work(settings, task_name, round_)
     out = settings.paths.scores(round_, task_name)
     # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
-    work, sample = take_shipped(settings, work, lambda shipped_dtype: score_inputs(settings, work, shipped_dtype))
+    work, sample = take_shipped(
+        work,
+        shipped_file(settings, task_name),
+        (Path(settings.score.shipped) / f"{task_name}.parquet").as_posix(),
+        settings.score,
+        settings.seed,
+        lambda shipped_dtype: score_inputs(settings, work, shipped_dtype),
+    )
     if sample is None:
         work = reuse_earlier_run(settings, work, out)
     return score_work(
@@ -109,6 +116,12 @@ def run_score(
         stop_after_shards=stop_after_shards,
         verify=sample.verify if sample else None,
     )
+
+
+def shipped_file(settings, task: str) -> Path:
+    """Where `task`'s shipped round-0 scores would be (`score.shipped`, relative to the params file's folder)."""
+    folder = Path(settings.score.shipped)
+    return (folder if folder.is_absolute() else settings.root / folder) / f"{task}.parquet"
 
 
 def score_work(

@@ -221,9 +221,10 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
     import torch
 
     from udr.data.prepare import read_prepared
+    from udr.retriever.demo_encoders import FrozenDemoEncoder
     from udr.retriever.encoder import BiEncoder, demo_texts
     from udr.retriever.sampling import TaskSampler
-    from udr.retriever.training import _micro_batch_loss, train_step
+    from udr.retriever.training import train_step
     from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
@@ -234,6 +235,7 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
     demo_before, query_before = _weights(enc.demo_model), _weights(enc.query_model)
     assert trainer.params and {id(p) for p in trainer.params} == {id(p) for p in enc.query_model.parameters()}
     assert not enc.demo_model.training  # the cache is made, and stays valid, without dropout
+    assert isinstance(trainer.demos, FrozenDemoEncoder)
 
     # The cache: each task's whole pool as an untouched E_d embeds it.
     base = BiEncoder.from_base(init, enc.settings)
@@ -241,7 +243,7 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
     for task in TASKS:
         frame = read_prepared(root, task, "train")
         pool_texts[task] = demo_texts(settings.task(task), frame["input"], frame["target"], enc.settings)
-        cache = trainer.pools[task]
+        cache = trainer.demos.pools[task]
         assert cache.emb.shape == (24, 32) and list(cache.row) == [int(i) for i in frame["id"]]
         np.testing.assert_allclose(cache.emb.numpy(), base.encode(pool_texts[task], "demo"), atol=1e-5)
 
@@ -250,12 +252,12 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
     batch = [(data["sst2"][0], [0, 1, 2]), (data["sst2"][1], [1, 3])]
     enc.query_model.eval()
     with torch.no_grad():
-        got = _micro_batch_loss(trainer, batch, 0)
+        got = trainer.micro_batch_loss(batch)
     q = base.encode([sq.text for sq, _ in batch], "query")
     pool = base.encode(pool_texts["sst2"], "demo")
     ce = []
     for qv, (sq, pos) in zip(q, batch):
-        row = trainer.pools["sst2"].row
+        row = trainer.demos.pools["sst2"].row
         logits = pool @ qv
         logits[row[sq.query_id]] = -np.inf
         positive = row[sq.candidate_ids[pos[0]]]
@@ -366,6 +368,7 @@ def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_pat
     Without it, smaller micro-batches give a different loss (each L_ib over its own candidates only)."""
     import torch
 
+    from udr.retriever.backward import GradCacheBackward, PlainBackward
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import train_step
     from udr.stages.train import build, load_scored_queries
@@ -381,6 +384,7 @@ def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_pat
             looped, tmp_path / name.replace(" ", "-"), f"train.loss={loss}", "train.dtype=fp32", *overrides
         )
         trainer = build(settings, 0, root / "models/base/encoder", tmp_path / name / "partial", "cpu", 0, 4)
+        assert isinstance(trainer.backward, GradCacheBackward if name == "grad cache" else PlainBackward)
         trainer.encoder.query_model.eval()  # dropout off: the two routes see the same encoder
         trainer.encoder.demo_model.eval()
         data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)

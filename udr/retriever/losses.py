@@ -5,9 +5,10 @@ with one positive and one hard negative per query is DPR's / EPR's contrastive l
 combination (:class:`UDRLoss`), either as the paper writes it, lambda * L_rank + (1 - lambda) * L_ib,
 or as the published KaiLv69/UDR code computes it, 4 * L_rank + L_ib. A third mode distils the LM's
 scores instead of its ranks (:class:`DistillLoss`, LLM-R's KL loss), and the in-batch loss can run over
-a task's whole pool of cached demonstration embeddings instead of the batch (:class:`PoolNegatives`,
-for a frozen E_d). Similarities are dot products of query and candidate embeddings (times `scale`, for
-cosine similarities); losses are computed in float32 (or float64 if given) whatever the embeddings' dtype.
+a task's whole pool of cached demonstration embeddings instead of the batch (:class:`PoolInBatchLoss`
+over :class:`PoolNegatives`, for a frozen E_d). Similarities are dot products of query and candidate
+embeddings (times `scale`, for cosine similarities); losses are computed in float32 (or float64 if given)
+whatever the embeddings' dtype.
 """
 
 from __future__ import annotations
@@ -205,6 +206,52 @@ class PoolNegatives(NamedTuple):
     exclude: Tensor
 
 
+class PoolInBatchLoss(nn.Module):
+    """The in-batch negative loss over a task's whole pool instead of the batch (a frozen E_d's cached
+    pool embeddings): each query against every pool item but itself.
+
+    Inputs:
+        query_emb: FloatTensor (B, d), the query embeddings x_b.
+        pool: :class:`PoolNegatives`: the pool's embeddings P (N, d), the pool row of each query's
+            candidates (B, l), and each query's own row (B,; -1: none).
+        best: LongTensor (B,), the position among its l candidates of each query's positive z*_b.
+
+    Output: a scalar,
+
+        L_ib = mean_b  -log( exp(sim(x_b, z*_b)) / sum_{z in P, z != x_b} exp(sim(x_b, z)) ),  sim = dot product,
+
+    i.e. :class:`InBatchLoss` of the queries against the N pool rows, the positive of query b being the
+    pool row of its candidate ``best[b]``, and query b's own row masked out of its softmax. A query
+    whose positive is itself is an error.
+
+    Reference: Li et al., "Unified Demonstration Retriever for In-Context Learning" (ACL 2023),
+    section "Loss Function" (L_ib), with the batch's candidates replaced by the task's pool, as a
+    frozen demonstration encoder affords.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_batch_loss = InBatchLoss()
+
+    def forward(self, query_emb: Tensor, pool: PoolNegatives, best: Tensor) -> Tensor:
+        b = best.shape[0]
+        if pool.emb.dim() != 2 or pool.emb.shape[1] != query_emb.shape[1]:
+            raise ValueError(f"PoolInBatchLoss: pool.emb must be (N, d), got {tuple(pool.emb.shape)}")
+        if pool.rows.dim() != 2 or pool.rows.shape[0] != b or pool.exclude.shape != (b,):
+            raise ValueError(
+                f"PoolInBatchLoss: pool.rows must be (B, l) and pool.exclude (B,), "
+                f"got {tuple(pool.rows.shape)} and {tuple(pool.exclude.shape)}"
+            )
+        positive = pool.rows.to(torch.long).gather(1, best[:, None]).squeeze(1)
+        exclude = pool.exclude.to(torch.long)
+        if bool((positive == exclude).any()):
+            raise UdrError("bad batch: a query's best candidate is the query itself")
+        keep = torch.ones((b, pool.emb.shape[0]), dtype=torch.bool, device=pool.emb.device)
+        has = exclude >= 0
+        keep[torch.arange(b, device=keep.device)[has], exclude[has]] = False
+        return self.in_batch_loss(query_emb, pool.emb, positive, keep)
+
+
 class LossParts(NamedTuple):
     """The training loss and its two parts (scalar tensors; ``total`` is the one to backpropagate).
     ``rank`` holds L_rank, or L_KL in distill mode (the training log keeps the key ``rank`` for both)."""
@@ -240,8 +287,9 @@ class UDRLoss(nn.Module):
     rank = :class:`RankLoss` (sim, ranks, mask) (distill mode: :class:`DistillLoss` (sim, scores, mask));
     in_batch = :class:`InBatchLoss` over all B * l candidates of the batch (padded ones left out of the
     softmax), the positive of query b being its best-ranked real candidate (smallest rank, the first on
-    ties); with ``pool``, over the N pool rows instead (all but the query's own row), the positive being
-    the pool row of that same candidate. Every query needs at least one real candidate.
+    ties); with ``pool``, :class:`PoolInBatchLoss` over the N pool rows instead (all but the query's own
+    row), the positive being the pool row of that same candidate. Every query needs at least one real
+    candidate.
 
     Reference: Li et al., "Unified Demonstration Retriever for In-Context Learning" (ACL 2023),
     section "Loss Function"; https://github.com/KaiLv69/UDR for the "published" weighting.
@@ -267,6 +315,7 @@ class UDRLoss(nn.Module):
         self.rank_loss = RankLoss()
         self.distill_loss = DistillLoss(distill_temperature)
         self.in_batch_loss = InBatchLoss()
+        self.pool_in_batch_loss = PoolInBatchLoss()
 
     def forward(
         self,
@@ -319,29 +368,10 @@ class UDRLoss(nn.Module):
             positive = torch.arange(b, device=cand_emb.device) * l + best
             in_batch = self.in_batch_loss(query_emb, cand_emb.reshape(b * l, d), positive, mask.reshape(b * l))
         else:
-            in_batch = self._pool_in_batch(query_emb, pool, best)
+            in_batch = self.pool_in_batch_loss(query_emb, pool, best)
 
         if self.mode == "published":
             total = 4.0 * rank + in_batch
         else:
             total = self.lambda_ * rank + (1.0 - self.lambda_) * in_batch
         return LossParts(total=total, rank=rank, in_batch=in_batch)
-
-    def _pool_in_batch(self, query_emb: Tensor, pool: PoolNegatives, best: Tensor) -> Tensor:
-        """L_ib over the whole pool: each query against every pool row but its own."""
-        b = best.shape[0]
-        if pool.emb.dim() != 2 or pool.emb.shape[1] != query_emb.shape[1]:
-            raise ValueError(f"UDRLoss: pool.emb must be (N, d), got {tuple(pool.emb.shape)}")
-        if pool.rows.dim() != 2 or pool.rows.shape[0] != b or pool.exclude.shape != (b,):
-            raise ValueError(
-                f"UDRLoss: pool.rows must be (B, l) and pool.exclude (B,), "
-                f"got {tuple(pool.rows.shape)} and {tuple(pool.exclude.shape)}"
-            )
-        positive = pool.rows.to(torch.long).gather(1, best[:, None]).squeeze(1)
-        exclude = pool.exclude.to(torch.long)
-        if bool((positive == exclude).any()):
-            raise UdrError("bad batch: a query's best candidate is the query itself")
-        keep = torch.ones((b, pool.emb.shape[0]), dtype=torch.bool, device=pool.emb.device)
-        has = exclude >= 0
-        keep[torch.arange(b, device=keep.device)[has], exclude[has]] = False
-        return self.in_batch_loss(query_emb, pool.emb, positive, keep)

@@ -3,17 +3,16 @@
 
 Every optimiser step takes `train.batch_size` scored queries from ONE task, the task drawn with
 p(T) ~ q_T^alpha (q_T = T's share of the scored queries); each query brings l candidates sampled
-from its LM-ranked list and ranked 1..l by the LM's scores (:mod:`udr.retriever.sampling`). The loss
-is :class:`udr.retriever.losses.UDRLoss` (`train.loss`; distill: the KL to the LM's scores). The batch
-is processed in micro-batches of `train.micro_batch` queries with gradient accumulation (in-batch
-negatives are the micro-batch's candidates; with `train.grad_cache`, the whole batch's: Gao et al.
-2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup").
+from its LM-ranked list and ranked 1..l by the LM's scores. The batch is processed in micro-batches of
+`train.micro_batch` queries. What varies is chosen once, when the trainer is built (:func:`build_trainer`):
 
-Recipes: `train.shared_encoder` trains one encoder for both sides (E_q is E_d);
-`train.freeze_demo_encoder` keeps E_d as it was initialised: each training task's pool is embedded once
-(no gradient, dropout off) when training starts, only E_q learns, the candidates' embeddings are read
-from that cache and the in-batch loss runs over the query's whole task pool (the query's own row left
-out), independent of the micro-batch.
+- the recipe (:mod:`udr.retriever.recipes`): the candidates' sampling and the loss
+  (:class:`udr.retriever.losses.UDRLoss`; `train.loss` distill: the KL to the LM's scores);
+- the demonstration side (:mod:`udr.retriever.demo_encoders`): E_d trained with E_q, or frozen
+  (`train.freeze_demo_encoder`: each training task's pool embedded once, the in-batch loss over the
+  query's whole task pool); `train.shared_encoder` ties E_d to E_q (one encoder for both sides);
+- the backward (:mod:`udr.retriever.backward`): gradient accumulation, in-batch negatives being each
+  micro-batch's candidates, or GradCache (`train.grad_cache`), the whole batch's.
 
 Determinism: everything random in step s (task, queries, candidates, dropout) is drawn from generators
 seeded by (seed, round, s), so a run resumed from a checkpoint continues exactly as an uninterrupted one.
@@ -30,8 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.errors import UdrError
-from udr.retriever.sampling import TaskSampler, sample_candidates, step_rng
+from udr.retriever.backward import GradCacheBackward, PlainBackward
+from udr.retriever.demo_encoders import FrozenDemoEncoder, TrainedDemoEncoder
+from udr.retriever.losses import LossParts
+from udr.retriever.recipes import CandidateLayout, Recipe, recipe_for
+from udr.retriever.sampling import TaskSampler, step_rng
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,6 @@ class ScoredQuery:
     candidate_ids: tuple[int, ...]
     candidate_texts: tuple[str, ...]
     candidate_scores: tuple[float, ...] = ()  # the LM's scores, same order (loss distill reads them)
-
-
-@dataclass(frozen=True)
-class TaskPool:
-    """A task's pool embedded once by a frozen E_d: embeddings (N, d) on the training device, and each
-    pool item's row by its id."""
-
-    emb: object
-    row: dict[int, int]
 
 
 @dataclass
@@ -70,24 +63,46 @@ class TrainSummary:
 
 @dataclass
 class Trainer:
-    """A round's model, optimiser and schedule, with the steps done so far (built by :func:`build_trainer`)."""
+    """A round's model, optimiser and schedule, with the steps done so far (built by :func:`build_trainer`),
+    and its options chosen once: the recipe (which candidates and loss, :mod:`udr.retriever.recipes`),
+    where the candidates' embeddings come from (E_d trained or frozen, :mod:`udr.retriever.demo_encoders`)
+    and how the batch loss is back-propagated (plainly or by GradCache, :mod:`udr.retriever.backward`)."""
 
     encoder: object
     params: list
     optimizer: object
     scheduler: object
-    loss_fn: object
+    recipe: Recipe
+    demos: TrainedDemoEncoder | FrozenDemoEncoder
+    backward: PlainBackward | GradCacheBackward
     device: object
     cfg: object  # the round's TrainSettings
     seed: int  # with round: seeds every step's draws (step_rng) and dropout
     round: int
     history: list[dict] = field(default_factory=list)
     bf16: bool = False  # forwards under bf16 autocast (train.dtype)
-    pools: dict[str, TaskPool] = field(default_factory=dict)  # train.freeze_demo_encoder's cached pools
 
     @property
     def first_step(self) -> int:
         return len(self.history)
+
+    def autocast(self):
+        import torch
+
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def dropout_seed(self, step: int, m: int) -> int:
+        """The torch seed of micro-batch `m`'s forwards in step `step`."""
+        return self.seed * 1_000_003 + self.round * 10_007 + step * 101 + m
+
+    def micro_batch_loss(self, micro_batch: list) -> LossParts:
+        """The recipe's loss of one micro-batch of (ScoredQuery, candidate positions), candidates ranked 1..l
+        in LM order, their embeddings from E_d or from its frozen cache (then with the task's whole pool
+        as in-batch negatives)."""
+        q = self.encoder.embed([sq.text for sq, _ in micro_batch], "query")
+        layout = CandidateLayout.of(micro_batch, self.device)
+        cand, negatives = self.demos.candidates(self.encoder, layout)
+        return self.recipe(q.float(), cand, layout, negatives)
 
 
 def training_queries(task, train, scores, encoder_settings) -> list[ScoredQuery]:
@@ -125,6 +140,7 @@ def build_trainer(
     device,
     seed: int,
     round_: int,
+    world: int = 1,
     bf16: bool = False,
     pools: Mapping | None = None,
     pool_batch_size: int = 64,
@@ -132,39 +148,21 @@ def build_trainer(
     """A round's trainer for `encoder` with the training settings `cfg` (a :class:`udr.config.TrainSettings`):
     E_d tied to E_q or not (`shared_encoder`), frozen with `pools` ({task: (Task, its pool frame)})
     embedded once (`freeze_demo_encoder`, `pool_batch_size` texts a batch), the optimiser, the warmup /
-    linear-decay schedule over `steps` and the loss; `seed` and `round_` seed every step."""
+    linear-decay schedule over `steps`, the recipe and the backward (`grad_cache`: one process of `world`);
+    `seed` and `round_` seed every step."""
     from transformers import get_linear_schedule_with_warmup
 
-    from udr.retriever.losses import UDRLoss
-
     encoder.share(cfg.shared_encoder).to(device).train()
-    task_pools = {}
     if cfg.freeze_demo_encoder:
-        encoder.demo_model.requires_grad_(False).eval()
-        task_pools = embed_pools(encoder, pools, pool_batch_size, device)
+        demos = FrozenDemoEncoder.freeze(encoder, pools, pool_batch_size, device)
+    else:
+        demos = TrainedDemoEncoder(cfg.length_chunk)
     params = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = adamw(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, min(cfg.warmup_steps, steps), steps)
-    scale = cfg.cosine_scale if encoder.settings.normalize else 1.0
-    loss_fn = UDRLoss(cfg.loss_lambda, cfg.loss, scale=scale, distill_temperature=cfg.distill_temperature)
-    return Trainer(
-        encoder, params, optimizer, scheduler, loss_fn, device, cfg, seed, round_, bf16=bf16, pools=task_pools
-    )
-
-
-def embed_pools(encoder, pools: Mapping, batch_size: int, device) -> dict[str, TaskPool]:
-    """Each pool ({task: (Task, its prepared train split)}) embedded once by E_d, without gradients,
-    `batch_size` texts a batch as every pool embedding is."""
-    import torch
-
-    from udr.retriever.index import embed_pool
-
-    out = {}
-    for name, (task, frame) in pools.items():
-        emb = embed_pool(encoder, task, frame, batch_size, progress=False)
-        row = {int(i): r for r, i in enumerate(frame["id"])}
-        out[name] = TaskPool(torch.from_numpy(emb).to(device), row)
-    return out
+    recipe = recipe_for(cfg, scale=cfg.cosine_scale if encoder.settings.normalize else 1.0)
+    backward = GradCacheBackward(world) if cfg.grad_cache else PlainBackward()
+    return Trainer(encoder, params, optimizer, scheduler, recipe, demos, backward, device, cfg, seed, round_, bf16=bf16)
 
 
 def adamw(params, **options):
@@ -180,42 +178,19 @@ def adamw(params, **options):
 
 
 def train_step(trainer: Trainer, data, sampler: TaskSampler, step: int, dp) -> dict:
-    """Step 3, once per optimiser step: draw a task, its queries and their candidates, accumulate the
-    loss's gradients over micro-batches, step; returns the step's log record (its "rank" is L_KL
-    with loss distill)."""
-    import torch
-
+    """Step 3, once per optimiser step: draw a task, its queries and their candidates (the recipe's
+    sampling), accumulate the loss's gradients over micro-batches (the trainer's backward), step; returns
+    the step's log record (its "rank" is L_KL with loss distill)."""
     cfg = trainer.cfg
-    l = 2 if cfg.sampling == "epr" else cfg.candidates_per_query
-    device = trainer.device
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=trainer.bf16)
     rng = step_rng(trainer.seed, trainer.round, step)
     task = sampler.draw(rng)
     pool = data[task]
     chosen = rng.choice(len(pool), size=min(cfg.batch_size, len(pool)), replace=False)
-    picks = [(pool[i], sample_candidates(len(pool[i].candidate_ids), l, cfg.sampling, rng)) for i in chosen]
+    picks = [(pool[i], trainer.recipe.sample(pool[i], rng)) for i in chosen]
     micro = [picks[i : i + cfg.micro_batch] for i in range(0, len(picks), cfg.micro_batch)]
     trainer.optimizer.zero_grad(set_to_none=True)
     parts = np.zeros(3)
-
-    def dropout_seed(m: int) -> int:
-        return trainer.seed * 1_000_003 + trainer.round * 10_007 + step * 101 + m
-
-    if cfg.grad_cache:
-        if dp.world > 1:
-            raise UdrError("train.grad_cache runs in one process: set it false under torchrun")
-        loss = _grad_cache_backward(trainer, micro, dropout_seed, autocast, cfg.length_chunk)
-        parts += np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
-    else:
-        for m, mb in enumerate(micro):
-            if m % dp.world != dp.rank:
-                continue
-            torch.manual_seed(dropout_seed(m))
-            with autocast:
-                loss = _micro_batch_loss(trainer, mb, cfg.length_chunk)
-            share = len(mb) / len(picks)
-            (loss.total * share).backward()
-            parts += share * np.array([loss.total.item(), loss.rank.item(), loss.in_batch.item()])
+    trainer.backward(trainer, micro, step, dp, parts)
     dp.sum_gradients(trainer.params)
     trainer.optimizer.step()
     trainer.scheduler.step()
@@ -227,106 +202,6 @@ def train_step(trainer: Trainer, data, sampler: TaskSampler, step: int, dp) -> d
         "in_batch": dp.sum_scalar(parts[2]),
         "lr": trainer.scheduler.get_last_lr()[0],
     }
-
-
-def _micro_batch_loss(trainer: Trainer, micro_batch, length_chunk: int):
-    """UDRLoss of one micro-batch of (ScoredQuery, candidate positions), candidates ranked 1..l in LM order
-    (with a frozen E_d: their cached embeddings, and the task's whole pool as in-batch negatives)."""
-    import torch
-
-    from udr.retriever.losses import PoolNegatives
-
-    encoder, device = trainer.encoder, trainer.device
-    q = encoder.embed([sq.text for sq, _ in micro_batch], "query")
-    width = max(len(pos) for _, pos in micro_batch)
-    texts, flat_mask, ranks = _candidate_layout(micro_batch, width, device)
-    scores = _teacher_scores(micro_batch, width, device) if trainer.loss_fn.mode == "distill" else None
-    if trainer.pools:
-        pool = trainer.pools[micro_batch[0][0].task]
-        rows = torch.tensor([_pool_rows(pool, sq, pos, width) for sq, pos in micro_batch], device=device)
-        exclude = torch.tensor([pool.row.get(sq.query_id, -1) for sq, _ in micro_batch], device=device)
-        negatives = PoolNegatives(pool.emb, rows, exclude)
-        return trainer.loss_fn(q.float(), pool.emb[rows], ranks, flat_mask, scores, negatives)
-    d = encoder.embed(texts, "demo", chunk=length_chunk)
-    cand = torch.zeros(len(micro_batch), width, d.shape[1], dtype=d.dtype, device=device)
-    cand[flat_mask] = d
-    return trainer.loss_fn(q.float(), cand.float(), ranks, flat_mask, scores)
-
-
-def _candidate_layout(micro_batch, width: int, device):
-    """A micro-batch's candidate texts in order, and (B, width) tensors of which slots are real and of
-    their LM ranks (1 = best; 0 in padded slots)."""
-    import torch
-
-    texts, mask, ranks = [], [], []
-    for sq, pos in micro_batch:
-        texts += [sq.candidate_texts[p] for p in pos]
-        mask.append([True] * len(pos) + [False] * (width - len(pos)))
-        ranks.append(list(range(1, len(pos) + 1)) + [0] * (width - len(pos)))
-    return texts, torch.tensor(mask, device=device), torch.tensor(ranks, device=device)
-
-
-def _grad_cache_backward(trainer: Trainer, micro, dropout_seed, autocast, length_chunk: int):
-    """GradCache: the loss of the whole batch (every micro-batch's candidates in one L_ib), its gradients
-    accumulated into the encoder's parameters one micro-batch at a time; returns the loss.
-
-    1. every micro-batch is embedded without gradient (under its own dropout seed);
-    2. the loss of all the embeddings together is differentiated with respect to them;
-    3. each micro-batch is embedded again under the same seed, with gradient, and back-propagated with
-       its slice of those embedding gradients: the parameters' gradients are the whole batch loss's."""
-    import torch
-
-    encoder, device = trainer.encoder, trainer.device
-    picks = [p for mb in micro for p in mb]
-    width = max(len(pos) for _, pos in picks)
-    texts, mask, ranks = _candidate_layout(picks, width, device)
-    scores = _teacher_scores(picks, width, device) if trainer.loss_fn.mode == "distill" else None
-
-    def embed(m: int):
-        torch.manual_seed(dropout_seed(m))
-        with autocast:
-            q = encoder.embed([sq.text for sq, _ in micro[m]], "query")
-            d = encoder.embed([sq.candidate_texts[p] for sq, pos in micro[m] for p in pos], "demo", chunk=length_chunk)
-        return q.float(), d.float()
-
-    with torch.no_grad():
-        cached = [embed(m) for m in range(len(micro))]
-    q_all = torch.cat([q for q, _ in cached]).requires_grad_()
-    d_all = torch.cat([d for _, d in cached]).requires_grad_()
-    cand = torch.zeros(len(picks), width, d_all.shape[1], dtype=d_all.dtype, device=device)
-    cand = cand.masked_scatter(mask.unsqueeze(-1), d_all)
-    loss = trainer.loss_fn(q_all, cand, ranks, mask, scores)
-    q_grad, d_grad = torch.autograd.grad(loss.total, [q_all, d_all])
-    q_at = d_at = 0
-    for m in range(len(micro)):
-        q, d = embed(m)
-        torch.autograd.backward([q, d], [q_grad[q_at : q_at + len(q)], d_grad[d_at : d_at + len(d)]])
-        q_at, d_at = q_at + len(q), d_at + len(d)
-    return loss
-
-
-def _teacher_scores(micro_batch, width: int, device):
-    """The sampled candidates' LM scores, each standardised over its query's whole scored list (B, l)."""
-    import torch
-
-    from udr.retriever.losses import standardize
-
-    rows = []
-    for sq, pos in micro_batch:
-        if len(sq.candidate_scores) != len(sq.candidate_ids):
-            raise UdrError(f"missing scores: {sq.task} query {sq.query_id} has no LM score per candidate")
-        z = standardize(sq.candidate_scores)
-        rows.append([float(z[p]) for p in pos] + [0.0] * (width - len(pos)))
-    return torch.tensor(rows, dtype=torch.float64, device=device)
-
-
-def _pool_rows(pool: TaskPool, sq: ScoredQuery, positions, width: int) -> list[int]:
-    """The pool rows of a query's sampled candidates, padded with row 0 to `width`."""
-    try:
-        rows = [pool.row[sq.candidate_ids[p]] for p in positions]
-    except KeyError as exc:
-        raise UdrError(f"{sq.task}: candidate {exc.args[0]} of query {sq.query_id} is not in the task's pool") from None
-    return rows + [0] * (width - len(rows))
 
 
 def finish(trainer: Trainer, out: Path, round_, steps, data, sampler, start, world, device_type) -> TrainSummary:

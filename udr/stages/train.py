@@ -77,15 +77,12 @@ def run_train_stage(
 
 
 def epr_settings(settings):
-    """The EPR baseline's recipe on UDR's budget: round-0 (BM25) scores only, one positive of the
-    top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone over the
-    batch's candidates, two encoders both trained, and as many epochs as all of UDR's rounds together;
-    same encoder init, batch, lr and inputs."""
-    cfg = settings.train
-    epochs = cfg.epochs_first + cfg.epochs_later * len(cfg.later_rounds)
-    update = {"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs}
-    train = cfg.model_copy(update={**update, "freeze_demo_encoder": False, "shared_encoder": False})
-    return settings.model_copy(update={"train": train})
+    """The settings of the EPR baseline: UDR's, with the training settings of EPR's recipe
+    (:func:`udr.retriever.recipes.epr_train_settings`), on round-0 (BM25) scores only; the same encoder
+    init and inputs."""
+    from udr.retriever.recipes import epr_train_settings
+
+    return settings.model_copy(update={"train": epr_train_settings(settings.train)})
 
 
 def run_train(
@@ -135,7 +132,7 @@ def run_train(
     if dp.rank == 0:
         open_partial(partial, fingerprint)
     dp.barrier()
-    trainer = build(settings, round_, Path(init), partial, device_type, dp.local_rank, steps)
+    trainer = build(settings, round_, Path(init), partial, device_type, dp.local_rank, steps, world=dp.world)
     live = TrainLog(log_dir, trainer.history) if dp.rank == 0 else None
 
     with progress_bar(progress and dp.rank == 0, "loss {task.fields[loss]:.4f}") as bar:
@@ -233,7 +230,9 @@ def initial_encoder(settings, init: Path):
     return encoder
 
 
-def build(settings, round_: int, init: Path, partial: Path, device_type: str, local_rank: int, steps: int) -> Trainer:
+def build(
+    settings, round_: int, init: Path, partial: Path, device_type: str, local_rank: int, steps: int, world: int = 1
+) -> Trainer:
     """Step 2: the round's trainer (:func:`udr.retriever.training.build_trainer`) for the bi-encoder of the
     checkpoint in `partial` if there is one (with its optimiser, schedule and history), else of `init`."""
     import torch
@@ -255,6 +254,7 @@ def build(settings, round_: int, init: Path, partial: Path, device_type: str, lo
         device=device,
         seed=settings.seed,
         round_=round_,
+        world=world,
         bf16=dtype == "bf16",
         pools=pools,
         pool_batch_size=settings.mine.batch_size,

@@ -1,0 +1,70 @@
+"""udr.retriever.recipes and the trainer's options: the recipe the training settings choose, EPR's
+settings, a batch's candidate layout, and GradCache's one-process rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from udr.config import TrainSettings
+from udr.errors import UdrError
+from udr.retriever.backward import GradCacheBackward
+from udr.retriever.recipes import CandidateLayout, DistillRecipe, RankRecipe, epr_train_settings, recipe_for
+from udr.retriever.training import ScoredQuery
+
+
+def _query(n: int, scores=()) -> ScoredQuery:
+    return ScoredQuery("sst2", 1, "q", tuple(range(10, 10 + n)), tuple(f"d{i}" for i in range(n)), tuple(scores))
+
+
+@pytest.mark.parametrize(
+    ("loss", "sampling", "kind", "candidates"),
+    [
+        ("paper", "uniform", RankRecipe, 5),
+        ("published", "published", RankRecipe, 5),
+        ("distill", "uniform", DistillRecipe, 5),
+        ("paper", "epr", RankRecipe, 2),
+    ],
+)
+def test_the_settings_choose_the_recipe(loss, sampling, kind, candidates):
+    cfg = TrainSettings(loss=loss, sampling=sampling, candidates_per_query=5)
+    recipe = recipe_for(cfg, scale=20.0)
+    assert type(recipe) is kind and recipe.candidates == candidates and recipe.scheme == sampling
+    assert recipe.loss.mode == loss and recipe.loss.scale == 20.0 and recipe.loss.lambda_ == cfg.loss_lambda
+    positions = recipe.sample(_query(12), np.random.default_rng(0))
+    assert len(positions) == candidates and positions == sorted(positions)
+
+
+def test_epr_settings_train_both_encoders_on_the_in_batch_loss_alone():
+    cfg = TrainSettings(later_rounds={"round1": "round0", "round2": "round1"}, epochs_first=1.0, epochs_later=2.0)
+    epr = epr_train_settings(cfg)
+    assert (epr.sampling, epr.loss, epr.loss_lambda, epr.epochs_first) == ("epr", "paper", 0.0, 5.0)
+    assert not epr.freeze_demo_encoder and not epr.shared_encoder
+    assert epr.model_dump(exclude={"sampling", "loss", "loss_lambda", "epochs_first", "freeze_demo_encoder"}) == (
+        cfg.model_dump(exclude={"sampling", "loss", "loss_lambda", "epochs_first", "freeze_demo_encoder"})
+    )
+
+
+def test_candidate_layout_pads_and_ranks_in_lm_order():
+    layout = CandidateLayout.of([(_query(4), [0, 2, 3]), (_query(3), [1, 2])], "cpu")
+    assert layout.texts == ["d0", "d2", "d3", "d1", "d2"] and layout.width == 3
+    assert layout.mask.tolist() == [[True, True, True], [True, True, False]]
+    assert layout.ranks.tolist() == [[1, 2, 3], [1, 2, 0]]
+
+
+def test_the_distill_recipe_standardises_each_querys_scores():
+    recipe = recipe_for(TrainSettings(loss="distill"), scale=1.0)
+    layout = CandidateLayout.of([(_query(3, [0.0, 1.0, 2.0]), [0, 2]), (_query(2, [5.0, 5.0]), [1])], "cpu")
+    z = recipe.targets(layout)
+    assert z.dtype == torch.float64
+    np.testing.assert_allclose(z.numpy(), [[-np.sqrt(1.5), np.sqrt(1.5)], [0.0, 0.0]])
+    assert recipe_for(TrainSettings(), scale=1.0).targets(layout) is None
+    with pytest.raises(UdrError, match="no LM score per candidate"):
+        recipe.targets(CandidateLayout.of([(_query(3), [0, 1])], "cpu"))
+
+
+def test_grad_cache_runs_in_one_process():
+    GradCacheBackward(1)
+    with pytest.raises(UdrError, match="train.grad_cache runs in one process"):
+        GradCacheBackward(2)

@@ -167,7 +167,8 @@ def test_a_params_file_of_the_same_name_in_another_project_cannot_replace_a_mode
     from udr.config import load_settings
     from udr.retriever.record import check_replace
 
-    check_replace(project / "models/final", load_settings(project / "params.yaml"), replace=False)  # moved: its own
+    settings = load_settings(project / "params.yaml")
+    check_replace(project / "models/final", settings.params_file, settings.root, replace=False)  # moved: its own
 
 
 def test_the_cards_snippets_quote_any_name(looped):

@@ -35,7 +35,7 @@ def test_loop_writes_every_round(looped):
         prev = pl.read_parquet(root / f"data/candidates/round0/{task}.parquet")
         prev = prev.filter(pl.col("query_id").is_in(mined["query_id"].unique().to_list()))
         assert len(prev.join(mined, on=["query_id", "candidate_id"], how="anti")) == 0
-        scores1 = json.loads((root / f"data/scores/round1/{task}.json").read_text())
+        scores1 = json.loads((root / f"metrics/score/round1/{task}.json").read_text())
         assert scores1["reused"] == len(prev) and scores1["scored"] == report["new"]
         index = np.load(root / f"models/final/index/{task}.npy")
         assert index.shape == (24, 32)

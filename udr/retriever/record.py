@@ -31,10 +31,11 @@ def write_record(model_dir: Path, record: dict) -> None:
     write_json_atomic(record_path(model_dir), record)
 
 
-def check_replace(out: Path, settings, replace: bool, option: str = "--out") -> None:
+def check_replace(out: Path, params_file: str, root: Path, replace: bool, option: str = "--out") -> None:
     """A one-line error, before any work, where `out` is no folder a bi-encoder may replace
     (:func:`udr.util.files.check_dir_target`), or holds a model recorded from another params file than
-    `settings`' (another name, or the same name in another project), unless `replace`."""
+    `params_file` of the project at `root` (another name, or the same name in another project), unless
+    `replace`."""
     from udr.retriever.encoder import MADE, SETTINGS_NAME
 
     check_dir_target(Path(out), (SETTINGS_NAME,), MADE)
@@ -43,15 +44,16 @@ def check_replace(out: Path, settings, replace: bool, option: str = "--out") -> 
     record = read_record(out)
     if record is None:
         return
-    made, reads = str(record.get("params_file", settings.params_file)), settings.params_file
-    root = Path(settings.root).resolve()
+    made, reads = str(record.get("params_file", params_file)), params_file
+    project = root
+    root = Path(root).resolve()
     # The same project: the one recorded, or the one the model lies in (a project moved since keeps its models).
     if record.get("project", str(root)) != str(root) and not Path(out).resolve().is_relative_to(root):
         made, reads = f"{record.get('project')}/{made}", f"{root}/{reads}"
     if made == reads:
         return
     raise UdrError(
-        f"{shown_path(out, settings.root)} holds a model made from {made}, and this run reads {reads}: "
+        f"{shown_path(out, project)} holds a model made from {made}, and this run reads {reads}: "
         f"give {option} DIR for a model of its own, or --replace to overwrite it"
     )
 

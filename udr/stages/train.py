@@ -63,7 +63,7 @@ def run_train_stage(
     if out is not None:
         log_name = Path(out).name
     out = Path(out) if out is not None else default_out
-    check_replace(out, settings, replace)
+    check_replace(out, settings.params_file, settings.root, replace)
     summary = run_train(
         settings,
         round_,

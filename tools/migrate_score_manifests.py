@@ -32,10 +32,10 @@ def legacy_hashes(settings, work, inputs: dict) -> set[str]:
     """The inputs hash as udr wrote it before manifests: the current form, with the LM's whole record, and
     with the candidates file's hash as well."""
     from udr.feedback.scores_file import inputs_hash
-    from udr.stages.score import _lm_record
+    from udr.stages.score import _lm_provenance
     from udr.util.files import file_sha256
 
-    whole = {**inputs, "lm": _lm_record(settings)}
+    whole = {**inputs, "lm": _lm_provenance(settings)}
     with_candidates = {**whole, "candidates": file_sha256(work.candidates_file)}
     return {inputs_hash(inputs), inputs_hash(whole), inputs_hash(with_candidates)}
 

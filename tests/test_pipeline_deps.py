@@ -116,9 +116,13 @@ def test_each_stage_depends_on_exactly_the_code_it_runs(stage):
 def test_a_code_change_anywhere_in_a_used_subpackage_is_seen():
     # The case the flat file lists missed: templates and instructions live in udr/data, which every
     # stage from LM scoring to evaluation renders its texts with (the built-in declarations are data).
+    def covered(path: str, deps: set[str]) -> bool:  # listed, or inside a listed folder
+        return any(path == d or path.startswith(d + "/") for d in deps)
+
     for command in ("score", "train", "mine", "index", "evaluate"):
-        assert {"udr/data/tasks.py", "udr/data/builtin_tasks.yaml"} <= required_code_deps(command)
-    assert "udr/data/python_code.py" in required_code_deps("prepare")  # a builder named by a string
+        deps = required_code_deps(command)
+        assert covered("udr/data/tasks.py", deps) and covered("udr/data/builtin_tasks.yaml", deps)
+    assert covered("udr/data/python_code.py", required_code_deps("prepare"))  # a builder named by a string
 
 
 def test_training_does_not_depend_on_the_lm_engine():

@@ -31,11 +31,6 @@ def query_choice(train_ids: np.ndarray, seed: int, task: str) -> np.ndarray:
     return task_rng(seed, task, "score-queries").permutation(ids)
 
 
-def select_queries(train_ids: np.ndarray, n: int, seed: int, task: str) -> np.ndarray:
-    """The seeded choice of at most n train query ids, sorted."""
-    return np.sort(query_choice(train_ids, seed, task)[:n])
-
-
 def inputs_hash(inputs: dict) -> str:
     """The hash of what a pair's score depends on (:attr:`ScoresManifest.inputs`)."""
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()

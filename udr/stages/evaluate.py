@@ -23,6 +23,7 @@ from udr.config import Split
 from udr.errors import UdrError
 from udr.evaluation.task_evaluation import LanguageModel, TaskEvaluation
 from udr.paths import Paths
+from udr.retriever.search import PoolRetriever
 
 # ---------------------------------------------------------------- the project's retrievers and LM
 
@@ -45,7 +46,7 @@ METHOD_MODELS: dict[str, MethodModel] = {
 
 def build_retriever(
     method: str, settings, task_name: str, pool, *, progress: bool = False, model_dir: Path | None = None
-):
+) -> PoolRetriever:
     """The retriever `method` over `pool` (a prepared train frame) of `task_name`; `model_dir`: the
     bi-encoder of epr / udr (default: the pipeline's), whose pool is embedded here where it has no index."""
     from udr.evaluation.baselines import BM25Retriever, RandomRetriever, check_method

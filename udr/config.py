@@ -8,6 +8,7 @@ raise :class:`UdrError` naming the dotted key.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -15,6 +16,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from udr.data.declarations import project_registry
+from udr.data.tasks import get_task
 from udr.errors import UdrError, quoted, shorten
 from udr.paths import Paths, round_label
 from udr.util.safe_yaml import load_yaml
@@ -360,8 +363,6 @@ class Settings(_Strict):
 
     def task(self, name: str):
         """The :class:`udr.data.tasks.Task` called `name` in this project, or a UdrError listing them."""
-        from udr.data.tasks import get_task
-
         return get_task(name, self._registry)
 
     def tasks_dir(self) -> Path:
@@ -433,8 +434,6 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Return a copy of `raw` with each `key.path=value` override set (creating mappings as needed)."""
-    import copy
-
     out = copy.deepcopy(raw)
     for text in overrides:
         keys, value = parse_override(text)
@@ -469,8 +468,6 @@ def settings_from_mapping(raw: Any, root: Path = Path("."), params_file: str = "
         settings = Settings.model_validate({**raw, "root": root, "params_file": params_file})
     except ValidationError as exc:
         raise UdrError(_format_validation_error(exc)) from None
-    from udr.data.declarations import project_registry  # late import: reads the declarations
-
     settings._registry.update(project_registry(settings.tasks_dir(), settings.tasks, settings.root))
     both = sorted(set(settings.prepare.tasks) & set(settings.evaluate.unseen_tasks))
     if both:

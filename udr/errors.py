@@ -1,5 +1,7 @@
 """The one exception type the CLI turns into a one-line message and a non-zero exit."""
 
+import reprlib
+
 
 class UdrError(Exception):
     """A user-facing error: bad input, unknown task, missing model, bad parameter.
@@ -18,7 +20,6 @@ def first_line(exc: BaseException, limit: int = 120) -> str:
 def quoted(value, limit: int = 80) -> str:
     """`repr(value)` for a one-line error, bounded: built from at most a few items and characters of each
     level (reprlib), so a huge or deeply aliased value costs no more than its quoted prefix."""
-    import reprlib
 
     class Prefix(reprlib.Repr):
         def repr_str(self, x, level):  # the start of a string, not its middle elided

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -70,8 +72,6 @@ def unwrapped(text: str) -> str:
 def unwrap_help(typer_app: typer.Typer) -> None:
     """Give every command of `typer_app` (and of its sub-apps) its docstring as help, unwrapped: Typer
     keeps a docstring's line breaks, which then break lines in the middle of the terminal's."""
-    import inspect
-
     for info in typer_app.registered_commands:
         if info.help is None and info.callback is not None and info.callback.__doc__:
             info.help = unwrapped(inspect.getdoc(info.callback))
@@ -98,8 +98,6 @@ def console_out():
 def show_progress() -> bool:
     """Whether long stages report progress: a bar on a terminal, a line every $UDR_PROGRESS_SECONDS (30)
     seconds in a log or a pipe (:mod:`udr.util.progress`); UDR_PROGRESS_SECONDS=off silences both."""
-    import os
-
     from udr.util.progress import PROGRESS_SECONDS_ENV
 
     return os.environ.get(PROGRESS_SECONDS_ENV, "").strip().lower() != "off"

@@ -3,6 +3,7 @@ in :mod:`udr.experiments`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -91,8 +92,6 @@ def exp_show_cmd(
     markdown: Annotated[bool, typer.Option("--md", help="A Markdown table.")] = False,
 ) -> None:
     """The experiments side by side: chosen params and metrics (from `dvc exp show --json`)."""
-    import json
-
     from udr.experiments.dvc import run_dvc
     from udr.experiments.tables import comparison, experiment_rows, markdown_table
 
@@ -184,8 +183,6 @@ def exp_compare_cmd(
 ) -> None:
     """A against B on the same rows: per task and on average, A - B with its paired bootstrap 95% interval
     (bold where it excludes 0), from the saved predictions."""
-    import json
-
     from udr.experiments.tables import compare_table
     from udr.stages.saved_evaluations import saved_comparison, saved_results, saved_tasks
 

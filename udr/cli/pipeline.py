@@ -3,6 +3,8 @@ parses its options and calls its stage's function; what a stage computes lives i
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -48,8 +50,6 @@ def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
     except UdrError as exc:
         if params.exists():
             raise
-        import os
-
         from udr.config import DATA_DIR_ENV
 
         data_dir = Path(os.environ.get(DATA_DIR_ENV, "../shared/data"))
@@ -331,8 +331,6 @@ def show_cmd(
     examples = read_examples(settings, method, task, split)
     shown = select_examples(examples, n, wrong=wrong)
     if as_json:
-        import json
-
         for e in shown:
             print(json.dumps(e.to_dict(), ensure_ascii=False))
         return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +12,7 @@ import typer
 
 from udr.cli.app import ParamsOpt, SetOpt, app, console, load, show_progress
 from udr.errors import UdrError
+from udr.util.files import check_output_path, write_text_atomic
 
 
 @app.command("retrieve")
@@ -96,8 +99,6 @@ def retrieve_cmd(
     if instruction is not None and pool is None:
         raise UdrError("--instruction goes with --pool (your own demonstrations)")
     if output_file is not None:
-        from udr.util.files import check_output_path
-
         check_output_path(output_file)  # before the model loads and the queries run
         if output_file.resolve() == input_file.resolve():
             raise UdrError(
@@ -118,7 +119,6 @@ def retrieve_cmd(
         task = retriever.add_pool(pool, instruction=instruction, task=task)
     if input_file is not None:
         from udr.serving.query_file import read_queries, retrieve_lines
-        from udr.util.files import write_text_atomic
 
         queries = read_queries(input_file, task)
         lines = retrieve_lines(retriever, queries, k, prompt=prompt, progress=watched, diversity=diversity)
@@ -133,8 +133,6 @@ def retrieve_cmd(
     demos = retriever.retrieve(query, task=task, k=k, diversity=diversity)
     text = retriever.prompt(query, demos, task=task) if prompt else None
     if as_json:
-        import json
-
         for rank, d in enumerate(demos, 1):
             print(json.dumps({"rank": rank, **d.to_dict()}, ensure_ascii=False))
         if text is not None:
@@ -198,8 +196,6 @@ def export_cmd(
     model_dir = model or settings.paths.final_model
     card = model_card(settings, model_dir, name or str(out_dir))
     meta = export_sentence_transformers(model_dir, out_dir, card_tasks(settings, model_dir), card)
-    import os
-
     shown = os.path.relpath(model_dir) if Path(model_dir).is_absolute() else model_dir
     console().print(
         f"exported {shown} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, model card)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -228,8 +229,6 @@ def load_task(task: Task, data_dir: Path, seed: int, test_fraction: float) -> Lo
         records = getattr(importlib.import_module(module), func)()
         rows = normalize_rows(task, list(enumerate(records)), f"<{source.builder}>")
         train, test, prov = _carve(rows, task, seed, test_fraction)
-        import platform
-
         prov.update(source=source.describe(), python_version=platform.python_version(), n_built=len(rows))
     elif isinstance(source, FileSource):
         path = source.path(source.train)

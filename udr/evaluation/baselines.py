@@ -26,6 +26,10 @@ import numpy as np
 from udr.config import METHODS
 from udr.data.tasks import Task
 from udr.errors import UdrError
+from udr.feedback.bm25 import BM25Index
+from udr.lm.loading import load_encoder
+from udr.retriever.encoder import BiEncoder, BiEncoderSettings, query_text
+from udr.retriever.index import embed_pool
 from udr.retriever.search import DenseRetriever, Ranking, check_k, exclude_positions
 from udr.util.rng import task_rng
 
@@ -54,8 +58,6 @@ class BM25Retriever:
     """BM25 (Okapi, bm25s) of the query against the pool's texts."""
 
     def __init__(self, pool_ids: Sequence[int], pool_texts: Sequence[str]):
-        from udr.feedback.bm25 import BM25Index
-
         self.pool_ids = np.asarray(pool_ids, dtype=np.int64)
         self.index = BM25Index(list(pool_texts))
 
@@ -80,9 +82,6 @@ def check_method(method: str) -> None:
 def sbert_encoder(base_dir: Path):
     """The off-the-shelf sentence encoder: one model on both sides, mean pooling, normalised, no
     instruction."""
-    from udr.lm.loading import load_encoder
-    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
-
     model, tokenizer = load_encoder(Path(base_dir))
     settings = BiEncoderSettings(
         query_instruction=False,
@@ -115,9 +114,6 @@ def bi_encoder_retriever(
 ) -> DenseRetriever:
     """A UDR-style bi-encoder (UDR, EPR, any round's model, or the initial encoder) over `pool`, reading
     queries and demonstrations as training does; `embeddings`: the pool's, if already computed."""
-    from udr.retriever.encoder import query_text
-    from udr.retriever.index import embed_pool
-
     encoder = encoder.to(device)
     if embeddings is None:
         embeddings = embed_pool(encoder, task, pool, batch_size, progress)

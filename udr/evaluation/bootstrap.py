@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from udr.errors import UdrError
+from udr.evaluation.metrics import GradedStatistics
 
 # A function of example indices -> the graded score of one method on those examples.
 MetricOn = Callable[[np.ndarray], float]
@@ -105,8 +106,6 @@ def score_interval(metric: str, predictions: Sequence, examples: Sequence, score
     if metric in PROPORTION_METRICS:
         low, high = wilson_interval(score / 100, n)
         return {"low": round(100 * low, 2), "high": round(100 * high, 2), "method": "wilson"}
-    from udr.evaluation.metrics import GradedStatistics
-
     stats = GradedStatistics(metric, predictions, examples)
     (interval,), _ = paired_bootstrap([PairedTask(n, stats.score, lambda _idx: 0.0)], seed=seed)
     return {"low": round(interval.low, 2), "high": round(interval.high, 2), "method": "bootstrap"}

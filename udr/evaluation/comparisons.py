@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from udr.errors import UdrError
+from udr.evaluation.metrics import GradedStatistics
 
 # UDR is compared with every other method of config.METHODS.
 COMPARED = "udr"
@@ -16,8 +17,6 @@ BOOTSTRAP_RESAMPLES = 1000
 def frame_metric(frame, examples: list[dict], metric: str, source: str, rows: str):
     """The graded score of the predictions in `frame` (columns id, prediction) as a function of
     indices into `examples`; `source` and `rows` name the two in the error when they differ."""
-    from udr.evaluation.metrics import GradedStatistics
-
     by_id = dict(zip(frame["id"].to_list(), frame["prediction"].to_list()))
     if set(by_id) != {int(r["id"]) for r in examples}:
         raise UdrError(f"{source} does not cover {rows}: re-run `udr evaluate`")

@@ -44,6 +44,7 @@ Errors (no predictions, length mismatch, an example without references, an unkno
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -223,8 +224,6 @@ def sentence_bleu_mean(
     lowercase: bool = False,
 ) -> float:
     """Mean of per-example smoothed sentence BLEU (default: add-one on 2..4-grams, as CodeXGLUE)."""
-    import logging
-
     from sacrebleu.metrics import BLEU
 
     # sacrebleu warns on every sentence that effective_order is off; off is what CodeXGLUE computes.

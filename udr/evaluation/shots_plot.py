@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from udr.evaluation.bootstrap import PROPORTION_METRICS, wilson_interval
+from udr.util.files import write_atomic, write_text_atomic
 
 
 def shots_table(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict[int, float]]]:
@@ -24,8 +25,6 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from udr.util.files import write_atomic, write_text_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, max(1, len(shots)), figsize=(5 * max(1, len(shots)), 3.6), squeeze=False)

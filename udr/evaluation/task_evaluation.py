@@ -19,6 +19,15 @@ import numpy as np
 
 from udr.config import EvaluateSettings, Split
 from udr.data.tasks import Task
+from udr.evaluation.bootstrap import score_interval
+from udr.evaluation.icl import assemble
+from udr.evaluation.metrics import metric_result
+from udr.lm.loading import load_causal_lm
+from udr.lm.predict import GreedyGenerator, predict_choices
+from udr.lm.prompt import PromptBuilder
+from udr.lm.scorer import LMScorer, ScoringItem
+from udr.retriever.search import DenseRetriever
+from udr.util.rng import task_rng
 
 
 @dataclass
@@ -34,10 +43,6 @@ class LanguageModel:
     def load(cls, lm_dir: Path, device_type: str, dtype: str) -> LanguageModel:
         """The causal LM in `lm_dir` (safetensors) on `device_type`, predicting in `dtype` (bf16: autocast)."""
         import torch
-
-        from udr.lm.loading import load_causal_lm
-        from udr.lm.predict import GreedyGenerator
-        from udr.lm.scorer import LMScorer
 
         model, tokenizer = load_causal_lm(lm_dir)
         model.to(torch.device(device_type))
@@ -71,9 +76,6 @@ class TaskEvaluation:
         """`pool`: the task's prepared train frame (id, input, target); `rows`: the evaluated rows;
         `retriever`: ranks the pool for each row's input; `instruction`: the task instruction that leads
         every prompt, or None; `seed`: random demonstration orders and the score's interval."""
-        from udr.lm.prompt import PromptBuilder
-        from udr.retriever.search import DenseRetriever
-
         self.cfg, self.seed, self.lm, self.method, self.task = cfg, seed, lm, method, task
         self.generation = task.generation
         self.split, self.rows = split, rows
@@ -102,9 +104,6 @@ class TaskEvaluation:
 
     def prompts(self, max_demos: int | None):
         """One assembled prompt per test row (demonstrations capped at `max_demos`, None: as many as fit)."""
-        from udr.evaluation.icl import assemble
-        from udr.util.rng import task_rng
-
         cfg = self.cfg
         out = []
         for row, ranked in zip(self.rows, self.ranking.ids):
@@ -135,9 +134,6 @@ class TaskEvaluation:
     def predict(self, prompts, on_batch=None) -> tuple[list, list[str]]:
         """(predictions for the metric, their texts). A prompt already predicted at another
         demonstration count (e.g. 8 for a shots point equal to the main run) is not run again."""
-        from udr.lm.predict import predict_choices
-        from udr.lm.scorer import ScoringItem
-
         cfg = self.cfg
         todo = [j for j, p in enumerate(prompts) if p.token_ids not in self._done]
         if on_batch and len(todo) < len(prompts):
@@ -164,9 +160,6 @@ class TaskEvaluation:
     ) -> tuple[dict, list, list[str]]:
         """Assemble, predict and score at one demonstration count: (result, prompts, prediction texts);
         `interval`: with the score's 95% interval (:func:`udr.evaluation.bootstrap.score_interval`)."""
-        from udr.evaluation.bootstrap import score_interval
-        from udr.evaluation.metrics import metric_result
-
         prompts = self.prompts(max_demos)
         job = bar.add_task(description, total=len(prompts)) if bar is not None else None
         advance = (lambda n: bar.advance(job, n)) if bar is not None else None

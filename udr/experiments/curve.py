@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.experiments.tables import markdown_table
+from udr.stages.saved_evaluations import saved_comparisons, saved_results, saved_tasks
+from udr.util.files import check_output_path, write_atomic, write_json_atomic, write_text_atomic
 
 _POINT = re.compile(r"^(?P<recipe>[^:=]+):(?P<queries>\d+)=(?P<name>[^:=\s]+)$")
 
@@ -59,8 +62,6 @@ class CurveRow:
 
 def measure_curve(settings, points: list[CurvePoint], baseline: str, tasks: list[str], split: str):
     """(baseline's per-task scores, per-task n, [CurveRow]) from the saved results and predictions."""
-    from udr.stages.saved_evaluations import saved_comparisons, saved_results
-
     results = {
         m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([baseline, *(p.name for p in points)])
     }
@@ -76,8 +77,6 @@ def measure_curve(settings, points: list[CurvePoint], baseline: str, tasks: list
 def curve_table(baseline: str, base: dict[str, float], rows: list[CurveRow], ns: dict[str, int]) -> str:
     """Markdown: one row per point (recipe, then queries), the baseline first; the last column is the
     average minus the baseline's with its 95% interval, bold where it excludes 0."""
-    from udr.experiments.tables import markdown_table
-
     tasks = list(base)
     header = ["retriever", "scored queries / task", *(f"{t} (n={ns[t]})" for t in tasks), "average", f"− {baseline}"]
     cells = [[baseline, "", *(f"{base[t]:.1f}" for t in tasks), f"{sum(base.values()) / len(tasks):.1f}", ""]]
@@ -101,8 +100,6 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from udr.util.files import write_atomic
 
     recipes = list(dict.fromkeys(r.point.recipe for r in rows))
     fig, ax = plt.subplots(figsize=(6.4 + (2.6 if len(recipes) > 3 else 0), 4.0))
@@ -133,9 +130,6 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
 
 def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: str, out: Path) -> Path:
     """`udr exp curve`: out (Markdown), out.json and out.png from the saved evaluations of the points."""
-    from udr.stages.saved_evaluations import saved_tasks
-    from udr.util.files import check_output_path, write_json_atomic, write_text_atomic
-
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
     for path in (out, out.with_suffix(".json"), out.with_suffix(".png")):

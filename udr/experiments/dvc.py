@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -9,9 +10,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, frame_metric
+from udr.paths import Paths
 
 
 def dvc_executable() -> str:
@@ -95,8 +99,6 @@ def link_data_for_temp_runs(root: Path, settings) -> Path | None:
     """Queued experiments run in `.dvc/tmp/exps/<tmp>/`; a data directory given relative to the
     project and outside it (``../shared/data``) is linked where that relative path points from there
     (`.dvc/tmp/exps/shared` -> the project's `../shared`). Returns the link (None: nothing to link)."""
-    import os
-
     source = Path(settings.data.source_dir)
     if source.is_absolute() or not source.parts or source.parts[0] != "..":
         return None
@@ -132,8 +134,6 @@ def failed_experiments(status: str) -> list[str]:
 
 def wait_for_queue(root: Path, poll_seconds: float = 10.0) -> None:
     """Block until `dvc queue status` lists nothing queued or running."""
-    import time
-
     while True:
         status = run_dvc(["queue", "status"], root, capture=True)
         if not any(word in status for word in ("Queued", "Running")):
@@ -170,14 +170,10 @@ def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], see
     read from git: each row of `rows` ({key: {task: (method, revision)}}) and `b` map a task to
     (method, revision). Returns {key: (per-task Intervals, average Interval)} over the tasks of `b`,
     from the predictions committed with each evaluation; B's are read and scored once."""
-    import io
-
     import polars as pl
 
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
-    from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, frame_metric
-    from udr.paths import Paths
 
     examples = {t: read_prepared(root, t, "test").to_dicts() for t in b}
 

@@ -24,8 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from udr.data.prepare import read_prepared
 from udr.errors import UdrError
 from udr.retriever.search import Ranking
+from udr.stages.saved_evaluations import saved_comparison
+from udr.util.distributed import resolve_lm_precision
 from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic, write_text_atomic
 
 SOURCES = ("bm25", "sbert")  # the retrievers whose union gives each validation query its candidates
@@ -50,8 +53,6 @@ def interleave(rankings: Sequence[Sequence[int]], n: int) -> list[int]:
 
 
 def _validation(settings, task_name: str):
-    from udr.data.prepare import read_prepared
-
     if task_name not in settings.task_names():
         raise UdrError(f"task {task_name} is not trained on (prepare.tasks): the instruments read its LM feedback")
     path = settings.paths.prepared(task_name, "validation")
@@ -96,7 +97,6 @@ def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, 
     import polars as pl
 
     from udr.stages.score import ScoreWork, score_inputs, score_work
-    from udr.util.distributed import resolve_lm_precision
 
     out = settings.paths.oracle(task_name)
     cands_file = out.with_suffix(".candidates.parquet")
@@ -199,8 +199,6 @@ def _fresh(settings, method: str, task: str) -> bool:
 
 def validation_comparison(settings, a: str, b: str, tasks: Sequence[str]):
     """(per-task Intervals, average Interval) of a - b on the validation split, paired bootstrap."""
-    from udr.stages.saved_evaluations import saved_comparison
-
     return saved_comparison(settings, a, b, tasks, "validation")
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from udr.lm.precision import lm_forward_context
+from udr.lm.ragged import decoder_forward, default_chunk_tokens, supports_ragged
+from udr.lm.scorer import length_batches, pad_sequences
 
 
 def predict_choices(
@@ -23,8 +25,6 @@ def predict_choices(
 ) -> tuple[list[int], list[list[float]]]:
     """For ScoringItems (prompt + label continuations): the argmax label index of each (ties: the
     lower index) and the summed log-likelihood of every label, in the items' order."""
-    from udr.lm.scorer import length_batches
-
     logps: list[list[float] | None] = [None] * len(items)
     for batch in length_batches(items, batch_tokens):
         values, _ = scorer.score_batch([items[i] for i in batch])
@@ -79,8 +79,6 @@ class GreedyGenerator:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad if pad is not None else 0)
         self._torch = torch
-        from udr.lm.ragged import default_chunk_tokens, supports_ragged
-
         # The prompts' forward skips padding where the model allows it; its LM head is then applied
         # here, as the model's forward would (the ragged models have no logit soft-capping).
         self.ragged = supports_ragged(model) and not getattr(model.config, "final_logit_softcapping", None)
@@ -107,8 +105,6 @@ class GreedyGenerator:
         """One batch: each prompt's greedy continuation up to and including its first stop token (or
         `max_new_tokens` tokens)."""
         from udr.lm.kv_cache import cache_keyword, reserved_cache
-        from udr.lm.ragged import decoder_forward
-        from udr.lm.scorer import pad_sequences
 
         torch = self._torch
         ids, mask = pad_sequences(prompts, self.pad_id, self.device, left=True)

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from udr.lm.precision import lm_forward_context
+from udr.lm.ragged import decoder_forward, default_chunk_tokens, has_sliding_layers, supports_ragged
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,6 @@ class LMScorer:
     def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
         import torch
 
-        from udr.lm.ragged import default_chunk_tokens, has_sliding_layers, supports_ragged
-
         self.model = model
         self.device = next(model.parameters()).device
         self.decoder = model.get_decoder()
@@ -209,8 +208,6 @@ class LMScorer:
 
     def _score_single(self, items):
         """One continuation per prompt: one forward over prompt + continuation."""
-        from udr.lm.ragged import decoder_forward
-
         seqs = [it.prompt + it.continuations[0] for it in items]
         ids, mask, stats = self._pad(seqs)
         hidden = decoder_forward(self.decoder, ids, mask, ragged=self._ragged, chunk_tokens=self._chunk_tokens)
@@ -319,7 +316,6 @@ class LMScorer:
         shared prompt; their log-probability is the same for each continuation and is added to each.
         """
         from udr.lm.kv_cache import reserved_cache
-        from udr.lm.ragged import decoder_forward
 
         shared = [common_prefix(it.continuations) for it in items]
         prompts = [it.prompt + sh for it, sh in zip(items, shared)]
@@ -338,7 +334,6 @@ class LMScorer:
         continuations' common prefix) runs on top of it; label sets then continue as in
         :meth:`_score_shared_prefix`."""
         from udr.lm.kv_cache import reserved_cache
-        from udr.lm.ragged import decoder_forward
 
         torch = self._torch
         prefixes = [g[0].prompt[: g[0].shared] for g in groups]

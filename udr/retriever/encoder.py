@@ -27,7 +27,10 @@ from pydantic import ValidationError, model_serializer, model_validator
 from udr.config import EncoderSettings, Pooling, Similarity
 from udr.data.tasks import Task
 from udr.errors import UdrError
-from udr.util.files import building_dir, json_text
+from udr.lm.loading import load_encoder
+from udr.util.files import building_dir, check_no_links_out, inside, json_text
+from udr.util.progress import progress_bar
+from udr.util.weights import load_weights
 
 SETTINGS_NAME = "udr_encoder.json"
 MADE = "a udr bi-encoder"  # what a folder holding SETTINGS_NAME is, in the guard's errors
@@ -69,8 +72,6 @@ class BiEncoderSettings(EncoderSettings):
 def _sentence_transformers_module(model_dir: Path, kind: str) -> dict | None:
     """The first entry of a model's sentence-transformers modules.json whose type is `models.<kind>`;
     None without that file, when it is unreadable, or when it has no such module."""
-    import json
-
     modules = Path(model_dir) / "modules.json"
     if not modules.is_file():
         return None
@@ -83,8 +84,6 @@ def _sentence_transformers_module(model_dir: Path, kind: str) -> dict | None:
 def base_pooling(model_dir: Path) -> Pooling:
     """A base encoder's own pooling: what its sentence-transformers config (modules.json and the Pooling
     module's config.json) says, or CLS for a plain transformers model (the paper's bert-base)."""
-    import json
-
     pooling = _sentence_transformers_module(model_dir, "Pooling")
     if pooling is None:
         return "cls"
@@ -172,8 +171,6 @@ class BiEncoder:
     def from_base(cls, base_dir: Path, settings: BiEncoderSettings) -> BiEncoder:
         """Both encoders initialised from the same resolved base encoder (two independent copies, or
         one encoder for both where ``settings.shared``)."""
-        from udr.lm.loading import load_encoder
-
         query_model, tokenizer = load_encoder(base_dir)
         demo_model = query_model if settings.shared else load_encoder(base_dir)[0]
         return cls(query_model, demo_model, tokenizer, settings)
@@ -212,8 +209,6 @@ class BiEncoder:
     def part_dirs(cls, path: Path) -> tuple[Path, Path, Path]:
         """(E_q, E_d, tokenizer) directories of a udr model directory or of a udr export (its routes: folders
         inside it). A folder with a link out of itself is a one-line error (:func:`check_no_links_out`)."""
-        from udr.util.files import check_no_links_out, inside
-
         path, meta = Path(path), cls.settings_file(path)
         check_no_links_out(path)
         if meta.name != EXPORT_NAME:
@@ -239,8 +234,6 @@ class BiEncoder:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        from udr.util.weights import load_weights
-
         rebuild = "train it again (`udr train`) or pass another --model"
         query_dir, demo_dir, tokenizer_dir = cls.part_dirs(path)
         models = [
@@ -364,8 +357,6 @@ class BiEncoder:
         float rounding."""
         import numpy as np
         import torch
-
-        from udr.util.progress import progress_bar
 
         texts = list(texts)
         out = None

@@ -11,6 +11,7 @@ retrieves without its project.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -37,8 +38,6 @@ def _meta_path(path: Path) -> Path:
 def embeddings_sha256(emb: np.ndarray) -> str:
     """A checksum of embeddings: their shape, dtype and bytes (a well-formed but altered file, a NaN or a
     wrong width fails it)."""
-    import hashlib
-
     emb = np.ascontiguousarray(emb)
     digest = hashlib.sha256(f"{emb.shape}{emb.dtype.str}".encode())
     digest.update(emb.tobytes())
@@ -106,8 +105,6 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
 def model_fingerprint(model_dir: Path) -> str:
     """A short hash of a bi-encoder's settings and of every file of its encoders and tokenizer (weights,
     configs, vocabularies): a change to any of them is another model."""
-    import hashlib
-
     from udr.retriever.encoder import BiEncoder
 
     model_dir = Path(model_dir)

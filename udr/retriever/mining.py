@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from udr.data.tasks import Task
+from udr.retriever.index import embed_pool
+from udr.retriever.search import exact_top_k
 
 MINED_COLUMNS = ["query_id", "candidate_id", "rank", "score", "new"]
 
@@ -47,8 +49,6 @@ def mine_candidates(
     import polars as pl
 
     from udr.retriever.encoder import query_text
-    from udr.retriever.index import embed_pool
-    from udr.retriever.search import exact_top_k
 
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
     position = {int(i): p for p, i in enumerate(ids)}

@@ -7,6 +7,7 @@ approximately (:class:`ApproximateIndex`, a faiss IVF index with a calibrated re
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -251,8 +252,6 @@ class ApproximateIndex:
 
 
 def _has_faiss() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("faiss") is not None
 
 

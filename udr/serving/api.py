@@ -18,13 +18,20 @@ through the cache. `udr retrieve` is a thin shell over this class.
 
 from __future__ import annotations
 
+import numbers
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 
+from udr.data.tasks import builtin_tasks, get_task
 from udr.errors import UdrError
+from udr.lm.models import hub_id
 from udr.paths import Paths
+from udr.serving.query_encoder import ServingEncoder
+from udr.util.distributed import resolve_device_type
+from udr.util.files import check_no_links_out, file_sha256
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,6 @@ class Demonstration:
     @property
     def score(self) -> float:
         """The similarity under its former name (deprecated: "score" is the LM's feedback in udr)."""
-        import warnings
-
         warnings.warn("Demonstration.score is now Demonstration.similarity", DeprecationWarning, stacklevel=2)
         return self.similarity
 
@@ -101,10 +106,6 @@ class Retriever:
         recall@8 against exact search is calibrated to 0.99 on the pool; for pools of tens of thousands
         and more, where it is several times faster)."""
         import torch
-
-        from udr.lm.models import hub_id
-        from udr.serving.query_encoder import ServingEncoder
-        from udr.util.files import check_no_links_out
 
         if params is not None:
             if not Path(params).is_file():
@@ -275,8 +276,6 @@ class Retriever:
     def registry(self) -> dict:
         """{name: Task}: the model folder's tasks, the built-in ones and those the project at `root`
         declares (the project's win on a name both have)."""
-        from udr.data.tasks import builtin_tasks
-
         return {**self.model_tasks, **(builtin_tasks() if self.project is None else self.project.registry)}
 
     @property
@@ -311,8 +310,6 @@ class Retriever:
             from udr.serving.pools import model_pool, prepared_pool
 
             if task in self.model_pools:  # the project is not read: a broken declaration elsewhere cannot stop it
-                from udr.data.tasks import get_task
-
                 spec = self.model_tasks.get(task) or get_task(task)
                 pool = model_pool(self.model_dir, spec)
                 self._check_carried_pool(task)
@@ -324,8 +321,6 @@ class Retriever:
     def _check_carried_pool(self, task: str) -> None:
         """A one-line error where the project at `root` prepared `task` again since `udr index` copied its
         pool into the model folder (as `udr evaluate` refuses the stale index): the folder's pool is stale."""
-        from udr.util.files import file_sha256
-
         prepared = Paths(self.root).prepared(task, "train")
         if prepared.is_file() and file_sha256(prepared) != file_sha256(Paths.model_pool(self.model_dir, task)):
             raise UdrError(
@@ -357,8 +352,6 @@ class Retriever:
         from udr.serving.pool_cache import cached_pool_embeddings
 
         if pool.prepared and Paths.index(self.model_dir, pool.name).is_file():
-            from udr.util.files import file_sha256
-
             return load_index(self.model_dir, pool.name, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
         emb, _ = cached_pool_embeddings(
             self.encoder,
@@ -399,8 +392,6 @@ def _download(repo_id: str) -> Path:
 def check_count(k, what: str = "k") -> int:
     """A one-line error unless `k` is a whole number (not a bool, float, string or None); the range is
     checked against the pool (:func:`udr.retriever.search.check_k`)."""
-    import numbers
-
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise UdrError(f"{what}: expected a whole number of demonstrations, got {k!r}")
     return int(k)
@@ -425,8 +416,6 @@ def check_query(query, what: str = "query") -> None:
 
 
 def _device(device: str) -> str:
-    from udr.util.distributed import resolve_device_type
-
     if device not in ("auto", "cpu", "cuda"):
         raise UdrError(f"bad device '{device}' (expected auto, cpu or cuda)")
     return resolve_device_type(device, "device")

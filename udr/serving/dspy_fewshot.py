@@ -14,6 +14,8 @@ default `question` and `answer`: name your signature's fields otherwise) or from
 
 from __future__ import annotations
 
+from udr.data.tasks import get_task
+
 try:
     import dspy
 except ImportError as exc:  # pragma: no cover - the message is the point
@@ -73,8 +75,6 @@ class UDRFewShot(dspy.Module):
                     raise UdrError(f"trainset example {i} needs non-empty '{input_field}' and '{output_field}'")
                 records.append({"input": values[input_field], "target": values[output_field]})
             if instruction is None and task is not None:
-                from udr.data.tasks import get_task
-
                 instruction = get_task(task, retriever.registry).instruction
             if instruction is None:
                 instruction = predictor.signature.instructions

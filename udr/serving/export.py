@@ -12,11 +12,14 @@ task's template. `udr_export.json` beside it records udr's own settings and the 
 from __future__ import annotations
 
 import contextlib
+import shutil
 from pathlib import Path
 
 from udr.errors import UdrError
 from udr.retriever.encoder import EXPORT_NAME as EXPORT_META
+from udr.retriever.encoder import BiEncoder
 from udr.util.files import building_dir, check_dir_target, json_text, staging_dir
+from udr.util.weights import refuse_remote_code
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # Where sentence-transformers' Router keeps each route's Transformer module in the export.
@@ -43,11 +46,6 @@ def build_sentence_transformer(model_dir: Path, prompts: dict[str, str], staging
     """The udr bi-encoder at `model_dir` as an in-memory SentenceTransformer (Router over E_q and E_d);
     each encoder is staged in `staging` beside a copy of the shared tokenizer, as sentence-transformers
     reads a model and its tokenizer from one directory."""
-    import shutil
-
-    from udr.retriever.encoder import BiEncoder
-    from udr.util.weights import refuse_remote_code
-
     st = _sentence_transformers()
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Router, Transformer
 
@@ -103,8 +101,6 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
     then swapped in): the sentence-transformers model, `udr_export.json` and the model card `card`
     (README.md). `tasks`: {name: Task} whose instructions become named prompts. Returns the metadata.
     `out_dir` must be new, empty, or an earlier export (:func:`check_export_target`)."""
-    from udr.retriever.encoder import BiEncoder
-
     clash = sorted(set(tasks) & set(RESERVED_PROMPT_NAMES))
     if clash:
         raise UdrError(

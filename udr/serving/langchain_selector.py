@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from udr.data.tasks import DEFAULT_TEMPLATE, get_task
+
 try:
     from langchain_core.example_selectors import BaseExampleSelector
     from langchain_core.prompts import FewShotPromptTemplate, PromptTemplate
@@ -79,14 +81,10 @@ class UDRExampleSelector(BaseExampleSelector):
 
     def _spec(self):
         """The task whose template and instruction render the examples (None: no task named)."""
-        from udr.data.tasks import get_task
-
         return None if self.task is None else get_task(self.task, self.retriever.registry)
 
     def _template(self) -> str:
         """The task's template with LangChain's variables in place of {input} and {answer}."""
-        from udr.data.tasks import DEFAULT_TEMPLATE
-
         spec = self._spec()
         template = DEFAULT_TEMPLATE if spec is None else spec.template
         return template.replace("{input}", "{" + self.input_key + "}").replace("{answer}", "{" + self.output_key + "}")

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from udr.paths import Paths
+from udr.retriever.record import read_record, rounds, trained_tasks
+
 USAGE = """```python
 from sentence_transformers import SentenceTransformer
 
@@ -65,8 +68,6 @@ def _base_encoder(record: dict) -> str:
 
 def _pool_rows(settings, model_dir: Path, name: str) -> str:
     """The rows of a task's pool: the copy the model folder carries, else the project's prepared split."""
-    from udr.paths import Paths
-
     carried = Paths.model_pool(model_dir, name)
     if carried.is_file():
         import polars as pl
@@ -86,8 +87,6 @@ def card_tasks(settings, model_dir: Path) -> dict:
 
 
 def _task_rows(settings, model_dir: Path, tasks: dict, record: dict | None) -> list[str]:
-    from udr.retriever.record import trained_tasks
-
     trained = trained_tasks(record) if record else {}
     rows = [
         "| task | role | kind | instruction | template | pool (rows) | source |",
@@ -112,8 +111,6 @@ def _examples(settings, model_dir: Path, task: str) -> list[tuple[str, str]]:
     """Two (input, target) rows of a task's pool, for the usage snippets."""
     import polars as pl
 
-    from udr.paths import Paths
-
     for path in (Paths.model_pool(model_dir, task), settings.paths.prepared(task, "train")):
         if path.is_file():
             rows = pl.read_parquet(path, columns=["input", "target"]).head(2).to_dicts()
@@ -122,8 +119,6 @@ def _examples(settings, model_dir: Path, task: str) -> list[tuple[str, str]]:
 
 
 def _model_lines(record: dict | None, encoder) -> list[str]:
-    from udr.retriever.record import rounds, trained_tasks
-
     head = f"({encoder.pooling} pooling, {encoder.similarity} similarity); " + (
         "one encoder for queries and demonstrations."
         if encoder.shared
@@ -223,7 +218,6 @@ def model_card(settings, model_dir: Path, where: str) -> str:
     (what it was trained on and how), the pools it carries and the project's evaluations of this very
     model; `where` is how its usage snippets name the export (a path or a hub id)."""
     from udr.retriever.encoder import BiEncoder
-    from udr.retriever.record import read_record
 
     encoder = BiEncoder.load_settings(model_dir)
     record = read_record(model_dir)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.errors import UdrError
-from udr.retriever.index import embeddings_sha256
+from udr.retriever.index import embeddings_sha256, load_embeddings, save_embeddings
 
 
 def default_cache_dir() -> Path:
@@ -44,7 +44,6 @@ def cached_pool_embeddings(
     """E_d embeddings (len(pool), d) of `pool` with `encoder` (whose fingerprint is `fingerprint`),
     from the cache when present; returns (embeddings, came from the cache)."""
     from udr.retriever.encoder import demo_texts
-    from udr.retriever.index import load_embeddings, save_embeddings
 
     texts = demo_texts(pool.task, pool.inputs, pool.outputs, encoder.settings)
     path = cache_path(cache_dir or default_cache_dir(), fingerprint, texts)

@@ -18,9 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.data.tasks import Task
+from udr.data.prepare import read_prepared
+from udr.data.sources import FILE_FORMATS, distinct_rows, normalize_rows, read_records
+from udr.data.tasks import BuiltinSource, Generation, Task, get_task
 from udr.errors import UdrError
 from udr.paths import Paths
+from udr.retriever.index import read_model_declarations
 
 OWN_POOL = "own"
 
@@ -63,7 +66,6 @@ def project_settings(root: Path, params: Path | None = None):
 def model_tasks(model_dir: Path) -> dict[str, Task]:
     """The tasks whose pools a model folder carries, as declared when `udr index` wrote them ({} if none)."""
     from udr.data.declarations import parse_declarations
-    from udr.retriever.index import read_model_declarations
 
     raw = read_model_declarations(model_dir)
     path = Paths.model_tasks(model_dir)
@@ -106,9 +108,6 @@ _READ = object()  # prepared_pool's settings not given: read them
 def prepared_pool(root: Path, task_name: str, settings=_READ) -> Pool:
     """The pipeline's pool of a task of the project at `root`: its prepared train split. `settings`: the
     project's (:func:`project_settings`: None without params.yaml), read here when not given."""
-    from udr.data.prepare import read_prepared
-    from udr.data.tasks import get_task
-
     if settings is _READ:
         settings = project_settings(Path(root))
     task = get_task(task_name, None if settings is None else settings.registry)
@@ -139,8 +138,6 @@ def own_task(
     """The task an own pool is read as: task `like` of `registry` (default: the built-in tasks; its row
     shape, template and, unless `instruction` is given, its instruction), or the generation shape with
     `instruction`."""
-    from udr.data.tasks import BuiltinSource, Generation, get_task
-
     if instruction is not None and not instruction.strip():
         raise UdrError("empty instruction: give the task instruction UDR reads with every demonstration")
     if like is not None:
@@ -159,8 +156,6 @@ def own_task(
 def records_pool(records: Iterable[dict], task: Task, *, where: str = "records", numbered: bool = False) -> Pool:
     """A pool of own records read with `task`'s row shape, each distinct (input, output) once. `numbered`:
     `records` are (line number, record) pairs (from a file); otherwise ids are list positions."""
-    from udr.data.sources import distinct_rows, normalize_rows
-
     pairs = list(records) if numbered else list(enumerate(records))
     for lineno, record in pairs:
         if not isinstance(record, dict):
@@ -182,8 +177,6 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
 def file_pool(path: Path, task: Task) -> Pool:
     """A pool from a file of own records in any format task declarations read (.jsonl, .csv, .tsv,
     .parquet); a malformed row fails with file:line."""
-    from udr.data.sources import FILE_FORMATS, read_records
-
     path = Path(path)
     if not path.is_file():
         raise UdrError(f"pool file not found: {path}")

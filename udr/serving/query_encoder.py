@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 
 _LOAD_LOCK = threading.Lock()  # one thread at a time loads a full bi-encoder (and imports transformers)
 
@@ -64,8 +64,6 @@ class LightQueryEncoder:
         try:
             weights = load_file(str(weights_file))
         except Exception as exc:  # a damaged file: one line, with the way out
-            from udr.errors import first_line
-
             raise UdrError(f"unreadable model weights {weights_file}: {first_line(exc)}") from None
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
         weights = {k[len(prefix) :]: v.float() for k, v in weights.items() if k.startswith(prefix)}

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.serving.api import check_query
+from udr.util.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,6 @@ class QueryLine:
 def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
     """The queries of a JSON-lines file; a malformed line fails with file:line."""
     from udr.data.sources import read_jsonl
-    from udr.serving.api import check_query
 
     path = Path(path)
     if not path.is_file():
@@ -56,8 +57,6 @@ def retrieve_lines(
     diversity: float = 0.0,
 ) -> list[str]:
     """One JSON result line per query line, in input order; queries of a task are embedded together."""
-    from udr.util.progress import progress_bar
-
     for line in lines:  # the result fields would silently replace the user's own
         for field in ("demonstrations", "prompt") if prompt else ("demonstrations",):
             if field in line.record:

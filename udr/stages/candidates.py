@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from udr.util.files import write_parquet_atomic
+
 
 def run_candidates(settings, task_name: str, *, progress: bool = True) -> tuple[Path, str]:
     """Write a task's round-0 candidates; returns (the output file, the field BM25 compared)."""
     from udr.data.prepare import read_prepared
     from udr.feedback.bm25 import bm25_candidates, candidate_field
-    from udr.util.files import write_parquet_atomic
 
     cfg = settings.candidates
     kind = settings.task(task_name).kind

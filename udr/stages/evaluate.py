@@ -11,6 +11,7 @@ Outputs, per method and task:
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -19,11 +20,20 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.config import Split
+from udr.config import METHODS, Split
+from udr.data.prepare import read_prepared
 from udr.errors import UdrError
+from udr.evaluation.baselines import BM25Retriever, RandomRetriever, check_method, sbert_retriever
+from udr.evaluation.baselines import bi_encoder_retriever as over_pool
 from udr.evaluation.task_evaluation import LanguageModel, TaskEvaluation
+from udr.lm.models import resolve_model
 from udr.paths import Paths
+from udr.retriever.encoder import BiEncoder
+from udr.retriever.index import load_index, model_fingerprint
 from udr.retriever.search import PoolRetriever
+from udr.util.distributed import resolve_device_type, resolve_lm_precision
+from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic
+from udr.util.progress import progress_bar
 
 # ---------------------------------------------------------------- the project's retrievers and LM
 
@@ -49,19 +59,12 @@ def build_retriever(
 ) -> PoolRetriever:
     """The retriever `method` over `pool` (a prepared train frame) of `task_name`; `model_dir`: the
     bi-encoder of epr / udr (default: the pipeline's), whose pool is embedded here where it has no index."""
-    from udr.evaluation.baselines import BM25Retriever, RandomRetriever, check_method
-
     check_method(method)
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
     if method == "random":
         return RandomRetriever(ids, settings.seed, task_name)
     if method == "bm25":
         return BM25Retriever(ids, pool["input"].to_list())
-
-    from udr.evaluation.baselines import sbert_retriever
-    from udr.retriever.encoder import BiEncoder
-    from udr.retriever.index import load_index
-    from udr.util.files import file_sha256
 
     model = METHOD_MODELS[method]
     model_dir = Path(model_dir) if model_dir is not None else model.path(settings.paths)
@@ -78,25 +81,18 @@ def build_retriever(
 
 def bi_encoder_retriever(encoder, settings, task_name: str, pool, embeddings=None, progress: bool = False):
     """:func:`udr.evaluation.baselines.bi_encoder_retriever` with the project's task, device and batch size."""
-    from udr.evaluation.baselines import bi_encoder_retriever as over_pool
-
     return over_pool(
         encoder, settings.task(task_name), pool, _device(settings), settings.mine.batch_size, embeddings, progress
     )
 
 
 def _device(settings) -> str:
-    from udr.util.distributed import resolve_device_type
-
     return resolve_device_type(settings.evaluate.device, "evaluate.device")
 
 
 def load_language_model(settings) -> LanguageModel:
     """The inference LM: `evaluate.lm` where set (resolved once, next to the scoring LM), else the
     scoring LM of `udr models`; on `evaluate.device` in `evaluate.dtype`."""
-    from udr.lm.models import resolve_model
-    from udr.util.distributed import resolve_lm_precision
-
     if settings.evaluate.lm:
         lm_dir = resolve_model(settings.evaluate.lm, settings.paths.base_model("eval_lm"), kind="lm")
     else:
@@ -110,8 +106,6 @@ def load_language_model(settings) -> LanguageModel:
 def check_prepared_caps(settings, task_name: str, split: str) -> None:
     """A one-line error when the prepared split was cut with another cap than the params' (stale data:
     `udr prepare` has not run since the cap changed)."""
-    import json
-
     meta_file = settings.paths.prepared_dir(task_name) / "meta.json"
     if not meta_file.is_file():
         return
@@ -140,8 +134,6 @@ def task_evaluation(
 ) -> TaskEvaluation:
     """`task_name`'s evaluation on `split` (its first `limit` rows) with `method`'s retriever (`model`:
     that bi-encoder's; `retriever`: an instrument's own ranking, e.g. the LM's oracle order)."""
-    from udr.data.prepare import read_prepared
-
     pool = read_prepared(settings.root, task_name, "train")
     if split == "validation" and not settings.paths.prepared(task_name, split).is_file():
         raise UdrError(
@@ -171,8 +163,6 @@ def task_evaluation(
 
 def _write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]) -> None:
     import polars as pl
-
-    from udr.util.files import write_parquet_atomic
 
     # The texts too (the input, each demonstration's input and output in prompt order): `udr show` reads
     # the file alone, on a clone that has the predictions but not the prepared data.
@@ -216,8 +206,6 @@ def run_evaluate(
     first `limit` rows, nothing written; with `model`, that bi-encoder (epr, udr) instead of the
     pipeline's, nothing written either, unless `save_as` names the result (written as the method
     `save_as` would be, for `udr exp compare`)."""
-    from udr.evaluation.baselines import check_method
-
     check_method(method)  # before loading the LM
     if save_as is not None:
         check_saved_name(save_as, settings, split)
@@ -257,8 +245,6 @@ def learned_model_fingerprint(settings, method: str, model: Path | None = None) 
     retriever then says so)."""
     if method not in ("epr", "udr"):
         return None
-    from udr.retriever.index import model_fingerprint
-
     model_dir = Path(model) if model is not None else METHOD_MODELS[method].path(settings.paths)
     return model_fingerprint(model_dir) if model_dir.is_dir() else None
 
@@ -282,9 +268,6 @@ def evaluate_task(
     quick look, nor with `model` unless `save_as` names them), returns the result. A learned method's
     result names its model's fingerprint (`model`; `fingerprint` when the caller has it), so a model card
     finds the results of its own model."""
-    from udr.util.files import write_json_atomic
-    from udr.util.progress import progress_bar
-
     cfg = settings.evaluate
     start = time.perf_counter()
     ev = task_evaluation(
@@ -331,8 +314,6 @@ def check_saved_name(name: str, settings=None, split: str = "test") -> None:
     """A one-line error, before any work, unless `name` can name a saved evaluation: a plain folder name
     that is not a method's (the pipeline's results are not overwritten), nor another folder of metrics/,
     nor (with `settings`) a file where its result or prediction folder would go (metrics/summary.json)."""
-    from udr.config import METHODS
-
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise UdrError(f"bad name {name!r}: letters, digits, '_', '.' and '-', starting with a letter or digit")
     if name in METHODS or name in RESERVED_NAMES:

@@ -9,10 +9,13 @@ import shutil
 import time
 from pathlib import Path
 
+from udr.data.prepare import read_prepared
 from udr.errors import UdrError
 from udr.paths import Paths
 from udr.retriever.index import embed_pool, model_fingerprint, read_model_declarations, save_embeddings
-from udr.util.files import file_sha256, write_atomic, write_json_atomic
+from udr.retriever.record import check_replace, read_record, write_record
+from udr.util.distributed import resolve_device_type
+from udr.util.files import building_dir, check_no_links_out, file_sha256, write_atomic, write_json_atomic
 
 
 def run_index(
@@ -31,9 +34,6 @@ def run_index(
     tasks: index only these (the others' indexes are kept); the folder must then already hold the model.
     A folder recorded from another params file is not replaced unless `replace`."""
     from udr.retriever.encoder import SETTINGS_NAME, BiEncoder
-    from udr.retriever.record import check_replace
-    from udr.util.distributed import resolve_device_type
-    from udr.util.files import building_dir, check_no_links_out
 
     paths = settings.paths
     if model is None:
@@ -74,9 +74,6 @@ def run_index(
 
 def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: dict, progress: bool) -> None:
     """Embed `names`' prepared pools into `model_dir` (index, pool copy, declarations, record, report.json)."""
-    from udr.data.prepare import read_prepared
-    from udr.retriever.record import read_record, write_record
-
     paths = settings.paths
     fingerprint = report["model"]
     declared = read_model_declarations(model_dir)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from udr.errors import UdrError
 from udr.paths import summary_file
+from udr.util.distributed import resolve_device_type
 from udr.util.files import write_json_atomic, write_parquet_atomic
 
 
@@ -37,7 +38,6 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
     from udr.feedback.scores_file import read_manifest
     from udr.retriever.encoder import BiEncoder
     from udr.retriever.mining import mine_candidates
-    from udr.util.distributed import resolve_device_type
 
     if round_ < 1:
         raise UdrError("mining starts at round 1 (round 0's candidates come from `udr candidates`)")

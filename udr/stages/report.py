@@ -12,9 +12,11 @@ import json
 
 from udr.errors import UdrError
 from udr.evaluation.comparisons import COMPARED
+from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
 from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown
 from udr.stages.saved_evaluations import udr_versus_baselines
+from udr.util.files import write_json_atomic, write_text_atomic
 
 
 def _load_results(settings) -> dict[str, dict[str, dict]]:
@@ -88,9 +90,6 @@ def run_report(settings) -> dict:
     """`udr report`: write metrics/summary.json (its flat headline: metrics/headline.json),
     metrics/results.md (the results table and UDR against each baseline with bootstrap intervals, then
     the same two for the unseen tasks) and the shots plot; returns the summary."""
-    from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
-    from udr.util.files import write_json_atomic, write_text_atomic
-
     paths = settings.paths
     seen, unseen = _split_unseen(settings, _load_results(settings))
     shots = shots_table(seen)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from udr.paths import Paths, round_label, summary_file
+from udr.retriever.record import read_record
 
 
 def _read(path: Path) -> dict | None:
@@ -38,8 +39,6 @@ def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, floa
 def _own_round(settings, round_: int) -> bool:
     """Whether round `round_`'s model (and so its training log) was made from this params file; a run
     named with `udr train --out` leaves the pipeline's round models and logs to the params file that made them."""
-    from udr.retriever.record import read_record
-
     record = read_record(settings.paths.round_model(round_))
     return record is None or record.get("params_file", settings.params_file) == settings.params_file
 

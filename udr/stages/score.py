@@ -36,11 +36,12 @@ from udr.feedback.scores_file import (
 )
 from udr.feedback.scoring import rank_within_query, score_items
 from udr.feedback.shipped import take_shipped
-from udr.lm.loading import PROVENANCE_FILE
-from udr.lm.scorer import BatchStats
+from udr.lm.loading import PROVENANCE_FILE, load_causal_lm
+from udr.lm.prompt import PromptBuilder
+from udr.lm.scorer import BatchStats, LMScorer
 from udr.paths import round_label
 from udr.util.distributed import Distributed, resolve_lm_precision
-from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic
+from udr.util.files import file_sha256, remove, write_json_atomic, write_parquet_atomic
 from udr.util.machine import machine_kind
 from udr.util.progress import progress_bar
 from udr.util.resume import open_partial, partial_dir
@@ -278,10 +279,6 @@ def score_shards(
     import polars as pl
     import torch
 
-    from udr.lm.loading import load_causal_lm
-    from udr.lm.prompt import PromptBuilder
-    from udr.lm.scorer import LMScorer
-
     cfg = settings.score
     if device_type == "cpu" and dist.world > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.world))
@@ -344,8 +341,6 @@ def finish(
     """Step 3 (rank 0): merge the shards with the reused pairs (after `verify`, where given), rank, write
     the output with its manifest, and the run's summary to `report` (where given)."""
     import polars as pl
-
-    from udr.util.files import remove
 
     shard_files = [_shard_file(partial, s) for s in range(n_shards)]
     missing = [f.name for f in shard_files if not f.is_file()]

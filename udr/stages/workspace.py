@@ -11,11 +11,14 @@ the project's trained UDR (embedding the new pool on the fly).
 
 from __future__ import annotations
 
+import copy
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.util.files import building_dir, write_text_atomic
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
 LINKED_MODELS = ("base", "final", "epr")
@@ -54,8 +57,6 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], o
 def workspace_params(project_raw: dict, project_root: Path, folder: Path, name: str, caps: dict) -> dict:
     """The project's params with only `name` as task (prepared with `caps`), no unseen tasks, shots curve
     nor experiments beside, its own scoring budget, and the data mirror's path rebased onto `folder`."""
-    import copy
-
     raw = copy.deepcopy(project_raw)
     data = raw.setdefault("data", {})
     source = Path(data.get("source_dir", "../shared/data"))
@@ -89,14 +90,11 @@ def init_workspace(
     """Write `folder` (it must not exist) for the classification task `name` over the data file `source`:
     `data/tasks/<name>.yaml` and a copy of the file beside it, `params.yaml` (:func:`workspace_params`),
     and links to the project's models; written beside, then renamed into place."""
-    import shutil
-
     import yaml
 
     from udr.config import settings_from_mapping
     from udr.data.declarations import TASK_NAME, parse_declarations
     from udr.data.sources import check_columns, read_records
-    from udr.util.files import building_dir, write_text_atomic
     from udr.util.safe_yaml import load_yaml
 
     if not TASK_NAME.fullmatch(name):

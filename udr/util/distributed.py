@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import sys
 
+from udr.errors import UdrError
+
 
 def resolve_device_type(want: str, key: str) -> str:
     """ "cuda" or "cpu" for a device parameter (auto | cpu | cuda); `key` names it in errors."""
     import torch
-
-    from udr.errors import UdrError
 
     if want == "cuda" and not torch.cuda.is_available():
         raise UdrError(f"bad parameter {key}: cuda requested but no CUDA device is available")

@@ -8,6 +8,8 @@ swap succeeded. Readers see the old content or the new, never a mix.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -15,6 +17,8 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from udr.errors import UdrError, first_line, quoted, shorten
 
 
 def file_sha256(path: Path) -> str:
@@ -45,8 +49,6 @@ def write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
 def check_output_path(path: Path, what: str = "--output") -> None:
     """A one-line UdrError, before any work, when `path` cannot be written as a file: it is a
     directory, a parent is a file, or the nearest existing parent is not writable."""
-    from udr.errors import UdrError
-
     path = Path(path)
     if path.is_dir():
         raise UdrError(f"{what} {path} is a directory: give a file path")
@@ -62,8 +64,6 @@ def check_output_path(path: Path, what: str = "--output") -> None:
 def read_json_object(path: Path, what: str, fix: str = "") -> dict:
     """The JSON object in `path`; unreadable, nested too deep or not an object, a one-line UdrError
     "unreadable <what> <path>: <why>[; <fix>]"."""
-    from udr.errors import UdrError, first_line
-
     tail = f"; {fix}" if fix else ""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -106,9 +106,6 @@ def remove(path: Path) -> None:
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE). False where the system or
     file system cannot (then nothing was changed)."""
-    import ctypes
-    import errno
-
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
@@ -173,8 +170,6 @@ def check_dir_target(dest: Path, markers: Sequence[str], made: str, option: str 
     `dest` is new, empty, or a folder such a command made (it holds one of the files `markers`; `made`
     says what that is, e.g. "a udr bi-encoder"). A file, the current directory or a folder above it, and
     a folder of other files are refused and stay untouched. `option`: the option that named `dest`."""
-    from udr.errors import UdrError
-
     dest = Path(dest)
     shown = f"{option} {dest}" if option else str(dest)
     if not dest.exists() and not dest.is_symlink():
@@ -200,8 +195,6 @@ def check_dir_target(dest: Path, markers: Sequence[str], made: str, option: str 
 def check_no_links_out(folder: Path, what: str = "model folder") -> None:
     """A one-line UdrError where `folder` holds a symbolic link that leads out of it (or nowhere): a
     model folder reads and writes only inside itself. Links between its own files are fine."""
-    from udr.errors import UdrError, shorten
-
     folder = Path(folder)
     root = folder.resolve()
     if root.parent.name == "snapshots" and (root.parent.parent / "blobs").is_dir():
@@ -221,8 +214,6 @@ def check_no_links_out(folder: Path, what: str = "model folder") -> None:
 def inside(folder: Path, relative: object, what: str) -> Path:
     """`folder / relative` where `relative` is a plain relative path that stays inside `folder` (no
     absolute path, no `..` out of it); a one-line UdrError naming `what` otherwise."""
-    from udr.errors import UdrError, quoted, shorten
-
     if not isinstance(relative, str) or not relative.strip():
         raise UdrError(f"{what}: expected a folder name inside {folder}, got {quoted(relative)}")
     path = Path(folder) / relative

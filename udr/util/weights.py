@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -17,8 +18,6 @@ REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json", "processor_config.j
 def refuse_remote_code(path: Path) -> None:
     """A one-line error for a model folder that asks transformers to run its own Python code (an
     `auto_map` in its configuration): udr never runs code from model folders."""
-    import json
-
     path = Path(path)
     if not path.is_dir():
         return

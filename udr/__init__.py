@@ -1,7 +1,8 @@
 """udr: Unified Demonstration Retriever as a reproducible pipeline.
 
-`from udr import Retriever` is the Python API (:mod:`udr.serving.api`); it is imported on first use, so
-`import udr` (and the `udr` command's start-up) stays free of torch and transformers.
+`from udr import Retriever` is the Python API (:mod:`udr.serving.api`). Imports of udr.serving.api and
+udr.errors are inside the functions that use them (the module's `__getattr__`, on first use), to keep
+`import udr` (and the `udr` command's start) light, free of torch and transformers.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,8 @@
-"""The `udr` Typer app, its shared options, and the entry point that turns a UdrError into one line."""
+"""The `udr` Typer app, its shared options, and the entry point that turns a UdrError into one line.
+
+Imports of rich, udr.config (pydantic), udr.paths and udr.util.progress are inside the functions that use them, to
+keep `udr`'s start (`udr --help`) light.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """`udr exp`: DVC experiments, sweeps, the comparison table and the paper's analyses (thin: the work is
-in :mod:`udr.experiments`)."""
+in :mod:`udr.experiments`).
+
+Imports of rich and of the udr.experiments and udr.stages modules are inside the functions that use them, to keep
+`udr`'s start (`udr --help`) light.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """The pipeline's commands, one per DVC stage (and `udr tasks`, `udr rounds` to look around). Each only
-parses its options and calls its stage's function; what a stage computes lives in its subpackage."""
+parses its options and calls its stage's function; what a stage computes lives in its subpackage.
+
+Imports of rich, udr.config and the udr.data and udr.stages modules are inside the functions that use them, to keep
+`udr`'s start (`udr --help`) light.
+"""
 
 from __future__ import annotations
 

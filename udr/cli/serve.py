@@ -1,4 +1,8 @@
-"""`udr retrieve`: demonstrations for a query, a file of queries, or your own pool, from the shell."""
+"""`udr retrieve`: demonstrations for a query, a file of queries, or your own pool, from the shell.
+
+Imports of rich and of the udr.serving and udr.retriever modules are inside the functions that use them, to keep
+`udr`'s start (`udr --help`) light.
+"""
 
 from __future__ import annotations
 

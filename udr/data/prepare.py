@@ -4,6 +4,8 @@
 Layout (:class:`udr.paths.Paths`): `data/prepared/<task>/{train,test}.parquet` and `meta.json`, with
 the columns id (stable, see :mod:`udr.data.sources`), input, target, label (index into choices, -1
 for generation), choices and references.
+
+Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

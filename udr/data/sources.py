@@ -4,6 +4,9 @@ normalised rows, with a seeded train/test split where the source has only one fi
 Every row keeps a stable integer id: its 0-based line number in the source file it came from (CSV / TSV:
 the header is line 0; parquet and built records: the row's position; for merged multi-reference test
 rows, the id of the first member), so ids do not change when caps change.
+
+Imports of polars and datasets are inside the functions that use them, to keep the start of `udr` and of its
+commands light; datasets (the `hub` extra) is needed only for a task read from the Hugging Face Hub.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Prompt convention (the published code's): a demonstration or query is rendered a
 ``template.format(input=..., answer=...)`` with ``template = "{input}\\t{answer}"``; demonstrations
 are joined by newlines. For classification the answer is the label's verbalization ("It was great ."),
 for multiple choice the chosen option's text, for generation the target text.
+
+Imports of udr.data.declarations are inside the functions that use them: it imports this module (a cycle), and
+pydantic.
 """
 
 from __future__ import annotations

@@ -39,7 +39,10 @@ here and returns ``{"metric", "score", "n", "graded", ...}``. What each name com
     hub download, so this one is written here and checked against ``evaluate``'s published example.
 
 Errors (no predictions, length mismatch, an example without references, an unknown metric) raise
-:class:`udr.errors.UdrError` with a one-line message. Heavy libraries are imported lazily.
+:class:`udr.errors.UdrError` with a one-line message.
+
+Imports of numpy, sacrebleu and rouge_score are inside the functions that use them, to keep the start of `udr` and
+of its commands light; sacrebleu and rouge_score are in the `pipeline` extra.
 """
 
 from __future__ import annotations

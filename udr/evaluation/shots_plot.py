@@ -1,5 +1,9 @@
 """The score against the number of demonstrations (`evaluate.shots`): metrics/plots/shots.png, with 95%
-Wilson bands where the metric is a proportion, and one CSV per task for `dvc plots show`."""
+Wilson bands where the metric is a proportion, and one CSV per task for `dvc plots show`.
+
+Imports of matplotlib are inside the functions that use them, to keep the start of `udr` and of its commands light;
+matplotlib is in the `pipeline` extra.
+"""
 
 from __future__ import annotations
 

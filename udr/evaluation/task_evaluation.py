@@ -7,6 +7,8 @@ as fit in the context for generation (:func:`udr.evaluation.icl.assemble`), in t
 The LM then predicts (:mod:`udr.lm.predict`) and the task's metric scores it
 (:mod:`udr.evaluation.metrics`). The `udr evaluate` stage (:mod:`udr.stages.evaluate`) wires it to a
 project's data, models and output files.
+
+Imports of torch are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

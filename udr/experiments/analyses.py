@@ -13,6 +13,9 @@ Their tables (``metrics/ablations.md``, ``order.md``, ``transfer.md``) read each
 ``metrics/<method>/<task>.json`` from its saved DVC experiment commit (``refs/exps``), next to the
 committed default (HEAD), with the command that made them, and give each difference its paired
 bootstrap interval from the predictions committed beside those results.
+
+Imports of udr.config (pydantic) are inside the functions that use them, to keep the start of `udr` and of its
+commands light.
 """
 
 from __future__ import annotations

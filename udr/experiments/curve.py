@@ -4,6 +4,9 @@ against one baseline with its paired bootstrap interval, as a table and a plot.
 A point is ``RECIPE:QUERIES=NAME``: the recipe's line on the plot, the scored queries per task it was
 trained on (the x axis), and the name of its saved evaluation (a method, or a name given with
 ``udr evaluate --save-as``). Every point and the baseline must be evaluated on the same split rows.
+
+Imports of matplotlib are inside the functions that use them, to keep the start of `udr` and of its commands light;
+matplotlib is in the `pipeline` extra.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Calling DVC for `udr exp`: experiment runs, the queue, and reading saved experiments back from git."""
+"""Calling DVC for `udr exp`: experiment runs, the queue, and reading saved experiments back from git.
+
+Imports of polars, udr.config, udr.data.prepare and udr.evaluation.bootstrap (numpy, pydantic) are inside the
+functions that use them, to keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

@@ -14,6 +14,9 @@ scoring resumes from its shards like `udr score`.
   NDCG@8, with the LM's scores min-max scaled within each query as gains, and top-1 agreement (the
   retriever's first is the LM's first). For queries never trained on, this says whether training
   learned the LM's preferences beyond the queries it saw. The random retriever gives the chance level.
+
+Imports of polars and of the udr.stages modules and udr.retriever.encoder (pydantic, torch) are inside the
+functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

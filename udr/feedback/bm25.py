@@ -4,6 +4,9 @@
 Scores are on the classic Okapi scale: bm25s' `robertson` variant times (k1 + 1), which equals
 rank-bm25's `BM25Okapi(epsilon=0)` (the test oracle). Top-k is exact and deterministic: ties are
 broken by position in the pool (lower first).
+
+Imports of bm25s and polars are inside the functions that use them, to keep the start of `udr` and of its commands
+light; bm25s is in the `pipeline` extra.
 """
 
 from __future__ import annotations

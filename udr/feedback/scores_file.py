@@ -7,6 +7,8 @@ depends on (the task, round, train split, LM identity, prompt settings and preci
 the file's checksum and the machine that scored. Readers take the query set from it and never
 re-derive it; a file that does not match its manifest's checksum, or holds a NaN, is refused. How the
 run went (time, throughput, the shipped sample's check) is a report apart, in metrics/score/.
+
+Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ For a query (x, y) and candidate z the prompt is ``[instruction] render(z) "\\n"
   with p_G(y' | z, x) the product over y' tokens, i.e. a softmax of summed log-likelihoods.
 
 Within each query the candidates are then ranked, 1 = most helpful.
+
+Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Why a tolerance and not equality: in bf16 a pair's score depends in its last bit
 scored in (padding, the prefixes shared with other queries), so a sample scored apart differs from the
 same pairs scored in the whole run even on the machine that wrote them (measured in
 `metrics/feedback/shipped-check.md`).
+
+Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

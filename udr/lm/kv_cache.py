@@ -5,6 +5,9 @@ at every decode step of generation, and once for the label continuations that fo
 prompts. Here each layer writes into memory allocated once with `room` more positions than its first
 update; the keys and values handed to attention are views of it, with the same values and shapes as
 the concatenated ones. Import lazily: it subclasses a transformers class.
+
+Imports of transformers.masking_utils are inside the functions that use them, where a transformers release without
+it is told apart.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The numeric context of the LM's scoring and prediction forwards."""
+"""The numeric context of the LM's scoring and prediction forwards.
+
+Imports of torch are inside the functions that use them, to keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

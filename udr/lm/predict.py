@@ -7,6 +7,9 @@
   end of the line: a row stops at the first token whose text holds a newline (or at the end-of-
   sequence token, or after `max_new_tokens`) and leaves the batch; the answer is the text before
   the newline.
+
+Imports of torch and udr.lm.kv_cache (transformers) are inside the functions that use them, to keep the start of
+`udr` and of its commands light.
 """
 
 from __future__ import annotations

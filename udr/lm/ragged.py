@@ -21,6 +21,9 @@ width), so this too is the batch's forward (bitwise under bf16 autocast, tested;
 round their last bit differently, as above), while the activations stay a few MB instead of
 tens or hundreds of MB, which a CPU spends more time allocating and streaming through memory than
 computing on (elementwise products of a 10,000-token comv batch ran 7-14x slower per element).
+
+Imports of torch, transformers and udr.lm.kv_cache are inside the functions that use them, to keep the start of
+`udr` and of its commands light.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ positions whose next token is scored; for label / choice sets, the shared prompt
 key/value cache, with room reserved for the continuations (:mod:`udr.lm.kv_cache`), is reused for
 every continuation; prompt forwards skip their padding tokens and, on a CPU, run in groups of rows
 (:mod:`udr.lm.ragged`).
+
+Imports of torch and udr.lm.kv_cache (transformers) are inside the functions that use them, to keep the start of
+`udr` and of its commands light.
 """
 
 from __future__ import annotations

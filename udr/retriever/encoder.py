@@ -12,6 +12,9 @@ On disk (`BiEncoder.save`): ``query/`` and ``demo/`` (transformers `save_pretrai
 A shared bi-encoder (``shared: true``, `train.shared_encoder`: E_q is E_d, one set of weights) is saved
 the same way, its one encoder in both directories, so every reader of the two keeps working; `load`
 ties them again.
+
+Imports of numpy, torch and transformers are inside the functions that use them, to keep the start of `udr` and of
+its commands light.
 """
 
 from __future__ import annotations

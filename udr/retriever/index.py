@@ -7,6 +7,9 @@ writes, for every task,
 pool's ids, the pool file's hash and the model it was made with, so a stale index is detected; and
 `models/final/pools/` with a copy of each pool and the tasks' declarations (`tasks.json`), so the folder
 retrieves without its project.
+
+Imports of udr.retriever.encoder (pydantic) are inside the functions that use them, to keep `from udr import
+Retriever` and `udr retrieve` light.
 """
 
 from __future__ import annotations

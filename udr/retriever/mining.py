@@ -7,6 +7,9 @@ with E_q; the exact inner-product top-K (self excluded) are merged with round N-
 The merged frame: query_id, candidate_id, rank and score (the retriever's rank 1..K and similarity;
 null for candidates carried over from before and not mined again), new (not among the previous
 round's candidates of that query).
+
+Imports of polars and udr.retriever.encoder are inside the functions that use them, to keep the start of `udr` and
+of its commands light.
 """
 
 from __future__ import annotations

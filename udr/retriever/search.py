@@ -3,6 +3,9 @@ an accelerator), and the dense retriever built on it: the one retrieval core tha
 (EPR, UDR, SBERT) and serving share. Results are deterministic: scores descend and equal scores (as
 computed in float32) are broken by lower pool index first. Serving may instead search a large pool
 approximately (:class:`ApproximateIndex`, a faiss IVF index with a calibrated recall).
+
+Imports of faiss and torch are inside the functions that use them, to keep `from udr import Retriever` and `udr
+retrieve` light.
 """
 
 from __future__ import annotations

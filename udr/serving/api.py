@@ -14,6 +14,9 @@ pool and its task declaration beside the index, so the folder serves from anywhe
 prepared train split in the project at `root` (``data/prepared``), with the model's index embeddings
 when it has them and the on-disk cache (:mod:`udr.serving.pool_cache`) otherwise; own pools always go
 through the cache. `udr retrieve` is a thin shell over this class.
+
+Imports of torch, huggingface_hub and the udr modules that load numpy or pydantic are inside the functions that use
+them, to keep `from udr import Retriever` and `udr retrieve` light.
 """
 
 from __future__ import annotations

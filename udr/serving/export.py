@@ -7,6 +7,9 @@ a named prompt, so ``model.encode_query(x, prompt_name=task)`` reads what E_q re
 ``model.encode_document(demo, prompt_name=task)`` what E_d reads for a demonstration rendered with the
 task's template. `udr_export.json` beside it records udr's own settings and the tasks' templates, so
 :meth:`udr.Retriever.load` reads the export back without sentence-transformers installed.
+
+Imports of sentence_transformers (the `sentence-transformers` extra) and transformers are inside the functions that
+use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

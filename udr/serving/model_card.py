@@ -1,7 +1,11 @@
 """The model card of a `udr export`, written from the model's own files: its record (udr_record.json: the
 models, tasks, feedback sizes and training of every round behind it), the pools and task declarations
 `udr index` put beside it, and the project's results of this very model (metrics/, matched by the model's
-fingerprint; metrics/results.md with its n and bootstrap intervals where every UDR result is this model's)."""
+fingerprint; metrics/results.md with its n and bootstrap intervals where every UDR result is this model's).
+
+Imports of polars, udr.config and the udr.retriever, udr.serving and udr.stages modules that load numpy or pydantic
+are inside the functions that use them, to keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,9 @@ with a JSON sidecar (:func:`udr.retriever.index.save_embeddings`, written atomic
 ``$UDR_CACHE_DIR``, else ``$XDG_CACHE_HOME/udr``, else ``~/.cache/udr``. Entries are never read
 as pickles; an unreadable entry, or one whose array does not match the checksum stored beside it,
 is embedded again and replaced.
+
+Imports of udr.retriever.encoder (pydantic) are inside the functions that use them, to keep `from udr import
+Retriever` and `udr retrieve` light.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ of the task registry (:mod:`udr.data.tasks`): with a registered task named, that
 ``{"text", "label"}``); without one, the generation shape ``{"input": ..., "target": ...}``.
 Pool ids are the prepared ids for pipeline pools and 0-based line (or list) positions for own
 records.
+
+Imports of polars, udr.config and udr.data.declarations (pydantic) are inside the functions that use them, to keep
+`from udr import Retriever` and `udr retrieve` light.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ use the full :class:`udr.retriever.encoder.BiEncoder`.
 :class:`ServingEncoder` is what :class:`udr.serving.api.Retriever` holds: queries through the light
 encoder where it applies, and the full bi-encoder loaded on first need (embedding a pool that is in
 neither the index nor the cache, or a model the light path does not cover).
+
+Imports of numpy, safetensors, tokenizers, torch and udr.retriever.encoder are inside the functions that use them,
+to keep `from udr import Retriever` and `udr retrieve` light.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ per query, in input order.
 An input line is an object with a ``"query"`` string and, optionally, a ``"task"`` (default: the
 command's --task). An output line is the input object plus ``"task"``, ``"demonstrations"`` (a
 list of {pool_id, input, output, similarity}, most similar first) and, when asked, ``"prompt"``.
+
+Imports of udr.data.sources (numpy) are inside the functions that use them, to keep `from udr import Retriever` and
+`udr retrieve` light.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The `udr candidates` stage: round 0's candidates of a task, every train query's top-K BM25 neighbours
 in its own train split (:func:`udr.feedback.bm25.bm25_candidates`), written to
-data/candidates/round0/<task>.parquet."""
+data/candidates/round0/<task>.parquet.
+
+Imports of udr.data.prepare and udr.feedback.bm25 (numpy, pydantic, bm25s) are inside the functions that use them,
+to keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ Outputs, per method and task:
   prompt tokens, and for the shots plot's tasks and methods the score at each demonstration count;
 - ``data/predictions/<method>/<task>.parquet``: id, prediction, gold, the demonstration ids in prompt
   order, prompt tokens: every result can be inspected.
+
+Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

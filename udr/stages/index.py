@@ -1,6 +1,10 @@
 """The `udr index` stage: a bi-encoder (default: the last round's) copied to models/final/ with every
 prepared task's pool embedded by its E_d (:mod:`udr.retriever.index`), a copy of each pool and the tasks'
-declarations, so that the folder retrieves without its project; `--tasks` adds tasks to an indexed folder."""
+declarations, so that the folder retrieves without its project; `--tasks` adds tasks to an indexed folder.
+
+Imports of udr.retriever.encoder (pydantic) are inside the functions that use them, to keep the start of `udr` and
+of its commands light.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,11 @@
 """The `udr mine` stage: round N's candidates of a task, mined with round N-1's retriever over the
 task's pool for the scored queries and merged with round N-1's candidates
 (:func:`udr.retriever.mining.mine_candidates`). Writes data/candidates/round<N>/<task>.parquet and, in
-the JSON beside it, how many mined candidates were new and how much of the previous list was found again."""
+the JSON beside it, how many mined candidates were new and how much of the previous list was found again.
+
+Imports of polars and of the udr modules that load numpy or pydantic are inside the functions that use them, to
+keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """The `udr prepare` stage: one task of the params (`prepare.tasks` or `evaluate.unseen_tasks`) read from
-its source and written, normalised, to data/prepared/<task>/ (:func:`udr.data.prepare.prepare_task`)."""
+its source and written, normalised, to data/prepared/<task>/ (:func:`udr.data.prepare.prepare_task`).
+
+Imports of udr.data.prepare (numpy) are inside the functions that use them, to keep the start of `udr` and of its
+commands light.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,9 @@ UDR's difference from each baseline with its paired bootstrap 95% interval (per 
 average, from the saved predictions), and the score-vs-demonstrations plot (metrics/plots/shots.png
 + one CSV per task for DVC plots). The unseen tasks (evaluate.unseen_tasks: never scored, never
 trained on) get their own tables, as the paper's Table 5, and stay out of the main averages.
+
+Imports of udr.config (pydantic) are inside the functions that use them, to keep the start of `udr` and of its
+commands light.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """A per-round account of Algorithm 1 from the files the stages wrote: training loss at the start and
 end, how many mined candidates were new, the mean LM score of each query's best candidate, and the
-seconds each stage took. `udr rounds` prints it; nothing is recomputed."""
+seconds each stage took. `udr rounds` prints it; nothing is recomputed.
+
+Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

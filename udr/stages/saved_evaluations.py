@@ -1,7 +1,11 @@
 """A project's saved evaluations (a method's, or a name given with `udr evaluate --save-as`) read back and
 compared: the paired bootstrap of two methods' difference from their saved predictions, per task and on
 the average (:mod:`udr.evaluation.bootstrap`). `udr report` compares UDR with each baseline; the `udr
-exp` instruments compare saved evaluations."""
+exp` instruments compare saved evaluations.
+
+Imports of numpy, polars, udr.data.prepare and udr.evaluation.bootstrap are inside the functions that use them, to
+keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

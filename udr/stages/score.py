@@ -11,6 +11,9 @@ Resume: the pairs still to score are cut, in (candidate_id, query_id) order, int
 output (:mod:`udr.util.resume`), whose manifest fingerprints everything the scores depend on. A run
 started again skips finished shards, so its output equals an uninterrupted run's. Under torchrun,
 process r scores shards r, r+P, ...; rank 0 merges once every process is done.
+
+Imports of polars and torch are inside the functions that use them, to keep the start of `udr` and of its commands
+light.
 """
 
 from __future__ import annotations

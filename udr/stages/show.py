@@ -1,6 +1,10 @@
 """`udr show`: an evaluation's examples one by one: the test input, the demonstrations the method put in
 its prompt (in prompt order), the gold answer and the LM's prediction, read from the saved predictions
-(``data/predictions/<method>/<task>.parquet``), which hold every text they need."""
+(``data/predictions/<method>/<task>.parquet``), which hold every text they need.
+
+Imports of polars and udr.config (pydantic) are inside the functions that use them, to keep the start of `udr` and
+of its commands light.
+"""
 
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ live in the workspace, and the project's pipeline (`dvc status`, `dvc repro`, `m
 untouched. Its `models/base`, `models/final` and `models/epr` are links to the project's, so the
 workspace starts from the project's models without a copy, and `udr evaluate -m udr` there evaluates
 the project's trained UDR (embedding the new pool on the fly).
+
+Imports of yaml, udr.config and the udr.data modules (pydantic) are inside the functions that use them, to keep the
+start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """torch.distributed when a stage is launched by torchrun (WORLD_SIZE > 1); a no-op otherwise.
 
 gloo on CPU, NCCL on GPU. Stages split their work by `rank` and `world`, and meet at `barrier`.
+
+Imports of torch are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

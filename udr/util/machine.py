@@ -1,4 +1,7 @@
-"""What kind of machine computed a number: recorded with LM scores, whose last bits depend on it."""
+"""What kind of machine computed a number: recorded with LM scores, whose last bits depend on it.
+
+Imports of torch are inside the functions that use them, to keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The progress every long stage shows: a rich progress bar (description, bar, done/total, extra columns,
-ETA) on a terminal, and plain periodic lines on stderr in a log or a pipe, so a long run never looks stuck."""
+ETA) on a terminal, and plain periodic lines on stderr in a log or a pipe, so a long run never looks stuck.
+
+Imports of rich are inside the functions that use them, to keep the start of `udr` and of its commands light.
+"""
 
 from __future__ import annotations
 

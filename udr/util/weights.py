@@ -1,4 +1,8 @@
-"""Loading saved transformers weights with a one-line error for a damaged or missing file."""
+"""Loading saved transformers weights with a one-line error for a damaged or missing file.
+
+Imports of safetensors are inside the functions that use them, to keep the start of `udr` and of its commands
+light.
+"""
 
 from __future__ import annotations
 

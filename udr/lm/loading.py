@@ -1,6 +1,10 @@
 """Loading a resolved model directory (`udr models`): its record checked, safetensors only, fp32,
 eval mode. Training, indexing and evaluation load models through here and need nothing of how a model
-was resolved (:mod:`udr.lm.models`)."""
+was resolved (:mod:`udr.lm.models`).
+
+Imports of torch and transformers are inside the functions that use them, to keep `udr`'s start (the
+CLI) light.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from udr.errors import UdrError
+from udr.util.weights import load_weights
 
 PROVENANCE_FILE = "udr_model.json"
 
@@ -52,7 +57,6 @@ def _load(path: Path, kind: str, auto_cls: Any) -> tuple[Any, Any]:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a per-load "Loading weights" bar is noise in stage logs
-    from udr.util.weights import load_weights
 
     rebuild = "resolve it again with `udr models --force`"
     model = load_weights(

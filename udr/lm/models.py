@@ -3,6 +3,9 @@
 `resolve_model` writes a self-contained directory (config, safetensors weights, tokenizer files and a
 `udr_model.json` provenance) that later stages load with `load_causal_lm` / `load_encoder`. Pickled weights
 are never copied or loaded.
+
+Imports of torch, transformers, huggingface_hub and rich are inside the functions that use them, to
+keep `udr`'s start (the CLI) light.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any, Literal, NamedTuple, get_args
 
 from udr.errors import UdrError
 from udr.lm.loading import PROVENANCE_FILE, read_provenance
+from udr.lm.scorer import continuation_log_likelihood
 from udr.util.files import building_dir, file_sha256, json_text, remove
+from udr.util.weights import refuse_remote_code
 
 # Fixed sentence whose log-likelihood must survive a GGUF -> safetensors conversion unchanged.
 VERIFY_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back into the forest."
@@ -97,7 +102,6 @@ def resolve_model(spec: str, dest: Path, *, kind: ModelKind, force: bool = False
 def sequence_log_likelihood(model: Any, tokenizer: Any, text: str) -> float:
     """Sum of natural-log probabilities of tokens 2..n of `text`, each given its prefix (the tokenizer's
     default special tokens included)."""
-    from udr.lm.scorer import continuation_log_likelihood
 
     ids = tokenizer(text)["input_ids"]
     if len(ids) < 2:
@@ -303,7 +307,6 @@ def _check_same_weights(original: Any, reloaded: Any, label: str) -> None:
 
 
 def _check_model_dir(path: Path, spec: str) -> None:
-    from udr.util.weights import refuse_remote_code
 
     if not (path / "config.json").is_file():
         raise UdrError(f"model {spec!r}: {path} has no config.json")

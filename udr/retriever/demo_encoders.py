@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from udr.errors import UdrError
+from udr.retriever.index import embed_pool
 from udr.retriever.losses import PoolNegatives
 
 
@@ -56,7 +57,6 @@ class FrozenDemoEncoder:
     def freeze(cls, encoder, pools: Mapping, batch_size: int, device) -> FrozenDemoEncoder:
         """Freeze `encoder`'s E_d and embed each pool ({task: (Task, its prepared train split)}) with it,
         `batch_size` texts a batch as every pool embedding is."""
-        from udr.retriever.index import embed_pool
 
         encoder.demo_model.requires_grad_(False).eval()
         cached = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from udr.errors import UdrError, quoted
+from udr.retriever.encoder import MADE, SETTINGS_NAME
 from udr.util.files import check_dir_target, read_json_object, shown_path, write_json_atomic
 
 RECORD_FILE = "udr_record.json"
@@ -36,7 +37,6 @@ def check_replace(out: Path, params_file: str, root: Path, replace: bool, option
     (:func:`udr.util.files.check_dir_target`), or holds a model recorded from another params file than
     `params_file` of the project at `root` (another name, or the same name in another project), unless
     `replace`."""
-    from udr.retriever.encoder import MADE, SETTINGS_NAME
 
     check_dir_target(Path(out), (SETTINGS_NAME,), MADE)
     if replace or not Path(out).is_dir():

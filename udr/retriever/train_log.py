@@ -1,8 +1,13 @@
 """Training logs: per-step losses in dvclive's file layout (`dvc plots show` reads them), the round's
-summary.json and its loss curve as a PNG."""
+summary.json and its loss curve as a PNG.
+
+Imports of matplotlib are inside the functions that use them, to keep `udr`'s start (the CLI) light
+(it is the `pipeline` extra's).
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -46,7 +51,6 @@ class TrainLog:
 
 def plot_losses(log_dir: Path, png: Path, title: str) -> None:
     """The training curve (total, rank and in-batch loss per step, with a moving average) as a PNG."""
-    import csv
 
     import matplotlib
 

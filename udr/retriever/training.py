@@ -18,6 +18,9 @@ Determinism: everything random in step s (task, queries, candidates, dropout) is
 seeded by (seed, round, s), so a run resumed from a checkpoint continues exactly as an uninterrupted one.
 Under torchrun, process r computes micro-batches r, r+P, ... and gradients are summed across processes
 before the step (data parallel), which equals the one-process step up to float summation order.
+
+Imports of transformers are inside the functions that use them, to keep `udr`'s start (the CLI)
+light.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from udr.retriever.backward import GradCacheBackward, PlainBackward
 from udr.retriever.demo_encoders import FrozenDemoEncoder, TrainedDemoEncoder
+from udr.retriever.encoder import demo_texts, query_text
 from udr.retriever.losses import LossParts
 from udr.retriever.recipes import CandidateLayout, Recipe, recipe_for
 from udr.retriever.sampling import TaskSampler, step_rng
@@ -87,7 +92,6 @@ class Trainer:
         return len(self.history)
 
     def autocast(self):
-        import torch
 
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
@@ -109,7 +113,6 @@ def training_queries(task, train, scores, encoder_settings) -> list[ScoredQuery]
     """A task's scored queries with their candidates as the encoders read them, in LM order: `scores`
     (query_id, candidate_id, score; sorted by query and rank) over the rows of `train`, the task's prepared
     train split. A query with fewer than 2 candidates is left out."""
-    from udr.retriever.encoder import demo_texts, query_text
 
     rows = {r["id"]: r for r in train.iter_rows(named=True)}
     queries = []
@@ -169,7 +172,6 @@ def adamw(params, **options):
     """AdamW with torch's fused kernel (one pass over each parameter, where torch's default on a CPU
     loops over the tensors; 3.83 -> 3.71 s a default bf16 training step,
     notebook/2026-11-benchmarks.md), or the plain one where this torch or device has no fused kernel."""
-    import torch
 
     try:
         return torch.optim.AdamW(params, fused=True, **options)

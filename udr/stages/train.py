@@ -21,13 +21,31 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import polars as pl
+import torch
+
+from udr.data.prepare import read_prepared
 from udr.errors import UdrError
+from udr.feedback.scores_file import read_manifest, read_scores
+from udr.lm.loading import PROVENANCE_FILE
 from udr.paths import round_label
+from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings, resolve_pooling, resolve_similarity
+from udr.retriever.recipes import epr_train_settings
 from udr.retriever.record import check_replace, read_record, write_record
 from udr.retriever.sampling import TaskSampler
-from udr.retriever.training import ScoredQuery, Trainer, TrainSummary, build_trainer, finish, train_step
-from udr.util.distributed import Distributed, resolve_device_type
+from udr.retriever.train_log import TrainLog
+from udr.retriever.training import (
+    ScoredQuery,
+    Trainer,
+    TrainSummary,
+    build_trainer,
+    finish,
+    train_step,
+    training_queries,
+)
+from udr.util.distributed import Distributed, resolve_device_type, resolve_lm_precision
 from udr.util.files import file_sha256, remove, write_atomic, write_text_atomic
+from udr.util.progress import progress_bar
 from udr.util.resume import open_partial, partial_dir
 
 
@@ -49,7 +67,6 @@ def run_train_stage(
     settings.train.check_round(round_)
     if epr and round_ != 0:
         raise UdrError("the EPR baseline trains on round 0's scores only: drop --round")
-    from udr.retriever.encoder import SETTINGS_NAME
 
     if init is None:
         init = paths.base_model("encoder") if round_ == 0 else paths.round_model(round_ - 1)
@@ -80,7 +97,6 @@ def epr_settings(settings):
     """The settings of the EPR baseline: UDR's, with the training settings of EPR's recipe
     (:func:`udr.retriever.recipes.epr_train_settings`), on round-0 (BM25) scores only; the same encoder
     init and inputs."""
-    from udr.retriever.recipes import epr_train_settings
 
     return settings.model_copy(update={"train": epr_train_settings(settings.train)})
 
@@ -103,8 +119,6 @@ def run_train(
     up by the next run with the same inputs. Returns None on processes other than rank 0 and when
     `stop_after_steps` stopped the run early (tests use it to simulate a kill).
     """
-    from udr.retriever.train_log import TrainLog
-    from udr.util.progress import progress_bar
 
     cfg = settings.train
     tasks = settings.training_tasks()
@@ -169,11 +183,6 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     Only `score.queries_per_task` of them, as the scores' manifest lists them (its first n are the choice
     of n, so a file scored for more queries holds them); a file scored for fewer, or with another seed,
     is an error."""
-    import polars as pl
-
-    from udr.data.prepare import read_prepared
-    from udr.feedback.scores_file import read_manifest, read_scores
-    from udr.retriever.training import training_queries
 
     out: dict[str, list[ScoredQuery]] = {}
     for name in tasks:
@@ -191,7 +200,6 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
 def bi_encoder_settings(settings, pooling: str, similarity: str):
     """The bi-encoder settings of this project's training (encoder.*, train.shared_encoder) with the given
     pooling and similarity."""
-    from udr.retriever.encoder import BiEncoderSettings
 
     return BiEncoderSettings(
         **settings.encoder.model_dump(exclude={"pooling", "similarity"}),
@@ -205,7 +213,6 @@ def bi_encoder_settings(settings, pooling: str, similarity: str):
 def initial_bi_encoder(settings, base_dir: Path):
     """UDR before any training: the base encoder at `base_dir` on both sides, read with the project's
     encoder settings (auto pooling and similarity: the base model's own)."""
-    from udr.retriever.encoder import BiEncoder, resolve_pooling, resolve_similarity
 
     enc = settings.encoder
     pooling, similarity = resolve_pooling(enc.pooling, base_dir), resolve_similarity(enc.similarity, base_dir)
@@ -215,7 +222,6 @@ def initial_bi_encoder(settings, base_dir: Path):
 def initial_encoder(settings, init: Path):
     """The bi-encoder a round starts from: a later round continues the previous round's model (auto pooling
     and similarity: its own), round 0 the base encoder."""
-    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder
 
     if not (init / SETTINGS_NAME).is_file():
         return initial_bi_encoder(settings, init)
@@ -235,10 +241,6 @@ def build(
 ) -> Trainer:
     """Step 2: the round's trainer (:func:`udr.retriever.training.build_trainer`) for the bi-encoder of the
     checkpoint in `partial` if there is one (with its optimiser, schedule and history), else of `init`."""
-    import torch
-
-    from udr.retriever.encoder import BiEncoder
-    from udr.util.distributed import resolve_lm_precision
 
     cfg = settings.train
     device = torch.device(f"cuda:{local_rank}" if device_type == "cuda" else "cpu")
@@ -269,7 +271,6 @@ def build(
 
 def _training_pools(settings) -> dict:
     """Every training task's pool: {task: (Task, its prepared train split)}."""
-    from udr.data.prepare import read_prepared
 
     return {
         name: (settings.task(name), read_prepared(settings.root, name, "train")) for name in settings.training_tasks()
@@ -298,8 +299,6 @@ def training_record(settings, *, method: str, round_: int, init: Path, summary) 
 
 
 def _describe_init(init: Path) -> dict:
-    from udr.lm.loading import PROVENANCE_FILE
-    from udr.retriever.encoder import SETTINGS_NAME
 
     for name in (SETTINGS_NAME, PROVENANCE_FILE):
         if (init / name).is_file():
@@ -311,7 +310,6 @@ def _describe_init(init: Path) -> dict:
 def _write_checkpoint(partial: Path, trainer: Trainer, step: int) -> None:
     """Weights, optimiser and scheduler state, and the loss history; state.json is written last, so a
     checkpoint without it (killed while saving) is not resumed from."""
-    import torch
 
     (partial / "state.json").unlink(missing_ok=True)
     trainer.encoder.save(partial / "encoder")

@@ -84,19 +84,32 @@ def read_manifest(scores: Path, round_: int, task: str) -> ScoresManifest:
     return manifest
 
 
+def load_scores(path: Path, round_: int, task: str, columns: list[str] | None = None):
+    """(manifest, scores) of the scores file `path` (polars), verified before any reuse or training: it must
+    match the checksum its manifest records, and every score must be finite. Anything else is a one-line
+    UdrError saying to score again."""
+    if not path.is_file():
+        raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
+    manifest = read_manifest(path, round_, task)
+    if manifest.sha256 != file_sha256(path):
+        raise UdrError(
+            f"scores {path} changed since `udr score` wrote them (checksum differs from its manifest): "
+            f"run `udr score --round {round_} --task {task}` again"
+        )
+    return manifest, read_score_rows(path, round_, task, columns)
+
+
 def read_scores(path: Path, round_: int, task: str, columns: list[str] | None = None):
-    """The scores file `path` (polars), verified before any reuse or training: it must match the checksum
-    its manifest records, and every score must be finite. Anything else is a one-line UdrError saying
-    to score again."""
+    """The scores of :func:`load_scores` alone."""
+    return load_scores(path, round_, task, columns)[1]
+
+
+def read_score_rows(path: Path, round_: int, task: str, columns: list[str] | None = None):
+    """The rows of a scores file whose checksum the caller has checked against its manifest (polars), every
+    score finite, or a one-line UdrError saying to score again."""
     import polars as pl
 
     fix = f"run `udr score --round {round_} --task {task}` again"
-    if not path.is_file():
-        raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
-    if read_manifest(path, round_, task).sha256 != file_sha256(path):
-        raise UdrError(
-            f"scores {path} changed since `udr score` wrote them (checksum differs from its manifest): {fix}"
-        )
     try:
         frame = pl.read_parquet(path, columns=columns)
     except (OSError, pl.exceptions.PolarsError) as exc:

@@ -28,7 +28,7 @@ import numpy as np
 
 from udr.config import ScoreSettings
 from udr.errors import UdrError
-from udr.feedback.scores_file import ScoresManifest, read_manifest, read_scores
+from udr.feedback.scores_file import ScoresManifest, read_manifest, read_score_rows
 from udr.util.files import file_sha256
 from udr.util.rng import task_rng
 
@@ -102,7 +102,7 @@ def take_shipped(work, source: Path, label: str, cfg: ScoreSettings, seed: int, 
             file=sys.stderr,
         )
         return work, None
-    shipped = read_scores(source, 0, work.task.name, [*KEY, "score", "scored_in"]).cast(work.reused.schema)
+    shipped = read_score_rows(source, 0, work.task.name, [*KEY, "score", "scored_in"]).cast(work.reused.schema)
     available = work.todo.join(shipped, on=KEY, how="inner")
     covered = _fully_covered_queries(work.todo, available)
     if not covered.size:

@@ -33,13 +33,13 @@ from udr.feedback.scores_file import (
     ScoresManifest,
     check_finite,
     inputs_hash,
+    load_scores,
     query_choice,
-    read_manifest,
     read_scores,
 )
 from udr.feedback.scoring import rank_within_query, score_items
 from udr.feedback.shipped import take_shipped
-from udr.lm.loading import PROVENANCE_FILE, load_causal_lm
+from udr.lm.loading import load_causal_lm, read_provenance
 from udr.lm.prompt import PromptBuilder
 from udr.lm.scorer import BatchStats, LMScorer
 from udr.paths import round_label
@@ -205,9 +205,8 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
 
 
 def _lm_provenance(settings) -> dict | None:
-    """The resolved LM's record (`udr models`), or None where it has none."""
-    lm_provenance = settings.paths.base_model("lm") / PROVENANCE_FILE
-    return json.loads(lm_provenance.read_text()) if lm_provenance.is_file() else None
+    """The resolved LM's provenance (`udr models`), or None where it has none."""
+    return read_provenance(settings.paths.base_model("lm"))
 
 
 def _pair_inputs(settings, work: ScoreWork, dtype: str) -> dict:
@@ -240,15 +239,14 @@ def reuse_earlier_run(settings, work: ScoreWork, out: Path) -> ScoreWork:
         return work
     _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
     try:  # no manifest, or a file changed since, or holding NaN: scored again
-        manifest = read_manifest(out, work.round, work.task.name)
-        earlier = read_scores(out, work.round, work.task.name, list(work.reused.columns)).cast(work.reused.schema)
+        manifest, earlier = load_scores(out, work.round, work.task.name, list(work.reused.columns))
     except UdrError:
         return work
     if manifest.inputs_hash != score_inputs(settings, work, dtype):
         return work
     if manifest.taken_from and not settings.score.reuse_shipped:
         return work  # scores taken from shipped feedback, where every pair is to be scored here
-    earlier = earlier.join(work.todo, on=["query_id", "candidate_id"], how="semi")
+    earlier = earlier.cast(work.reused.schema).join(work.todo, on=["query_id", "candidate_id"], how="semi")
     reused = pl.concat([work.reused, earlier])
     todo = work.todo.join(earlier, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
     return replace(work, reused=reused, todo=todo, taken_from=manifest.taken_from)

@@ -26,7 +26,7 @@ import torch
 
 from udr.data.prepare import read_prepared
 from udr.errors import UdrError
-from udr.feedback.scores_file import read_manifest, read_scores
+from udr.feedback.scores_file import load_scores
 from udr.lm.loading import PROVENANCE_FILE
 from udr.paths import round_label
 from udr.retriever.encoder import SETTINGS_NAME, BiEncoder, BiEncoderSettings, resolve_pooling, resolve_similarity
@@ -187,11 +187,9 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     out: dict[str, list[ScoredQuery]] = {}
     for name in tasks:
         path = settings.paths.scores(round_, name)
-        if not path.is_file():
-            raise UdrError(f"missing scores {path}: run `udr score --round {round_}` first")
+        manifest, scores = load_scores(path, round_, name)
         train = read_prepared(settings.root, name, "train")
-        scores = read_scores(path, round_, name)
-        wanted = read_manifest(path, round_, name).chosen_queries(settings.score.queries_per_task, settings.seed, path)
+        wanted = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, path)
         scores = scores.filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
         out[name] = training_queries(settings.task(name), train, scores, encoder_settings)
     return out

@@ -70,9 +70,7 @@ class GradCacheBackward:
             cached = [embed(m) for m in range(len(micro))]
         q_all = torch.cat([q for q, _ in cached]).requires_grad_()
         d_all = torch.cat([d for _, d in cached]).requires_grad_()
-        cand = torch.zeros(len(picks), layout.width, d_all.shape[1], dtype=d_all.dtype, device=device)
-        cand = cand.masked_scatter(layout.mask.unsqueeze(-1), d_all)
-        loss = trainer.recipe(q_all, cand, layout)
+        loss = trainer.recipe(q_all, layout.pad(d_all), layout)
         q_grad, d_grad = torch.autograd.grad(loss.total, [q_all, d_all])
         q_at = d_at = 0
         for m in range(len(micro)):

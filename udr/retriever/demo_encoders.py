@@ -30,10 +30,7 @@ class TrainedDemoEncoder:
         return encoder.embed(texts, "demo", chunk=self.chunk)
 
     def candidates(self, encoder, layout) -> tuple[Tensor, PoolNegatives | None]:
-        d = self.embed(encoder, layout.texts)
-        cand = torch.zeros(len(layout.picks), layout.width, d.shape[1], dtype=d.dtype, device=layout.mask.device)
-        cand[layout.mask] = d
-        return cand.float(), None
+        return layout.pad(self.embed(encoder, layout.texts)).float(), None
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,13 @@ class CandidateLayout:
     def width(self) -> int:
         return self.mask.shape[1]
 
+    def pad(self, emb: Tensor) -> Tensor:
+        """The candidates' embeddings (one row per text, in order) laid out as (B, width, d), zeros in the
+        padded slots."""
+        out = torch.zeros(len(self.picks), self.width, emb.shape[1], dtype=emb.dtype, device=self.mask.device)
+        out[self.mask] = emb
+        return out
+
 
 class Recipe:
     """A training recipe: `candidates` per query sampled by `scheme` (:func:`udr.retriever.sampling.

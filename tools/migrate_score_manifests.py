@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
-
-# what a summary held besides the manifest's fields: the run report's
-RUN_FIELDS = ("task", "round", "queries", "pairs", "reused", "scored", "tokens", "padding_fraction", "seconds")
-RUN_FIELDS += ("pairs_per_s", "tokens_per_s", "world_size", "device", "dtype", "top1_score_mean", "machine", "shipped")
 
 
 def legacy_hashes(settings, work, inputs: dict) -> set[str]:
@@ -44,7 +41,7 @@ def migrate(settings, folder: Path, round_: int, report_dir: Path | None) -> lis
     import polars as pl
 
     from udr.feedback.scores_file import ScoresManifest, inputs_hash, query_choice
-    from udr.stages.score import _pair_inputs, load_work
+    from udr.stages.score import ScoreSummary, _pair_inputs, load_work
     from udr.util.files import file_sha256, write_json_atomic
 
     problems = []
@@ -81,7 +78,8 @@ def migrate(settings, folder: Path, round_: int, report_dir: Path | None) -> lis
             shipped["source"] if shipped else None,
         )
         report = (report_dir / f"{task}.json") if report_dir else settings.paths.score_report(round_, task)
-        write_json_atomic(report, {k: old[k] for k in RUN_FIELDS if k in old})
+        # what a summary held besides the manifest's fields: the run report's (the stage's ScoreSummary)
+        write_json_atomic(report, {f.name: old[f.name] for f in fields(ScoreSummary) if f.name in old})
         manifest.write(scores)
         print(f"{scores}: manifest written, run report -> {report}")
     return problems

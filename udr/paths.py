@@ -5,6 +5,7 @@ data/candidates/round<N>/<task>.parquet (+ .json)            udr candidates (N =
 data/scores/round<N>/<task>.parquet (+ .json)                udr score
 models/base/{lm,encoder,eval_lm}/                            udr models (eval_lm: udr evaluate)
 models/rounds/round<N>/, metrics/train/round<N>/             udr train --round N
+<DIR>/, metrics/train/runs/<DIR's name>/                     udr train --out DIR (a named run)
 models/epr/, metrics/train/epr/                              udr train --epr
 models/final/ (+ index/<task>.npy)                           udr index
 metrics/<method>/<task>.json, data/predictions/<method>/     udr evaluate
@@ -21,6 +22,7 @@ from pathlib import Path
 from udr.errors import UdrError
 
 ROUND_PREFIX = "round"
+NAMED_RUNS = "runs"  # metrics/train/runs/<name>: the logs of runs named with `udr train --out`
 
 
 def round_label(n: int) -> str:
@@ -117,6 +119,14 @@ class Paths:
     def train_log(self, name: str) -> Path:
         """Training logs of a round (round<N>) or of the EPR baseline (epr)."""
         return self.root / "metrics" / "train" / name
+
+    def named_train_log(self, model_dir: Path) -> Path:
+        """The training log of a named run (`udr train --out DIR`): metrics/train/runs/<DIR's name>, a
+        folder apart from the pipeline's own logs, so that no named run replaces them or a folder above them."""
+        name = Path(model_dir).resolve().name
+        if not name or name.startswith("."):
+            raise UdrError(f"--out {model_dir}: a model folder needs a name of its own (not {name or '/'!r})")
+        return self.root / "metrics" / "train" / NAMED_RUNS / name
 
     def method_metrics(self, method: str, task: str, split: str = "test") -> Path:
         """An evaluation's result: metrics/<method>/<task>.json (test), metrics/<split>/<method>/<task>.json."""

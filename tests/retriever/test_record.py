@@ -57,7 +57,7 @@ def test_a_named_run_trains_indexes_and_evaluates_beside_the_default(project, ru
     news = project / "models/news"
     record = _record(news)
     assert record["tasks"] == {"break": 8} and record["params_file"] == "params-news.yaml"
-    assert (project / "metrics/train/news/summary.json").is_file()
+    assert (project / "metrics/train/runs/news/summary.json").is_file()  # beside the pipeline's logs, never theirs
     code, _, err = run_cli(["index", "-p", "params-news.yaml", "--model", "models/news", "-t", "break"], project)
     assert code == 1 and "run `udr index` (every task) first" in err
     code, out, err = run_cli(["index", "-p", "params-news.yaml", "--model", "models/news"], project)
@@ -194,3 +194,26 @@ def test_a_deeply_nested_or_malformed_record_is_one_line(tmp_path):
         read_record(tmp_path)
     with pytest.raises(UdrError, match=r"malformed model record: its tasks are 'sst2'"):
         trained_tasks({"method": "udr", "tasks": "sst2"})
+
+
+def _tree(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_an_out_path_through_dotdot_is_resolved_before_anything_is_derived_from_it(project, run_cli):
+    metrics = _tree(project / "metrics")
+    for out in ("nosuch/..", "models/nosuch/../..", "metrics/train/.."):
+        code, _, err = run_cli(["train", "-r", "0", "-p", "params-news.yaml", "--out", out], project)
+        assert code == 1 and len(err.strip().splitlines()) == 1, err
+        assert "nothing was written" in err or "holds other files" in err, err
+    assert _tree(project / "metrics") == metrics  # no log folder removed, nothing written
+
+
+@pytest.mark.parametrize("name", ["round0", "epr"])
+def test_a_named_run_never_replaces_the_pipelines_own_training_log(project, run_cli, name):
+    pipeline_log = project / "metrics/train" / name
+    before = _tree(pipeline_log)
+    code, _, err = run_cli(["train", "-r", "0", "-p", "params-news.yaml", "--out", f"elsewhere/{name}"], project)
+    assert code == 0, err
+    assert _tree(pipeline_log) == before
+    assert (project / "metrics/train/runs" / name / "summary.json").is_file()

@@ -214,3 +214,30 @@ def test_building_dir_gives_files_the_umasks_permissions(tmp_path):
     finally:
         os.umask(mask)
     assert oct((tmp_path / "model/model.safetensors").stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_resolve_target_resolves_dotdot_and_links_before_checking(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from udr.errors import UdrError
+    from udr.util.files import check_dir_target, check_output_path, resolve_target
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert resolve_target(Path("nosuch/.."), "--out") == tmp_path
+    assert resolve_target(Path("link/new"), "--out") == tmp_path / "real" / "new"
+    with pytest.raises(UdrError, match="holds the current directory"):
+        check_dir_target(Path("nosuch/.."), ("x",), "a thing", "--out")
+    with pytest.raises(UdrError, match="is a directory"):
+        check_output_path(Path("nosuch/.."))
+    with pytest.raises(UdrError, match="longer than the file system allows"):
+        resolve_target(Path("x" * 300), "--out")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UdrError, match="is a file, not a directory"):
+        resolve_target(Path("file/sub/out"), "--dir")
+    with pytest.raises(UdrError, match="root of the file system"):
+        resolve_target(Path("/"), "--out")
+    with pytest.raises(UdrError, match="not writable"):
+        resolve_target(Path("/proc/self/newexp"), "export target")
+    assert not list(tmp_path.glob(".udr-probe-*"))  # the writability probe leaves nothing behind

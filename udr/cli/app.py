@@ -86,10 +86,11 @@ def unwrap_help(typer_app: typer.Typer) -> None:
 
 def console():
     """The console for messages (stderr; stdout carries results); a message is one line however long,
-    so logs keep paths whole."""
+    so logs keep paths whole. Messages carry users' paths and names, so nothing in them is read as Rich
+    markup (a folder named `x[/b]` prints as it is)."""
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=True)
+    return Console(stderr=True, soft_wrap=True, markup=False)
 
 
 def console_out():

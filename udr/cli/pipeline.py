@@ -57,7 +57,7 @@ def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
         from udr.config import DATA_DIR_ENV
 
         data_dir = Path(os.environ.get(DATA_DIR_ENV, "../shared/data"))
-        console().print(f"[yellow]note:[/] {exc}; showing availability under {data_dir}")
+        console().print(f"note: {exc}; showing availability under {data_dir}")
     table = Table(title=f"udr tasks (data: {data_dir})")
     for col in ("task", "kind", "family", "metric", "source", "declared in", "available", "in params"):
         table.add_column(col)
@@ -343,7 +343,7 @@ def show_cmd(
     out = console_out()
     right = sum(e.correct for e in examples)
     out.print(
-        f"[bold]{method} on {task}[/] ({split}): {len(shown)} of {len(examples)} examples"
+        f"[bold]{escape(method)} on {escape(task)}[/] ({split}): {len(shown)} of {len(examples)} examples"
         f"{' the LM got wrong' if wrong else ''}; {right} of {len(examples)} predictions equal the gold answer. "
         f"Demonstrations in prompt order ({settings.evaluate.order})."
     )

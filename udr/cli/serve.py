@@ -103,7 +103,7 @@ def retrieve_cmd(
     if instruction is not None and pool is None:
         raise UdrError("--instruction goes with --pool (your own demonstrations)")
     if output_file is not None:
-        check_output_path(output_file)  # before the model loads and the queries run
+        output_file = check_output_path(output_file)  # resolved, before the model loads and the queries run
         if output_file.resolve() == input_file.resolve():
             raise UdrError(
                 f"--output {output_file} is the --input file: the results would replace it; give another path"
@@ -195,11 +195,11 @@ def export_cmd(
 
     if format_ not in EXPORT_FORMATS:
         raise UdrError(f"unknown export format '{format_}' (known: {', '.join(EXPORT_FORMATS)})")
-    check_export_target(out_dir)  # before the model card reads the run
+    target = check_export_target(out_dir)  # resolved, before the model card reads the run
     settings = load(params, set_)
     model_dir = model or settings.paths.final_model
     card = model_card(settings, model_dir, name or str(out_dir))
-    meta = export_sentence_transformers(model_dir, out_dir, card_tasks(settings, model_dir), card)
+    meta = export_sentence_transformers(model_dir, target, card_tasks(settings, model_dir), card)
     shown = os.path.relpath(model_dir) if Path(model_dir).is_absolute() else model_dir
     console().print(
         f"exported {shown} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, model card)"

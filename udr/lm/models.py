@@ -374,4 +374,4 @@ def _single_gguf(src: Path, spec: str) -> str:
 def _status(message: str) -> None:
     from rich.console import Console
 
-    Console(stderr=True).print(f"[dim]{message}[/dim]", highlight=False, soft_wrap=True)
+    Console(stderr=True).print(message, style="dim", markup=False, highlight=False, soft_wrap=True)

@@ -32,18 +32,18 @@ def write_record(model_dir: Path, record: dict) -> None:
     write_json_atomic(record_path(model_dir), record)
 
 
-def check_replace(out: Path, params_file: str, root: Path, replace: bool, option: str = "--out") -> None:
-    """A one-line error, before any work, where `out` is no folder a bi-encoder may replace
-    (:func:`udr.util.files.check_dir_target`), or holds a model recorded from another params file than
-    `params_file` of the project at `root` (another name, or the same name in another project), unless
-    `replace`."""
+def check_replace(out: Path, params_file: str, root: Path, replace: bool, option: str = "--out") -> Path:
+    """The resolved folder to write (:func:`udr.util.files.check_dir_target`); a one-line error, before
+    any work, where `out` is no folder a bi-encoder may replace, or holds a model recorded from another
+    params file than `params_file` of the project at `root` (another name, or the same name in another
+    project), unless `replace`."""
 
-    check_dir_target(Path(out), (SETTINGS_NAME,), MADE)
-    if replace or not Path(out).is_dir():
-        return
+    out = check_dir_target(Path(out), (SETTINGS_NAME,), MADE, option)
+    if replace or not out.is_dir():
+        return out
     record = read_record(out)
     if record is None:
-        return
+        return out
     made, reads = str(record.get("params_file", params_file)), params_file
     project = root
     root = Path(root).resolve()
@@ -51,7 +51,7 @@ def check_replace(out: Path, params_file: str, root: Path, replace: bool, option
     if record.get("project", str(root)) != str(root) and not Path(out).resolve().is_relative_to(root):
         made, reads = f"{record.get('project')}/{made}", f"{root}/{reads}"
     if made == reads:
-        return
+        return out
     raise UdrError(
         f"{shown_path(out, project)} holds a model made from {made}, and this run reads {reads}: "
         f"give {option} DIR for a model of its own, or --replace to overwrite it"

@@ -124,9 +124,9 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
         "query_prompts": bool(settings.instruction and settings.query_instruction),
         "document_prompts": bool(settings.instruction),
     }
-    check_export_target(Path(out_dir))
+    out_dir = check_export_target(out_dir)
     ours = (EXPORT_META,), "an earlier udr export"
-    with building_dir(Path(out_dir), *ours) as tmp, staging_dir(Path(out_dir)) as staging, _quiet_transformers():
+    with building_dir(out_dir, *ours) as tmp, staging_dir(out_dir) as staging, _quiet_transformers():
         build_sentence_transformer(Path(model_dir), prompts, staging).save(str(tmp))
         for folder in ROUTE_DIRS.values():
             if not (tmp / folder / "config.json").is_file():
@@ -136,7 +136,8 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
     return meta
 
 
-def check_export_target(out_dir: Path) -> None:
-    """An export replaces only an earlier export (it holds `udr_export.json`) or an empty directory;
-    anything else (the user's files, `models/`, a project) is a one-line error and stays untouched."""
-    check_dir_target(Path(out_dir), (EXPORT_META,), "an earlier udr export")
+def check_export_target(out_dir: Path) -> Path:
+    """The resolved export folder: an export replaces only an earlier export (it holds `udr_export.json`)
+    or an empty directory; anything else (the user's files, `models/`, a project) is a one-line error and
+    stays untouched."""
+    return check_dir_target(Path(out_dir), (EXPORT_META,), "an earlier udr export", "export target")

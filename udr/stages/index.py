@@ -50,7 +50,7 @@ def run_index(
         if not (src / SETTINGS_NAME).is_file():
             raise UdrError(f"missing model {src}: --model takes a trained udr bi-encoder directory")
     dst = Path(out) if out is not None else src if model is not None else paths.final_model
-    check_replace(dst, settings.params_file, settings.root, replace)
+    dst = check_replace(dst, settings.params_file, settings.root, replace)  # resolved: `..` and links
     for folder in dict.fromkeys((src, dst)):  # nothing is read or written through a link out of either
         if folder.is_dir():
             check_no_links_out(folder)

@@ -61,7 +61,7 @@ def run_train_stage(
 ):
     """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder; `init`: from
     that bi-encoder instead) into the round's model directory (`out`: a named model directory instead,
-    its log under metrics/train/<its name>) and training log; returns (summary or None off rank 0,
+    its log under metrics/train/runs/<its name>) and training log; returns (summary or None off rank 0,
     output directory). A model recorded from another params file is not replaced unless `replace`."""
     paths = settings.paths
     settings.train.check_round(round_)
@@ -74,19 +74,19 @@ def run_train_stage(
         raise UdrError(f"missing model {init}: --init takes a trained udr bi-encoder directory")
     if epr:
         settings = epr_settings(settings)
-        default_out, log_name = paths.epr_model, "epr"
+        default_out, log_dir = paths.epr_model, paths.train_log("epr")
     else:
-        default_out, log_name = paths.round_model(round_), round_label(round_)
-    if out is not None:
-        log_name = Path(out).name
-    out = Path(out) if out is not None else default_out
-    check_replace(out, settings.params_file, settings.root, replace)
+        default_out, log_dir = paths.round_model(round_), paths.train_log(round_label(round_))
+    # The path is resolved before anything is derived from it: `nosuch/..` is the current directory.
+    out = check_replace(Path(out) if out is not None else default_out, settings.params_file, settings.root, replace)
+    if out != default_out.resolve():
+        log_dir = paths.named_train_log(out)
     summary = run_train(
         settings,
         round_,
         init=Path(init),
         out=out,
-        log_dir=paths.train_log(log_name),
+        log_dir=log_dir,
         progress=progress,
         method="epr" if epr else "udr",
     )

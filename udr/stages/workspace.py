@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.util.files import building_dir, write_text_atomic
+from udr.util.files import building_dir, resolve_target, write_text_atomic
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
 LINKED_MODELS = ("base", "final", "epr")
@@ -108,9 +108,10 @@ def init_workspace(
         raise UdrError(
             f"task '{name}' already exists in this project ({settings.task(name).declared_in}); choose another name"
         )
-    folder = Path(folder)
+    shown = folder
+    folder = resolve_target(folder, "--dir")  # `..` and links resolved, a file above it refused, before any work
     if folder.exists():
-        raise UdrError(f"{folder} already exists: give another --dir, or remove it first")
+        raise UdrError(f"{shown} already exists: give another --dir, or remove it first")
     records = read_records(Path(source), name)
     if not records:
         raise UdrError(f"task {name}: data file {source} has no rows")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,19 +47,54 @@ def write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def check_output_path(path: Path, what: str = "--output") -> None:
-    """A one-line UdrError, before any work, when `path` cannot be written as a file: it is a
-    directory, a parent is a file, or the nearest existing parent is not writable."""
-    path = Path(path)
-    if path.is_dir():
-        raise UdrError(f"{what} {path} is a directory: give a file path")
-    parent = path.parent
+NAME_MAX = 255  # bytes of one name: ext4, xfs, btrfs, tmpfs
+PATH_MAX = 4096
+
+
+def resolve_target(path: Path, what: str) -> Path:
+    """The one rule for every path a user names as an output (`--out`, `--output`, `--dir`, an export, a
+    log folder derived from one): resolve it first (`..` and symbolic links, against the current
+    directory), then check it, before any work. Returns the resolved path, the one to write (beside,
+    then renamed). A one-line UdrError where it names no file or folder (`/`), a name is longer than
+    the file system allows, or its nearest existing parent is a file or cannot be written (tried, not
+    guessed from permission bits: root ignores them, /proc and read-only mounts do not)."""
+    raw = Path(path)
+    shown = f"{what} {shorten(raw, 120)}"
+    for name in raw.parts:
+        if len(os.fsencode(name)) > NAME_MAX:
+            raise UdrError(f"{shown}: the name {shorten(name, 40)!r} is longer than the file system allows")
+    try:
+        resolved = raw.expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # a link loop
+        raise UdrError(f"cannot write {shown}: {first_line(exc)}") from None
+    if len(os.fsencode(str(resolved))) >= PATH_MAX:
+        raise UdrError(f"{shown}: the path is longer than the file system allows")
+    if resolved.parent == resolved:
+        raise UdrError(f"cannot write {shown}: it is the root of the file system")
+    parent = resolved.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        raise UdrError(f"{what} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UdrError(f"{what} {path}: cannot write there (no write permission on {parent})")
+        raise UdrError(f"cannot write {shown}: {shorten(parent, 120)} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".udr-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UdrError(f"cannot write {shown}: {shorten(parent, 120)} is not writable ({first_line(exc)})") from None
+    return resolved
+
+
+def check_output_path(path: Path, what: str = "--output") -> Path:
+    """The resolved file path to write (:func:`resolve_target`); a one-line UdrError, before any work,
+    where `path` cannot be written as a file: it is a directory (`..` included), or an existing file
+    that cannot be replaced."""
+    resolved = resolve_target(path, what)
+    if resolved.is_dir():
+        raise UdrError(f"{what} {shorten(path, 120)} is a directory: give a file path")
+    if resolved.exists() and not os.access(resolved, os.W_OK):
+        raise UdrError(f"{what} {shorten(path, 120)}: cannot write there (the file is read-only)")
+    return resolved
 
 
 def read_json_object(path: Path, what: str, fix: str = "") -> dict:
@@ -165,27 +201,23 @@ def replace_dir(new: Path, dest: Path) -> None:
         remove(old)
 
 
-def check_dir_target(dest: Path, markers: Sequence[str], made: str, option: str = "") -> None:
-    """The one guard of every command that replaces a folder: a one-line UdrError, before any work, unless
-    `dest` is new, empty, or a folder such a command made (it holds one of the files `markers`; `made`
-    says what that is, e.g. "a udr bi-encoder"). A file, the current directory or a folder above it, and
-    a folder of other files are refused and stay untouched. `option`: the option that named `dest`."""
-    dest = Path(dest)
-    shown = f"{option} {dest}" if option else str(dest)
-    if not dest.exists() and not dest.is_symlink():
-        parent = dest.absolute().parent
-        while not parent.exists():
-            parent = parent.parent
-        if not parent.is_dir():
-            raise UdrError(f"cannot write {shown}: {parent} is a file, not a directory")
-        return
+def check_dir_target(dest: Path, markers: Sequence[str], made: str, option: str = "") -> Path:
+    """The one guard of every command that replaces a folder: the resolved folder to write
+    (:func:`resolve_target`), or a one-line UdrError, before any work, unless `dest` is new, empty, or a
+    folder such a command made (it holds one of the files `markers`; `made` says what that is, e.g. "a
+    udr bi-encoder"). A file, the current directory or a folder above it (`..` included), and a folder
+    of other files are refused and stay untouched. `option`: the option that named `dest`."""
+    shown = f"{option} {shorten(dest, 120)}" if option else shorten(dest, 120)
+    resolved = resolve_target(dest, option or "target")
+    if not resolved.exists():
+        return resolved
     here = Path.cwd().resolve()
-    if dest.resolve() == here or dest.resolve() in here.parents:
+    if resolved == here or resolved in here.parents:
         raise UdrError(f"cannot write {shown}: it holds the current directory; nothing was written")
-    if not dest.is_dir():
+    if not resolved.is_dir():
         raise UdrError(f"{shown} is a file: give a directory")
-    if any((dest / marker).is_file() for marker in markers) or not any(dest.iterdir()):
-        return
+    if any((resolved / marker).is_file() for marker in markers) or not any(resolved.iterdir()):
+        return resolved
     raise UdrError(
         f"{shown} holds other files and is not {made} (no {markers[0]}): "
         "give a new or empty directory; nothing was written"
@@ -242,9 +274,7 @@ def building_dir(dest: Path, markers: Sequence[str] = (), made: str = "") -> Ite
     """An empty temporary directory beside `dest` to fill; it replaces `dest` (:func:`replace_dir`) when
     the block ends without an error, and is deleted otherwise, leaving `dest` as it was. With `markers`,
     `dest` must pass :func:`check_dir_target` first (and again just before the swap)."""
-    dest = Path(dest)
-    if markers:
-        check_dir_target(dest, markers, made)
+    dest = check_dir_target(dest, markers, made) if markers else Path(dest)
     remove_stale_siblings(dest)
     with staging_dir(dest, "tmp") as tmp:
         yield tmp

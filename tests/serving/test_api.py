@@ -237,7 +237,7 @@ def test_approximate_search_serves_through_an_ivf_index(served, tmp_path):
 
     approx = Retriever.load(root=served, cache_dir=tmp_path / "cache", batch_size=4, search="approximate")
     demos = approx.retrieve("a gripping, funny film", task="sst2", k=5)
-    assert isinstance(approx._searcher("sst2").index, ApproximateIndex)
+    assert isinstance(approx._served_pool(approx.resolve_task("sst2")).searcher.index, ApproximateIndex)
     assert len({d.pool_id for d in demos}) == 5
     assert all(a.similarity >= b.similarity for a, b in zip(demos, demos[1:]))
     with pytest.raises(UdrError, match="bad search 'fuzzy': expected one of exact, approximate"):
@@ -293,3 +293,44 @@ def test_a_demonstrations_former_score_name_still_reads_its_similarity_with_a_wa
     assert demo.to_dict() == {"pool_id": 3, "input": "x", "output": "y", "similarity": 0.5}
     with pytest.warns(DeprecationWarning, match="similarity"):
         assert demo.score == 0.5
+
+
+def test_replacing_an_own_pool_while_threads_retrieve_never_mixes_two_pools(served, real_model, tmp_path):
+    """One thread replaces an own pool again and again (same name, other texts) while others retrieve
+    from it: every result is wholly one pool's, its texts with the ranking and similarities computed on
+    that pool's own embeddings."""
+    import threading
+
+    from udr import Retriever
+
+    pool_a = [{"input": f"apples and pears number {j}", "target": "fruit"} for j in range(12)]
+    pool_b = [{"input": f"{j} rockets launched to orbit", "target": "space"} for j in range(9)]
+    r = Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache")
+    expected = {}
+    for rows in (pool_a, pool_b):
+        r.add_pool(rows, instruction="Q: ", name="mine")
+        expected[rows[0]["target"]] = [(d.pool_id, d.input, d.similarity) for d in r.retrieve("fruit", "mine", k=4)]
+    stop, results, errors = threading.Event(), [], []
+
+    def swap():
+        for i in range(150):
+            r.add_pool(pool_a if i % 2 else pool_b, instruction="Q: ", name="mine")
+        stop.set()
+
+    def read():
+        try:
+            while not stop.is_set():
+                results.append([(d.pool_id, d.input, d.similarity) for d in r.retrieve("fruit", "mine", k=4)])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=swap)] + [threading.Thread(target=read) for _ in range(3)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors and results
+    for got in results:
+        assert any(
+            [(i, x) for i, x, _ in got] == [(i, x) for i, x, _ in want]
+            and np.allclose([s for *_, s in got], [s for *_, s in want], atol=1e-4)
+            for want in expected.values()
+        ), got

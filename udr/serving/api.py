@@ -24,6 +24,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Iterable, Sequence
+from typing import Any
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -58,6 +59,14 @@ class Demonstration:
         return self.similarity
 
 
+@dataclass(frozen=True)
+class ServedPool:
+    """A pool and the searcher over its embeddings: what one retrieval reads, swapped as one object."""
+
+    pool: Any
+    searcher: Any
+
+
 class Retriever:
     """Dense retrieval of demonstrations with a UDR (or EPR) bi-encoder; see the module docstring."""
 
@@ -84,7 +93,9 @@ class Retriever:
         self._fingerprint: str | None = None
         self._pools: dict = {}  # task name -> Pool (own pools, and pipeline pools once used)
         self._own: list[str] = []  # the names add_pool gave (a pipeline pool loaded on use is not one)
-        self._searchers: dict = {}  # task name -> DenseRetriever
+        # task name -> ServedPool: a pool with the searcher over its embeddings, replaced as one object, so
+        # that a retrieval, which takes one reference, never pairs one pool's texts with another's ranking.
+        self._served: dict = {}
 
     # ------------------------------------------------------------ construction
 
@@ -175,11 +186,11 @@ class Retriever:
             pool = file_pool(Path(records), spec)
         else:
             pool = records_pool(records, spec)
+        served = self._serve(pool)  # embed now, so errors and the cost come here, before anything is replaced
+        self._served[pool.name] = served
         self._pools[pool.name] = pool
         if pool.name not in self._own:
             self._own.append(pool.name)
-        self._searchers.pop(pool.name, None)
-        self._searcher(pool.name)  # embed now, so errors and the cost come here
         return pool.name
 
     # ------------------------------------------------------------ retrieval
@@ -205,9 +216,8 @@ class Retriever:
         queries = list(queries)
         for i, query in enumerate(queries):
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
-        name = self.resolve_task(task)
-        searcher = self._searcher(name)
-        pool = self._pools[name]
+        served = self._served_pool(self.resolve_task(task))  # one reference: pool and searcher together
+        searcher, pool = served.searcher, served.pool
         rows = pool.positions
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):
@@ -331,23 +341,29 @@ class Retriever:
                 f"since `udr index`?): run `udr index -t {task}` again, or retrieve from outside the project"
             )
 
-    def _searcher(self, name: str):
-        if name not in self._searchers:
-            from udr.retriever.encoder import query_text
-            from udr.retriever.search import DenseRetriever
+    def _served_pool(self, name: str) -> ServedPool:
+        """The pool `name` with its searcher, built on first use (another thread's, if it came first)."""
+        served = self._served.get(name)
+        if served is None:
+            served = self._served.setdefault(name, self._serve(self._pools[name]))
+        return served
 
-            pool = self._pools[name]
-            emb = self._pool_embeddings(pool)
-            instruction, settings = pool.task.instruction, self.encoder.settings
-            self._searchers[name] = DenseRetriever(
-                self.encoder,
-                pool.ids,
-                emb,
-                lambda x: query_text(instruction, x, settings),
-                batch_size=self.batch_size,
-                approximate=self.search == "approximate",
-            )
-        return self._searchers[name]
+    def _serve(self, pool) -> ServedPool:
+        """`pool` with a searcher over its embeddings (the index, the cache, or embedded now)."""
+        from udr.retriever.encoder import query_text
+        from udr.retriever.search import DenseRetriever
+
+        emb = self._pool_embeddings(pool)
+        instruction, settings = pool.task.instruction, self.encoder.settings
+        searcher = DenseRetriever(
+            self.encoder,
+            pool.ids,
+            emb,
+            lambda x: query_text(instruction, x, settings),
+            batch_size=self.batch_size,
+            approximate=self.search == "approximate",
+        )
+        return ServedPool(pool, searcher)
 
     def _pool_embeddings(self, pool):
         """The model's `udr index` for a pipeline pool when it has one (checked), else the cache."""

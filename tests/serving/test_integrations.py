@@ -51,6 +51,26 @@ def test_langchain_prompt_writes_the_query_as_udr_retrieve_does(retriever, query
     assert text == retriever.prompt(query, demos, task="sst2") and len(text.splitlines()) == 4
 
 
+@pytest.mark.parametrize("query", ["def f(x):\n    return x + 1", "a gripping,\nfunny\tfilm"])
+def test_langchain_retrieves_for_the_query_udr_retrieve_retrieves_for(retriever, query, monkeypatch):
+    """The selector retrieves for the query as given (multi-line included), as `udr retrieve --prompt`
+    does; only the prompt writes it cleaned."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    asked = []
+    real = retriever.retrieve
+
+    def spy(q, *args, **kwargs):
+        asked.append(q)
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(retriever, "retrieve", spy)
+    text = _few_shot(UDRExampleSelector(retriever, task="sst2", k=3)).format(input=query)
+    assert asked == [query]
+    assert text == retriever.prompt(query, real(query, task="sst2", k=3), task="sst2")
+
+
 def test_langchain_selector_serves_added_examples(retriever):
     pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
     from udr.errors import UdrError

@@ -4,7 +4,8 @@
     prompt = selector.prompt_template()  # a FewShotPromptTemplate
 
 gives the prompt `udr retrieve --prompt` gives: the demonstrations rendered with the task's template, the
-most similar right before the query, the query written as the pool's inputs are (one line). Examples are
+most similar right before the query, the query written as the pool's inputs are (one line), the
+demonstrations retrieved for the query as given (as `udr retrieve` retrieves them). Examples are
 dicts {input_key: ..., output_key: ...}; with `task` naming a project pool they come from it, and
 `add_example` (or `examples=`) serves your own instead.
 """
@@ -33,20 +34,39 @@ class _BracesKept(PromptTemplate):
         return super().format(**kwargs).replace("{", "{{").replace("}", "}}")
 
 
+_RAW_QUERY = "__udr_raw_query"  # the query as given, beside its cleaned form (no template reads it)
+
+
 class _QueryCleaned(FewShotPromptTemplate):
-    """A FewShotPromptTemplate over a :class:`UDRExampleSelector` that writes the query as `udr retrieve
-    --prompt` does (:meth:`UDRExampleSelector.clean_query`) before selecting and formatting."""
+    """A FewShotPromptTemplate over a :class:`UDRExampleSelector` that does what `udr retrieve --prompt`
+    does: the selector retrieves for the query as given, and the prompt writes it cleaned
+    (:meth:`UDRExampleSelector.clean_query`: one line)."""
 
     def _cleaned(self, kwargs: dict) -> dict:
-        selector = self.example_selector
-        key = selector.input_key
-        return {**kwargs, key: selector.clean_query(kwargs[key])} if isinstance(kwargs.get(key), str) else kwargs
+        key = self.example_selector.input_key
+        query = kwargs.get(key)
+        if not isinstance(query, str):
+            return kwargs
+        return {**kwargs, key: self.example_selector.clean_query(query), _RAW_QUERY: query}
+
+    def _selected_for(self, kwargs: dict) -> dict:
+        """The selector's input: the query as given (retrieval reads it whole, as `udr retrieve` does)."""
+        if _RAW_QUERY not in kwargs:
+            return kwargs
+        raw = {k: v for k, v in kwargs.items() if k != _RAW_QUERY}
+        return {**raw, self.example_selector.input_key: kwargs[_RAW_QUERY]}
 
     def format(self, **kwargs: Any) -> str:
         return super().format(**self._cleaned(kwargs))
 
     async def aformat(self, **kwargs: Any) -> str:
         return await super().aformat(**self._cleaned(kwargs))
+
+    def _get_examples(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return super()._get_examples(**self._selected_for(kwargs))
+
+    async def _aget_examples(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return await super()._aget_examples(**self._selected_for(kwargs))
 
 
 class UDRExampleSelector(BaseExampleSelector):

@@ -24,10 +24,10 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from udr.data.tasks import builtin_tasks, get_task
 from udr.errors import UdrError

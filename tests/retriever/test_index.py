@@ -95,12 +95,14 @@ def test_the_fingerprint_covers_encoder_configs_and_the_tokenizer(looped, tmp_pa
     shutil.copytree(looped / "models" / "final", model)
     before = model_fingerprint(model)
     _, meta = load_embeddings(model / "index" / "sst2.npy")
-    load_index(model, "sst2", meta["ids"], meta["pool_sha256"])
+    from udr.data.tasks import get_task
+
+    load_index(model, get_task("sst2"), meta["ids"], meta["pool_sha256"])
     config = model / part / file
     config.write_text(json.dumps({**json.loads(config.read_text()), key: value}))
     assert model_fingerprint(model) != before
     with pytest.raises(UdrError, match="mismatched index .*sst2.npy: made with another model"):
-        load_index(model, "sst2", meta["ids"], meta["pool_sha256"])
+        load_index(model, get_task("sst2"), meta["ids"], meta["pool_sha256"])
 
 
 def test_a_model_folder_with_a_link_out_of_it_is_refused(looped, tmp_path, run_cli):

@@ -125,3 +125,19 @@ def test_a_pool_prepared_again_since_index_is_not_served_stale(project, run_cli)
     assert code == 0, err
     code, out, err = run_cli(["retrieve", QUERY, "-t", "sst2", "--json", "-k", "10"], project)
     assert code == 0 and len(_ids(out)) == 10, err
+
+
+@pytest.mark.parametrize("field, value", [("instruction", "Mood of the line: "), ("template", "{input} => {answer}")])
+def test_a_declaration_changed_since_index_is_refused_not_mixed(project, run_cli, tmp_path, field, value):
+    """pools/tasks.json giving a task another instruction or template, index and weights untouched: the
+    queries would be embedded with the new text against demonstrations embedded with the old; refused."""
+    declarations = project / "models/final/pools/tasks.json"
+    tasks = json.loads(declarations.read_text())
+    tasks["sst2"][field] = value
+    declarations.write_text(json.dumps(tasks))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    model = str(project / "models/final")
+    code, out, err = run_cli(["retrieve", QUERY, "-t", "sst2", "--json", "--model", model], elsewhere)
+    assert code == 1 and not out and len(err.strip().splitlines()) == 1, err
+    assert "embedded with another instruction or template" in err and "udr index -t sst2" in err

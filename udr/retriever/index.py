@@ -122,15 +122,28 @@ def model_fingerprint(model_dir: Path) -> str:
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
-def load_index(model_dir: Path, task: str, pool_ids, pool_sha: str, fingerprint: str | None = None) -> np.ndarray:
+def demo_text_inputs(task: Task) -> dict:
+    """What E_d's text of a demonstration depends on besides the pool row and the model (whose settings,
+    `encoder.instruction` included, the model fingerprint covers): the task's instruction and template.
+    An index records them, and is refused when the task now declares others."""
+    return {"instruction": task.instruction, "template": task.template}
+
+
+def load_index(model_dir: Path, task: Task, pool_ids, pool_sha: str, fingerprint: str | None = None) -> np.ndarray:
     """The pool embeddings written by `udr index` for `task`, checked against the model (its
-    `fingerprint`, computed when not given), the pool file's hash and the pool's ids."""
-    path = Paths.index(model_dir, task)
+    `fingerprint`, computed when not given), the pool file's hash, the pool's ids and the instruction
+    and template the queries will be read with (:func:`demo_text_inputs`)."""
+    path = Paths.index(model_dir, task.name)
     if not path.is_file():
         raise UdrError(f"missing index {path}: run `udr index` first")
     emb, meta = load_embeddings(path)
     if meta.get("model") != (fingerprint or model_fingerprint(model_dir)) or meta.get("pool_sha256") != pool_sha:
         raise UdrError(f"mismatched index {path}: made with another model or pool; run `udr index` again")
+    if meta.get("demo_text") != demo_text_inputs(task):
+        raise UdrError(
+            f"mismatched index {path}: its pool was embedded with another instruction or template than "
+            f"{task.name} now declares; run `udr index -t {task.name}` again"
+        )
     if list(meta.get("ids", [])) != [int(i) for i in pool_ids]:
         raise UdrError(
             f"mismatched index {path}: it lists other pool ids than the prepared train split; run `udr index` again"

@@ -371,7 +371,7 @@ class Retriever:
         from udr.serving.pool_cache import cached_pool_embeddings
 
         if pool.prepared and Paths.index(self.model_dir, pool.name).is_file():
-            return load_index(self.model_dir, pool.name, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
+            return load_index(self.model_dir, pool.task, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
         emb, _ = cached_pool_embeddings(
             self.encoder,
             self.fingerprint,

@@ -77,7 +77,8 @@ def build_retriever(
     # UDR reads its index where `udr index` wrote one; a pool without one (a task added since) is embedded here.
     embeddings = None
     if method == "udr" and Paths.index(model_dir, task_name).is_file():
-        embeddings = load_index(model_dir, task_name, ids, file_sha256(settings.paths.prepared(task_name, "train")))
+        pool_sha = file_sha256(settings.paths.prepared(task_name, "train"))
+        embeddings = load_index(model_dir, settings.task(task_name), ids, pool_sha)
     return bi_encoder_retriever(BiEncoder.load(model_dir), settings, task_name, pool, embeddings, progress)
 
 

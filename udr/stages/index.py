@@ -16,7 +16,13 @@ from pathlib import Path
 from udr.data.prepare import read_prepared
 from udr.errors import UdrError
 from udr.paths import Paths
-from udr.retriever.index import embed_pool, model_fingerprint, read_model_declarations, save_embeddings
+from udr.retriever.index import (
+    demo_text_inputs,
+    embed_pool,
+    model_fingerprint,
+    read_model_declarations,
+    save_embeddings,
+)
 from udr.retriever.record import check_replace, read_record, write_record
 from udr.util.distributed import resolve_device_type
 from udr.util.files import building_dir, check_no_links_out, file_sha256, write_atomic, write_json_atomic
@@ -85,13 +91,20 @@ def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: d
         t0 = time.perf_counter()
         source = paths.prepared(name, "train")
         pool = read_prepared(settings.root, name, "train")
-        emb = embed_pool(encoder, settings.task(name), pool, settings.mine.batch_size, progress)
+        task = settings.task(name)
+        emb = embed_pool(encoder, task, pool, settings.mine.batch_size, progress)
         ids = [int(i) for i in pool["id"]]
-        meta = {"task": name, "ids": ids, "model": fingerprint, "pool_sha256": file_sha256(source)}
+        meta = {
+            "task": name,
+            "ids": ids,
+            "model": fingerprint,
+            "pool_sha256": file_sha256(source),
+            "demo_text": demo_text_inputs(task),
+        }
         write_atomic(Paths.model_pool(model_dir, name), lambda tmp, source=source: shutil.copyfile(source, tmp))
         save_embeddings(Paths.index(model_dir, name), emb, meta)
-        if settings.task(name).declaration is not None:
-            declared[name] = settings.task(name).declaration
+        if task.declaration is not None:
+            declared[name] = task.declaration
         report["tasks"][name] = {"pool": len(pool), "seconds": round(time.perf_counter() - t0, 2)}
     write_json_atomic(Paths.model_tasks(model_dir), declared)
     record = read_record(model_dir)

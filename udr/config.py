@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from udr.data.declarations import project_registry
 from udr.data.tasks import get_task
-from udr.errors import UdrError, quoted, shorten
+from udr.errors import UdrError, listed, quoted, shorten
 from udr.paths import Paths, round_label
 from udr.util.safe_yaml import load_yaml
 
@@ -414,7 +414,7 @@ class Settings(_Strict):
         """`chosen` (parameter `key`), each checked to be in `allowed` (named `where` in the error), or all of it."""
         unknown = [t for t in chosen if t not in allowed]
         if unknown:
-            raise UdrError(f"bad parameter {key}: {', '.join(unknown)} not in {where}")
+            raise UdrError(f"bad parameter {key}: {listed(unknown)} not in {where}")
         return list(chosen) or list(allowed)
 
 
@@ -472,7 +472,7 @@ def settings_from_mapping(raw: Any, root: Path = Path("."), params_file: str = "
     both = sorted(set(settings.prepare.tasks) & set(settings.evaluate.unseen_tasks))
     if both:
         raise UdrError(
-            f"bad parameter evaluate.unseen_tasks: {', '.join(both)} also in prepare.tasks "
+            f"bad parameter evaluate.unseen_tasks: {listed(both)} also in prepare.tasks "
             "(an unseen task is never trained on)"
         )
     for name in settings.prepared_task_names():

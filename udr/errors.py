@@ -36,3 +36,11 @@ def shorten(text: str, limit: int = 80) -> str:
     """`text` cut to `limit` characters (with "..."), for quoting a user's value in a one-line error."""
     text = str(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def listed(names, limit: int = 12) -> str:
+    """Names for a one-line error, comma-separated: at most `limit` of them, each cut to 40 characters, and
+    how many more there are, so a message stays short however many names a crafted input gives."""
+    names = list(names)
+    shown = ", ".join(shorten(str(n), 40) for n in names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")

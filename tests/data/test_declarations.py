@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 import yaml
 
-from tests.conftest import write_csv_task, write_params
+from tests.conftest import REPO, write_csv_task, write_params
 from udr.data.declarations import builtin_registry, parse_declarations, project_registry
 from udr.data.sources import load_task
 from udr.data.tasks import Classification, FileSource, MirrorSource
@@ -228,8 +228,6 @@ def test_the_built_in_declarations_ship_in_the_wheel(tmp_path):
     import sys
     import zipfile
 
-    from tests.conftest import REPO
-
     subprocess.run(
         [
             sys.executable,
@@ -257,3 +255,30 @@ def test_a_template_with_a_format_spec_is_refused(tmp_path, template):
         _declare({**REVIEWS, "template": template}, tmp_path)
     with pytest.raises(UdrError, match="has a format spec or conversion"):
         _declare({**REVIEWS, "input": "{review:>99999999}"}, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("template", "{input}" * 50 + "\t{answer}", "appears more than once"),
+        ("template", "x" * 2000 + "{input}\t{answer}", "characters of fixed text"),
+        ("input", "{review} {review} {review}", "appears more than once"),
+        ("instruction", "y" * 5000, "at most 1000 characters"),
+    ],
+)
+def test_a_declaration_cannot_multiply_a_texts_length(tmp_path, field, value, message):
+    """A repeated field or a huge fixed text would make a prompt of any size from a short query (a crafted
+    model folder's tasks.json goes through the same check): each field once, fixed text bounded."""
+    with pytest.raises(UdrError, match=message) as err:
+        _declare({**REVIEWS, field: value}, tmp_path)
+    assert len(str(err.value)) < 400 and "\n" not in str(err.value)
+
+
+def test_an_unknown_task_error_quotes_a_bounded_number_of_names():
+    from udr.config import settings_from_mapping
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["train"]["tasks"] = [f"task{i}-" + "x" * 1000 for i in range(10_000)]
+    with pytest.raises(UdrError, match=r"bad parameter train.tasks: .*\(9988 more\) not in prepare.tasks") as err:
+        settings_from_mapping(params, REPO).training_tasks()
+    assert len(str(err.value)) < 1000

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from udr.data.tasks import (
     DEFAULT_TEMPLATE,
+    FORMAT_TEXT_MAX,
     KIND_METRICS,
     METRICS,
     BuiltinSource,
@@ -127,7 +128,11 @@ class TaskDeclaration(_Strict):
     """One task as declared (the module docstring shows every field)."""
 
     kind: TaskKind
-    instruction: str = Field(min_length=1, description="What UDR reads before every demonstration (and query).")
+    instruction: str = Field(
+        min_length=1,
+        max_length=FORMAT_TEXT_MAX,
+        description="What UDR reads before every demonstration (and query).",
+    )
     data: DataDeclaration
     family: str = Field("", description="The task family, for reports (default: the kind).")
     metric: str | None = Field(

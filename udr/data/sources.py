@@ -30,7 +30,7 @@ from udr.data.tasks import (
     Task,
     check_builder,
 )
-from udr.errors import UdrError, first_line
+from udr.errors import UdrError, first_line, listed
 from udr.util.rng import task_rng
 
 
@@ -276,7 +276,7 @@ def _index_labels(task: Task, train: Rows, test: Rows) -> tuple[Rows, Rows]:
         raise UdrError(f"task {task.name}: label: the train split has {len(labels)} label(s); need at least 2")
     unseen = sorted({e.target for e in test.examples} - set(labels))
     if unseen:
-        raise UdrError(f"task {task.name}: label: test label(s) {', '.join(map(repr, unseen))} never occur in train")
+        raise UdrError(f"task {task.name}: label: test label(s) {listed(map(repr, unseen))} never occur in train")
 
     def index(rows: Rows) -> Rows:
         examples = [Example(e.input, e.target, labels.index(e.target), labels, e.references) for e in rows.examples]

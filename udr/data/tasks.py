@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from udr.errors import UdrError, quoted, shorten
+from udr.errors import UdrError, listed, quoted, shorten
 
 TaskKind = Literal["classification", "multiple_choice", "generation"]
 TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
@@ -137,21 +137,34 @@ Source = MirrorSource | FileSource | BuiltinSource | HubSource
 # ---------------------------------------------------------------- row normalisers
 
 
+# Characters of fixed text a format (a template, an input format) or an instruction may add to every
+# text it renders: far above any real one, so that a crafted declaration cannot blow a prompt up.
+FORMAT_TEXT_MAX = 1000
+
+
 def format_fields(fmt: str) -> tuple[str, ...]:
     """The column names a format string reads ("{text_a} Question: {text_b}" -> text_a, text_b). Only
-    plain `{name}` fields: a format spec or conversion (`{input:>300000000}`, `{input!r}`) is refused, as
-    it could pad a text to any length."""
+    plain `{name}` fields, each once, and at most FORMAT_TEXT_MAX characters of fixed text: a format spec
+    or conversion (`{input:>300000000}`, `{input!r}`) or a field repeated any number of times could make a
+    text of any length from a short one, and is refused."""
     try:
-        parts = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(fmt) if f is not None]
+        parsed = list(string.Formatter().parse(fmt))
     except ValueError as exc:
         raise ValueError(f"bad format {quoted(fmt)}: {exc}") from None
+    parts = [(f, spec, conv) for _, f, spec, conv in parsed if f is not None]
     for name, spec, conversion in parts:
         if spec or conversion:
             raise ValueError(
                 f"bad format {quoted(fmt)}: field {{{shorten(name, 40)}}} has a format spec or conversion; "
                 "write plain {name} fields"
             )
-    return tuple(dict.fromkeys(f for f, _, _ in parts))
+    names = [f for f, _, _ in parts]
+    repeated = next((f for f in names if names.count(f) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"bad format {quoted(fmt)}: field {{{shorten(repeated, 40)}}} appears more than once")
+    if sum(len(literal) for literal, *_ in parsed) > FORMAT_TEXT_MAX:
+        raise ValueError(f"bad format {quoted(fmt)}: more than {FORMAT_TEXT_MAX} characters of fixed text")
+    return tuple(names)
 
 
 _CHOICE = re.compile(r"choice\d+")
@@ -397,7 +410,7 @@ def get_task(name: str, registry: Mapping[str, Task] | None = None) -> Task:
     try:
         return tasks[name]
     except KeyError:
-        raise UdrError(f"unknown task '{name}'; known tasks: {', '.join(sorted(tasks))}") from None
+        raise UdrError(f"unknown task {quoted(name)}; known tasks: {listed(sorted(tasks), 40)}") from None
 
 
 def all_tasks(registry: Mapping[str, Task] | None = None) -> list[Task]:

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from udr.errors import UdrError
+from udr.errors import UdrError, listed
 from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES
 from udr.experiments.dvc import compare_revisions, method_scores, run_named, saved_experiments
 from udr.experiments.tables import results_table, transfer_table
@@ -165,7 +165,7 @@ def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False
     unknown = set(only or []) - {e.name for e in experiments}
     if unknown:
         known = ", ".join(e.name for e in experiments)
-        raise UdrError(f"unknown experiment {', '.join(sorted(unknown))}; known: {known}")
+        raise UdrError(f"unknown experiment {listed(sorted(unknown))}; known: {known}")
     if missing:
         done = saved_experiments(root)
         chosen = [e for e in chosen if e.name not in done]

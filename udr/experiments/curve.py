@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from udr.errors import UdrError
+from udr.errors import UdrError, listed
 from udr.experiments.tables import markdown_table
 from udr.stages.saved_evaluations import saved_comparisons, saved_results, saved_tasks
 from udr.util.files import check_output_path, write_atomic, write_json_atomic, write_text_atomic
@@ -141,7 +141,7 @@ def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: st
     names = [baseline, *(p.name for p in points)]
     tasks = list(tasks) if tasks else saved_tasks(settings, names, split)
     if not tasks:
-        raise UdrError(f"no task has saved {split} results of all of {', '.join(names)}: run `udr evaluate` first")
+        raise UdrError(f"no task has saved {split} results of all of {listed(names)}: run `udr evaluate` first")
     base, ns, rows = measure_curve(settings, points, baseline, tasks, split)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(

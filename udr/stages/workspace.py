@@ -20,7 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from udr.errors import UdrError
+from udr.errors import UdrError, listed
 from udr.util.files import building_dir, resolve_target, write_text_atomic
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
@@ -49,12 +49,12 @@ class Workspace:
 def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], option: str, source: Path) -> str:
     if wanted is not None:
         if wanted not in columns:
-            raise UdrError(f"{option}: no column '{wanted}' in {source} (its columns: {', '.join(columns)})")
+            raise UdrError(f"{option}: no column '{wanted}' in {source} (its columns: {listed(columns)})")
         return wanted
     for name in candidates:
         if name in columns:
             return name
-    raise UdrError(f"give {option} COLUMN: none of {source}'s columns ({', '.join(columns)}) is one udr guesses")
+    raise UdrError(f"give {option} COLUMN: none of {source}'s columns ({listed(columns)}) is one udr guesses")
 
 
 def workspace_params(project_raw: dict, project_root: Path, folder: Path, name: str, caps: dict) -> dict:

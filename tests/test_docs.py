@@ -96,6 +96,44 @@ def test_docs_and_notebook_name_no_machine_paths():
             assert not found, f"{path.relative_to(ROOT)}:{number} names a machine path: {line.strip()!r}"
 
 
+# Committed folders of run records, profiles, shipped feedback and benchmarks: no machine path in any text.
+COMMITTED_DIRS = ("metrics", "profiles", "data/feedback", "benchmarks")
+
+
+def _committed_texts() -> list[tuple[str, str]]:
+    """(path, text) of every committed text file under COMMITTED_DIRS (binary ones, parquet or png, left out)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", *COMMITTED_DIRS], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: which files are committed is unknown")
+    texts = []
+    for name in sorted(filter(None, listed.decode("utf-8").split("\0"))):
+        data = (ROOT / name).read_bytes() if (ROOT / name).is_file() else b"\0"
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if "\0" not in text:
+            texts.append((name, text))
+    return texts
+
+
+def test_committed_records_name_no_machine_paths():
+    """A record of a run (a log, a table, its params) names paths relative to the repository or a placeholder
+    such as $WORK, never the machine's own (/work/..., /root/..., /tmp/..., /home/...)."""
+    texts = _committed_texts()
+    assert any(name.startswith("metrics/") for name, _ in texts)
+    found = [
+        f"{name}:{number}: {line.strip()[:160]!r}"
+        for name, text in texts
+        for number, line in enumerate(text.splitlines(), 1)
+        if MACHINE_PATH.search(line)
+    ]
+    assert not found, "committed files name machine paths:\n" + "\n".join(found)
+
+
 def test_named_repository_files_exist():
     """Every `metrics/`, `notebook/`, `benchmarks/` or `docs/` Markdown file the user docs and the metrics
     write-ups name exists (a moved file leaves no stale reference), and so does every relative link of the

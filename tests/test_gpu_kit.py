@@ -28,6 +28,11 @@ def _fake_kit(tmp_path: Path, payload: bytes, part_mib: float) -> Path:
     tar = tmp_path / "kit.tar"
     with tarfile.open(tar, "w") as tf:
         tf.add(content, arcname="kit")
+    return _kit_of(tmp_path, tar, part_mib)
+
+
+def _kit_of(tmp_path: Path, tar: Path, part_mib: float = 1) -> Path:
+    """A kit folder of the tar file `tar`: its parts and index."""
     out = tmp_path / "gpukit"
     parts = kit.split(tar, out / "parts", part_mib)
     index = {"created": "now", "small": True, "tar_sha256": file_sha256(tar), "parts": parts}
@@ -57,6 +62,75 @@ def test_a_missing_or_altered_part_stops_the_unpack(tmp_path, monkeypatch):
     (out / "parts" / "part-02").write_bytes(b"x")  # altered: its size and sha256 no longer match
     with pytest.raises(SystemExit, match="parts missing.*part-02"):
         kit.main(["unpack", "--kit", str(out), str(tmp_path / "there")])
+
+
+@pytest.mark.parametrize("index", ["{not json", "[1, 2]", '{"parts": "part-01", "tar_sha256": "x"}'])
+def test_an_index_that_is_not_a_kits_is_a_one_line_error(tmp_path, monkeypatch, index):
+    out = _fake_kit(tmp_path, b"payload", 1)
+    monkeypatch.setattr(kit, "STASH", tmp_path / "stash")
+    (out / "index.json").write_text(index)
+    for args in (["unpack", "--kit", str(out), str(tmp_path / "there")], ["stash", "--kit", str(out)]):
+        with pytest.raises(SystemExit, match=r"^kit: (unreadable|malformed) kit index .*index.json: ") as info:
+            kit.main(args)
+        assert "\n" not in str(info.value.code)
+    assert not (tmp_path / "there").exists()
+
+
+@pytest.mark.parametrize("member", ["dotdot", "absolute link"])
+def test_a_crafted_kit_is_refused_with_nothing_extracted_and_no_tar_left(tmp_path, monkeypatch, member):
+    """A kit whose tar holds a member leading out of the destination (`../`) or an absolute symbolic link
+    is a one-line error before anything is extracted, and the joined tar is removed."""
+    import io
+    import tarfile
+
+    tar = tmp_path / "crafted.tar"
+    with tarfile.open(tar, "w") as tf:
+        ok = tarfile.TarInfo("kit/fine.txt")
+        ok.size = 2
+        tf.addfile(ok, io.BytesIO(b"ok"))
+        if member == "dotdot":
+            bad = tarfile.TarInfo("../escaped.txt")
+            bad.size = 4
+            tf.addfile(bad, io.BytesIO(b"evil"))
+        else:
+            bad = tarfile.TarInfo("kit/passwd")
+            bad.type, bad.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tf.addfile(bad)
+    out = _kit_of(tmp_path, tar)
+    monkeypatch.setattr(kit, "STASH", tmp_path / "stash")
+    dest = tmp_path / "deep" / "there"
+    with pytest.raises(SystemExit, match=r"^kit: refused kit.tar: .*; pack the kit again$"):
+        kit.main(["unpack", "--kit", str(out), str(dest)])
+    assert sorted(p.name for p in dest.iterdir()) == []  # no joined tar, nothing extracted
+    assert not (tmp_path / "deep" / "escaped.txt").exists()
+
+
+def test_a_truncated_kit_tar_leaves_no_joined_tar(tmp_path, monkeypatch):
+    tar = tmp_path / "short.tar"
+    tar.write_bytes(b"not a tar at all" * 64)
+    out = _kit_of(tmp_path, tar)
+    monkeypatch.setattr(kit, "STASH", tmp_path / "stash")
+    with pytest.raises(SystemExit, match=r"^kit: unreadable kit.tar: "):
+        kit.main(["unpack", "--kit", str(out), str(tmp_path / "there")])
+    assert list((tmp_path / "there").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"step": "score", "status": "ok"', r"unreadable steps file .*steps.jsonl:2: "),
+        ("[1, 2]", r"unreadable steps file .*steps.jsonl:2: expected a JSON object"),
+        ('{"status": "ok"}', r"malformed steps file .*steps.jsonl: record 2 needs a step name"),
+        ('{"step": "score", "seconds": "slow"}', r"malformed steps file .*steps.jsonl: record 2"),
+        ('{"step": "facts", "facts": [1]}', r"malformed steps file .*steps.jsonl: record 2"),
+    ],
+)
+def test_a_malformed_steps_file_is_a_one_line_error(tmp_path, line, message):
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text('{"step": "facts", "status": "ok", "facts": {"gpu": "H100"}}\n' + line + "\n")
+    with pytest.raises(SystemExit, match=rf"^kit: {message}") as info:
+        kit.main(["table", str(steps), str(tmp_path / "gpu-run.md")])
+    assert "\n" not in str(info.value.code)
 
 
 def test_the_table_lists_every_step_and_the_benchmarks_tables(tmp_path):

@@ -1,15 +1,15 @@
 """dvc.yaml's code dependencies cannot drift from the code: each stage must depend on exactly the udr
 subpackages (directories) and top-level modules that its command imports, directly or through other
-udr modules (function-level imports included). And what DVC re-runs after a change, on a real tiny
-pipeline (slow)."""
+udr modules (function-level imports included), as `make deps` (tools/dvc_deps.py) writes them. Each
+stage's params are the settings it reads (EPR's: not those its recipe overrides). And what DVC re-runs
+after a change, on a real tiny pipeline (slow)."""
 
 from __future__ import annotations
 
-import ast
 import copy
+import difflib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,97 +20,45 @@ import yaml
 
 from tests.conftest import REPO
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
-
-PKG = REPO / "udr"
-# The thin command layer and the package's lazy re-export are not stage code (see dvc.yaml's header).
-NOT_STAGE_CODE = {"udr", "udr.cli"}
-REFERENCE = re.compile(r"udr(\.\w+)+:\w+")
-
-
-def _module_file(name: str) -> Path | None:
-    path = REPO / Path(*name.split("."))
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
-
-
-def _udr_imports(node: ast.AST) -> set[str]:
-    """Every udr module an AST imports (and the packages above them, which run first)."""
-    found = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Import):
-            found |= {a.name for a in n.names if a.name.split(".")[0] == "udr"}
-        elif isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "udr":
-            found.add(n.module)
-            found |= {f"{n.module}.{a.name}" for a in n.names if _module_file(f"{n.module}.{a.name}")}
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and REFERENCE.fullmatch(n.value):
-            found.add(n.value.split(":")[0])  # a "udr.module:function" loaded by name (task builders)
-    parts = {tuple(m.split(".")) for m in found}
-    return {".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)}
-
-
-def _closure(start: set[str]) -> set[str]:
-    seen, todo = set(), list(start)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        path = None if name in NOT_STAGE_CODE else _module_file(name)
-        if path is not None:
-            todo += _udr_imports(ast.parse(path.read_text()))
-    return seen
-
-
-def _command_imports(command: str) -> set[str]:
-    """The udr modules imported by the CLI function registered as `command`, plus the CLI's shared
-    helpers (settings loading), which every command runs."""
-    app = ast.parse((PKG / "cli" / "app.py").read_text())
-    for path in sorted((PKG / "cli").glob("*.py")):
-        for fn in ast.parse(path.read_text()).body:
-            if isinstance(fn, ast.FunctionDef) and any(
-                isinstance(d, ast.Call) and d.args and getattr(d.args[0], "value", None) == command
-                for d in fn.decorator_list
-            ):
-                return _udr_imports(fn) | _udr_imports(app)
-    raise AssertionError(f"no CLI command {command!r}")
-
-
-def required_code_deps(command: str) -> set[str]:
-    """The code a command's stage runs: `udr/<module>.py` for a top-level module, `udr/<subpackage>` where it
-    runs every module of the subpackage, else the subpackage's modules it runs (`udr/<subpackage>/<module>.py`,
-    `__init__.py` included) and its data files, so that a change elsewhere in the subpackage (an LM kernel,
-    for the training stages) does not re-run it."""
-    deps, used = set(), {}
-    for name in _closure(_command_imports(command)):
-        parts = name.split(".")
-        if len(parts) < 2 or parts[1] == "cli":
-            continue
-        if (PKG / parts[1]).is_dir():
-            used.setdefault(parts[1], set()).add(_module_file(name))
-        else:
-            deps.add(f"udr/{parts[1]}.py")
-    for package, files in used.items():
-        folder = PKG / package
-        if files >= set(folder.glob("*.py")):
-            deps.add(f"udr/{package}")
-            continue
-        data = {f for f in folder.iterdir() if f.is_file() and f.suffix != ".py"}
-        deps |= {str(f.relative_to(REPO)) for f in files | data if f is not None}
-    return deps
+from tools.dvc_deps import generate, is_code_dep, required_code_deps, stage_command
 
 
 def _stages() -> dict[str, dict]:
     return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
 
 
+def test_dvc_yaml_code_deps_are_the_generated_ones():
+    """A hand edit of a stage's udr/ deps (or a code change that imports other modules) fails here."""
+    text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    generated = generate(text)
+    diff = "".join(difflib.unified_diff(text.splitlines(True), generated.splitlines(True), "dvc.yaml", "generated"))
+    assert generated == text, f"dvc.yaml's udr/ deps are not the code's imports: run `make deps`\n{diff}"
+
+
+def test_the_generator_rewrites_only_the_udr_entries_in_place():
+    """A stage's udr/ deps dropped, added or out of order come back as one sorted block where they were;
+    every other line (comments, anchors, other deps) is kept as it is."""
+    text = (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    want = generate(text)
+    edited = want.replace("      - udr/retriever/losses.py\n", "", 1).replace(
+        "    deps:\n      - udr/config.py\n", "    deps:\n      - udr/paths.py\n      - udr/config.py\n", 1
+    )
+    assert edited != want and generate(edited) == want
+
+    def others(t: str) -> list[str]:
+        return [line for line in t.splitlines() if not line.lstrip().startswith("- udr/")]
+
+    assert others(want) == others(text)
+
+
 @pytest.mark.parametrize("stage", sorted(_stages()))
 def test_each_stage_depends_on_exactly_the_code_it_runs(stage):
     spec = _stages()[stage]
     body = spec.get("do", spec)
-    command = body["cmd"].split()[1]
-    declared = {d for d in body["deps"] if isinstance(d, str) and d.startswith("udr/")}
-    assert declared == required_code_deps(command), f"dvc.yaml stage {stage!r}: fix its udr/ deps"
+    command = stage_command(body["cmd"])
+    assert command is not None, f"dvc.yaml stage {stage!r} runs no udr command"
+    declared = {d for d in body["deps"] if is_code_dep(d)}
+    assert declared == required_code_deps(command), f"dvc.yaml stage {stage!r}: its udr/ deps differ: run `make deps`"
 
 
 def test_a_code_change_anywhere_in_a_used_subpackage_is_seen():
@@ -144,7 +92,7 @@ def test_dvc_yaml_evaluates_every_method_of_the_config():
 TRAIN_NOT_RECIPE = {"checkpoint_steps", "device"}
 
 
-@pytest.mark.parametrize("stage", ["train", "retrain", "train_epr"])
+@pytest.mark.parametrize("stage", ["train", "retrain"])
 def test_every_training_recipe_setting_is_a_param_of_the_training_stages(stage):
     """A setting missing from a stage's params is one `dvc exp run -S` changes without re-running it."""
     from udr.config import TrainSettings
@@ -154,6 +102,70 @@ def test_every_training_recipe_setting_is_a_param_of_the_training_stages(stage):
     recipe = {f"train.{f}" for f in TrainSettings.model_fields} - {f"train.{f}" for f in TRAIN_NOT_RECIPE}
     recipe -= {"train.later_rounds"}  # the stages' foreach, not a param of any one of them
     assert recipe | {"seed", "encoder", "score.queries_per_task"} <= params
+
+
+def _another(value):
+    """A value other than `value`, of its kind (not validated: only to see what a function reads)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-other"
+    if isinstance(value, dict):
+        return {**value, "other": "value"}
+    if isinstance(value, list):
+        return [*value, "other"]
+    raise TypeError(f"no other value of {value!r}")
+
+
+def _epr_overridden() -> set[str]:
+    """The train settings EPR's recipe sets whatever they are: changing one changes none of EPR's settings."""
+    from udr.config import TrainSettings
+    from udr.retriever.recipes import epr_train_settings
+
+    base = TrainSettings()
+    epr = epr_train_settings(base)
+    return {
+        name
+        for name in TrainSettings.model_fields
+        if epr_train_settings(base.model_copy(update={name: _another(getattr(base, name))})) == epr
+    }
+
+
+# Train settings EPR's settings carry but its recipe never reads: the epr scheme samples 2 candidates, and
+# the temperature is loss distill's (EPR's loss is paper with lambda 0: the in-batch loss alone).
+EPR_UNREAD = {"candidates_per_query", "distill_temperature"}
+
+
+def test_epr_does_not_depend_on_the_train_settings_it_overrides():
+    """`dvc exp run -S train.loss_lambda=0.5` must not re-run train_epr, which trains with lambda 0."""
+    spec = _stages()["train_epr"]
+    params = set(spec["params"])
+    overridden = _epr_overridden()
+    assert {"loss_lambda", "sampling", "loss"} <= overridden  # what EPR is: the derivation finds it
+    assert "epochs_first" not in overridden  # set, but from its value: EPR's epochs count it
+    assert "train" not in params, "train_epr depends on the whole train section: list the settings EPR reads"
+    listed = {f"train.{name}" for name in overridden} & params
+    assert not listed, f"train_epr lists train settings EPR overrides: {sorted(listed)}"
+
+
+def test_epr_depends_on_every_train_setting_it_reads():
+    from udr.config import TrainSettings
+    from udr.retriever.recipes import epr_train_settings, recipe_for
+
+    def recipe(cfg) -> tuple:
+        r = recipe_for(epr_train_settings(cfg), 20.0)
+        return type(r), r.scheme, r.candidates, r.loss.mode, r.loss.lambda_, r.loss.scale
+
+    base = TrainSettings()
+    assert recipe(base)[3] == "paper"  # so the distillation temperature goes unused
+    for name in EPR_UNREAD:
+        assert recipe(base.model_copy(update={name: _another(getattr(base, name))})) == recipe(base), name
+    reads = set(TrainSettings.model_fields) - _epr_overridden() - EPR_UNREAD - TRAIN_NOT_RECIPE
+    assert "later_rounds" in reads  # EPR trains as many epochs as all of UDR's rounds together
+    want = {f"train.{name}" for name in reads} | {"seed", "encoder", "score.queries_per_task"}
+    assert set(_stages()["train_epr"]["params"]) == want
 
 
 # ---------------------------------------------------------------- what DVC re-runs (slow)

@@ -17,49 +17,70 @@ is left as it was, and named.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
+from udr.errors import UdrError, quoted
+
 
 def legacy_hashes(settings, work, inputs: dict) -> set[str]:
     """The inputs hash as udr wrote it before manifests: the current form, with the LM's whole record, and
     with the candidates file's hash as well."""
     from udr.feedback.scores_file import inputs_hash
-    from udr.stages.score import _lm_provenance
+    from udr.lm.loading import read_provenance
     from udr.util.files import file_sha256
 
-    whole = {**inputs, "lm": _lm_provenance(settings)}
+    whole = {**inputs, "lm": read_provenance(settings.paths.base_model("lm"))}
     with_candidates = {**whole, "candidates": file_sha256(work.candidates_file)}
     return {inputs_hash(inputs), inputs_hash(whole), inputs_hash(with_candidates)}
 
 
-def migrate(settings, folder: Path, round_: int, report_dir: Path | None) -> list[str]:
-    import polars as pl
+def _legacy_problem(old: dict) -> str:
+    """What makes a legacy summary unusable (a field of another type than udr wrote), or ""."""
+    if not isinstance(old.get("pairs"), int) or isinstance(old.get("pairs"), bool):
+        return f"its pairs is {quoted(old.get('pairs'))}, not a count"
+    for key in ("sha256", "inputs", "dtype", "machine"):
+        if key in old and not isinstance(old[key], str):
+            return f"its {key} is {quoted(old[key])}, not a string"
+    shipped = old.get("shipped")
+    if shipped is not None and not (isinstance(shipped, dict) and isinstance(shipped.get("source"), str)):
+        return f"its shipped is {quoted(shipped)}, not an object with a source"
+    return ""
 
+
+def migrate(settings, folder: Path, round_: int, report_dir: Path | None) -> list[str]:
+    from udr.feedback.pair_scoring import ScoreSummary, pair_inputs
     from udr.feedback.scores_file import ScoresManifest, inputs_hash, query_choice
-    from udr.stages.score import ScoreSummary, _pair_inputs, load_work
-    from udr.util.files import file_sha256, write_json_atomic
+    from udr.stages.score import load_work
+    from udr.util.files import file_sha256, read_json_object, write_json_atomic
+    from udr.util.readers import read_parquet_checked
 
     problems = []
     for summary_path in sorted(folder.glob("*.json")):
         scores = summary_path.with_suffix(".parquet")
-        old = json.loads(summary_path.read_text())
-        if not scores.is_file() or "inputs_hash" in old:
+        if not scores.is_file():
+            continue
+        old = read_json_object(summary_path, "scores summary", "score the task again (`udr score`)")
+        if "inputs_hash" in old:
+            continue
+        why = _legacy_problem(old)
+        if why:
+            problems.append(f"{summary_path}: {why}")
             continue
         task = summary_path.stem
         if old.get("sha256") and old["sha256"] != file_sha256(scores):
             problems.append(f"{scores}: checksum differs from its summary")
             continue
         work = load_work(settings, task, round_)
-        inputs = _pair_inputs(settings, work, old.get("dtype", "bf16"))
+        inputs = pair_inputs(work, settings.score, settings.paths.base_model("lm"), old.get("dtype", "bf16"))
         if old.get("inputs") not in legacy_hashes(settings, work, inputs):
             problems.append(f"{scores}: scored with other inputs than this project's")
             continue
-        held = np.sort(pl.read_parquet(scores, columns=["query_id"])["query_id"].unique().to_numpy())
+        ids = read_parquet_checked(scores, "scores", ["query_id"], kinds={"query_id": "integer"}, non_null=["query_id"])
+        held = np.sort(ids["query_id"].unique().to_numpy())
         choice = query_choice(np.asarray(work.train["id"].to_list()), settings.seed, task)[: len(held)]
         if not np.array_equal(np.sort(choice), held):
             problems.append(f"{scores}: its queries are not the seeded choice of {len(held)} (another seed?)")
@@ -86,6 +107,16 @@ def migrate(settings, folder: Path, round_: int, report_dir: Path | None) -> lis
 
 
 def main(argv=None) -> int:
+    """The tool's entry point: a UdrError (a summary or scores file that does not parse, bad params) is one
+    line on stderr, "migrate_score_manifests: error: ...", and exit status 1."""
+    try:
+        return _main(argv)
+    except UdrError as exc:
+        print(f"migrate_score_manifests: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(argv=None) -> int:
     from udr.config import load_settings
     from udr.paths import parse_round
 

@@ -15,14 +15,27 @@ metrics/{results.md,summary.json,headline.*,plots/}         udr report
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from udr.errors import UdrError
+from udr.errors import UdrError, shorten
 
 ROUND_PREFIX = "round"
 NAMED_RUNS = "runs"  # metrics/train/runs/<name>: the logs of runs named with `udr train --out`
+
+
+# Bytes of a name a user gives that becomes one folder or file name (a saved evaluation's, a task's): far
+# below the 255 a file system allows, so that name and suffix fit whatever the name.
+NAME_LIMIT = 100
+
+
+def check_name_length(name: str, what: str) -> None:
+    """A one-line UdrError, before any work, where `name` (a `what` that becomes a folder or file name)
+    is longer than :data:`NAME_LIMIT`; the file system would refuse it mid-way ("File name too long")."""
+    if len(os.fsencode(name)) > NAME_LIMIT:
+        raise UdrError(f"bad {what} {shorten(name, 40)!r}: longer than {NAME_LIMIT} characters (it names a folder)")
 
 
 def round_label(n: int) -> str:

@@ -36,11 +36,13 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 # stdlib only underneath: this runs on the GPU machine before the kit's wheels are installed
+from udr.errors import UdrError, first_line, shorten  # noqa: E402
 from udr.util.files import file_sha256  # noqa: E402
+from udr.util.readers import read_json, read_jsonl  # noqa: E402
 
 KIT = REPO / ".gpukit"
 CALL_LIMIT_MIB = 64
-STASH = Path(os.environ.get("UDR_KIT_STASH", "/tmp/udr-kit-parts"))
+STASH = Path(os.environ.get("UDR_KIT_STASH", Path(tempfile.gettempdir(), "udr-kit-parts")))
 
 # Runtime imports of the run that the GPU machine's image lacks (it has torch, transformers,
 # sentence-transformers, numpy, pandas, pyarrow, rich, typer, matplotlib, sacrebleu, accelerate, scipy,
@@ -238,11 +240,36 @@ def calls(out: Path, parts: list[dict]) -> str:
 # ---------------------------------------------------------------- stash / unpack (there)
 
 
+def _part_entry(p) -> bool:
+    """Whether `p` is an index's entry of a part: a plain file name (no path: it is looked up in the
+    parts folder and the stash), its size and sha256."""
+    return (
+        isinstance(p, dict)
+        and isinstance(p.get("name"), str)
+        and p["name"] == Path(p["name"]).name
+        and p["name"] not in ("", ".", "..")
+        and isinstance(p.get("bytes"), int)
+        and isinstance(p.get("sha256"), str)
+    )
+
+
 def _index(kit: Path) -> dict:
+    """The kit's index.json, checked: parts (name, bytes, sha256) and the tar's sha256; else a one-line
+    error (SystemExit "kit: ...")."""
     path = kit / "index.json"
     if not path.is_file():
         raise SystemExit(f"kit: {path} is missing: carry it with every call")
-    return json.loads(path.read_text())
+    fix = "pack the kit again (`kit.py pack`) and carry its index.json"
+    try:
+        index = read_json(path, "kit index", fix, expect=dict)
+    except UdrError as exc:
+        raise SystemExit(f"kit: {exc}") from None
+    parts = index.get("parts")
+    if not (isinstance(parts, list) and parts and isinstance(index.get("tar_sha256"), str)) or not all(
+        map(_part_entry, parts)
+    ):
+        raise SystemExit(f"kit: malformed kit index {path}: expected parts (name, bytes, sha256) and tar_sha256; {fix}")
+    return index
 
 
 def _present(kit: Path, index: dict) -> dict[str, Path]:
@@ -278,24 +305,65 @@ def unpack(args) -> int:
         raise SystemExit(f"kit: parts missing (carry them in earlier calls, `kit.py stash`): {', '.join(missing)}")
     dest.mkdir(parents=True, exist_ok=True)
     tar = dest / "kit.tar"
-    with tar.open("wb") as sink:
-        for p in index["parts"]:
-            with found[p["name"]].open("rb") as src:
-                shutil.copyfileobj(src, sink, 1 << 20)
-    if file_sha256(tar) != index["tar_sha256"]:
-        raise SystemExit("kit: the joined parts do not match the index's sha256")
-    with tarfile.open(tar) as tf:
-        tf.extractall(dest, filter="data")
-    tar.unlink()
+    try:
+        with tar.open("wb") as sink:
+            for p in index["parts"]:
+                with found[p["name"]].open("rb") as src:
+                    shutil.copyfileobj(src, sink, 1 << 20)
+        if file_sha256(tar) != index["tar_sha256"]:
+            raise SystemExit("kit: the joined parts do not match the index's sha256")
+        _extract(tar, dest)
+    finally:
+        tar.unlink(missing_ok=True)
     print(f"kit: {len(index['parts'])} parts joined and extracted into {dest / 'kit'}")
     return 0
+
+
+def _extract(tar: Path, dest: Path) -> None:
+    """Extract the kit's tar into `dest`, after checking every member first (the "data" filter: no
+    absolute path, no `..` out of `dest`, no link out of it, no device file), so that a crafted kit is a
+    one-line error with nothing extracted."""
+    try:
+        with tarfile.open(tar) as tf:
+            members = tf.getmembers()
+            for member in members:
+                tarfile.data_filter(member, str(dest))
+            tf.extractall(dest, members=members, filter="data")
+    except tarfile.FilterError as exc:
+        raise SystemExit(f"kit: refused {tar.name}: {first_line(exc)}; pack the kit again") from None
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise SystemExit(f"kit: unreadable {tar.name}: {first_line(exc)}; pack the kit again") from None
 
 
 # ---------------------------------------------------------------- the table
 
 
+def _steps(path: Path) -> list[dict]:
+    """The records of a run's steps.jsonl, each an object with a step name; a line that is not one is a
+    one-line error naming the file and the line (SystemExit "kit: ...")."""
+    try:
+        steps = read_jsonl(path, "steps file")
+    except UdrError as exc:
+        raise SystemExit(f"kit: {exc}") from None
+    for number, s in enumerate(steps, 1):
+        bad = (
+            not isinstance(s.get("step"), str)
+            or not isinstance(s.get("facts", {}), dict)
+            or not isinstance(s.get("seconds", 0), int | float)
+            or isinstance(s.get("seconds"), bool)
+            or not isinstance(s.get("note", ""), str)
+            or not isinstance(s.get("table", ""), str)
+        )
+        if bad:
+            raise SystemExit(
+                f"kit: malformed steps file {shorten(path, 160)}: record {number} needs a step name, and facts "
+                "an object, seconds a number, note and table text"
+            )
+    return steps
+
+
 def table(args) -> int:
-    steps = [json.loads(line) for line in Path(args.steps).read_text().splitlines() if line.strip()]
+    steps = _steps(Path(args.steps))
     head = {}
     for s in steps:
         head.update(s.get("facts", {}))
@@ -308,7 +376,7 @@ def table(args) -> int:
         if s.get("step") == "facts":
             continue
         note = s.get("note", "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {s['step']} | {s['status']} | {s.get('seconds', 0):.1f} | {note[:300]} |")
+        lines.append(f"| {s['step']} | {s.get('status', '?')} | {s.get('seconds', 0):.1f} | {note[:300]} |")
     extra = [s for s in steps if s.get("table")]
     for s in extra:
         lines += ["", f"## {s['step']}", "", s["table"].rstrip()]

@@ -5,7 +5,7 @@
 # `torchrun --nproc_per_node=1` (NCCL); compares the score files and the trained weights byte for byte,
 # and prints the largest score difference where they differ.
 #
-#   bash benchmarks/gpu/twice.sh [--kit .gpukit] [--work /tmp/udr-twice]
+#   bash benchmarks/gpu/twice.sh [--kit .gpukit] [--work ${TMPDIR:-/tmp}/udr-twice]
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 KIT=$REPO/.gpukit WORK=${TMPDIR:-/tmp}/udr-twice PY=${PYTHON:-python3}

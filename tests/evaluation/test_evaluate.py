@@ -290,3 +290,46 @@ def test_udr_embeds_a_pool_that_its_model_has_no_index_of(evaluated, run_cli, tm
     assert code == 0, err
     score = json.loads((evaluated / "metrics" / "udr" / "sst2.json").read_text())["score"]
     assert f"udr on sst2: accuracy {score:.2f}" in out + err
+
+
+def test_names_longer_than_a_file_name_are_one_line_errors(tmp_path, data_dir, run_cli):
+    """`--save-as` and `exp compare` names become folder names: one past the limit is refused before any
+    work ("File name too long" was a traceback, after the whole evaluation for --save-as)."""
+    from tests.conftest import write_params
+
+    write_params(tmp_path, {"sst2": {"max_train": 20, "max_test": 6}}, data_dir)
+    for args in (
+        ["evaluate", "-m", "bm25", "-t", "sst2", "--save-as", "n" * 300],
+        ["exp", "compare", "n" * 300, "bm25", "-t", "sst2"],
+        ["exp", "compare", "bm25", "n" * 300],
+    ):
+        code, _, err = run_cli(args, tmp_path)
+        assert code == 1 and "bad name 'nnnn" in err and "longer than 100 characters" in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_damaged_saved_predictions_are_one_line_errors(tmp_path, data_dir):
+    """A comparison reads each saved evaluation's predictions through the guarded reader: truncated, or
+    with a null prediction (a damaged row), one line naming the file."""
+    import pytest
+
+    from tests.conftest import write_params
+    from udr.config import load_settings
+    from udr.errors import UdrError
+    from udr.stages.saved_evaluations import prediction_metric
+
+    settings = load_settings(write_params(tmp_path, {"sst2": {"max_train": 20, "max_test": 6}}, data_dir))
+    path = settings.paths.predictions("bm25", "sst2")
+    path.parent.mkdir(parents=True)
+    examples = [{"id": 1, "input": "a", "target": "positive"}, {"id": 2, "input": "b", "target": "negative"}]
+    for predictions, message in (
+        (["positive", None], r"malformed predictions .*sst2.parquet: row 2 has no prediction \(null\)"),
+        ([1, 0], r"malformed predictions .*sst2.parquet: column 'prediction' holds Int64, not text"),
+        (None, r"unreadable predictions .*sst2.parquet: .*; evaluate bm25 on sst2 \(test\) again"),
+    ):
+        pl.DataFrame({"id": [1, 2], "prediction": predictions or ["positive", "negative"]}).write_parquet(path)
+        if predictions is None:
+            path.write_bytes(path.read_bytes()[:60])
+        with pytest.raises(UdrError, match=message) as info:
+            prediction_metric(settings, "bm25", "sst2", examples, "accuracy")
+        assert "\n" not in str(info.value)

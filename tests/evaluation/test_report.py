@@ -109,3 +109,25 @@ def test_headline_table_puts_this_run_beside_a_committed_experiment(evaluated, t
     assert row.endswith("| **+5.1 [+3.4, +7.0]** |")
     feedback = next(line for line in lines if line.startswith("| LM feedback"))
     assert f"| {settings.score.queries_per_task} (scored here) | 1000 |" in feedback
+
+
+@pytest.mark.parametrize("text", ['{"label": ' + "[" * 100_000 + "]" * 100_000 + "}", "[1, 2]", '{"label": "x"'])
+def test_a_beside_summary_that_does_not_parse_is_a_one_line_error(tmp_path, text):
+    from udr.errors import UdrError
+    from udr.evaluation.headline import beside_columns
+
+    (tmp_path / "other.json").write_text(text)
+    with pytest.raises(UdrError, match=r"^unreadable evaluate.beside summary .*other.json: ") as info:
+        beside_columns(tmp_path, ["other.json"])
+    assert "\n" not in str(info.value)
+
+
+def test_results_that_do_not_parse_are_one_line_errors_in_the_report(evaluated, tmp_path, run_cli):
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    (project / "metrics/bm25/sst2.json").write_text('{"metric": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    code, _, err = run_cli(["report"], project)
+    assert code == 1 and "unreadable result" in err and "bm25/sst2.json" in err, err
+    assert len(err.strip().splitlines()) == 1, err

@@ -4,9 +4,13 @@ from the saved predictions alone."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import polars as pl
+import pytest
+
+from tests.conftest import write_params
 
 
 def test_show_prints_each_examples_demonstrations_gold_and_prediction(evaluated, run_cli):
@@ -55,3 +59,62 @@ def test_show_errors_are_one_line(evaluated, run_cli):
     ]:
         code, _, err = run_cli(args, evaluated)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+ROW = {
+    "id": [1, 2],
+    "input": ["a fine film", "a dull one"],
+    "prediction": ["positive", "negative"],
+    "gold": ["positive", "positive"],
+    "demo_ids": [[7], [8]],
+    "demo_inputs": [["good"], ["bad"]],
+    "demo_outputs": [["positive"], ["negative"]],
+}
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncated", r"unreadable predictions .*sst2.parquet: .*; run `udr evaluate -m bm25 -t sst2` again"),
+        ("null prediction", r"malformed predictions .*sst2.parquet: row 2 has no prediction \(null\)"),
+        ("null gold", r"malformed predictions .*sst2.parquet: row 1 has no gold \(null\)"),
+        ("null demonstration", r"malformed predictions .*sst2.parquet: row 2 has no demo_inputs \(null\)"),
+        ("numbers", r"malformed predictions .*sst2.parquet: column 'prediction' holds Int64, not text"),
+        ("no gold", r"predictions .*sst2.parquet lacks column gold \(has id, input, prediction, demo_ids"),
+    ],
+)
+def test_damaged_predictions_are_a_one_line_error_naming_the_file(tmp_path, data_dir, run_cli, damage, message):
+    """A truncated predictions file, a null prediction or gold answer (a damaged row: `udr evaluate` writes
+    every one), a column of another kind or none: one line naming the file, never a traceback."""
+    write_params(tmp_path, {"sst2": {"max_train": 20, "max_test": 6}}, data_dir)
+    path = tmp_path / "data/predictions/bm25/sst2.parquet"
+    path.parent.mkdir(parents=True)
+    columns = dict(ROW)
+    if damage == "null prediction":
+        columns["prediction"] = ["positive", None]
+    elif damage == "null gold":
+        columns["gold"] = [None, "positive"]
+    elif damage == "null demonstration":
+        columns["demo_inputs"] = [["good"], [None]]
+    elif damage == "numbers":
+        columns["prediction"] = [1, 0]
+    elif damage == "no gold":
+        del columns["gold"]
+    pl.DataFrame(columns).write_parquet(path)
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    code, _, err = run_cli(["show", "-m", "bm25", "-t", "sst2"], tmp_path)
+    assert code == 1 and re.search(message, err) and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_name_longer_than_a_file_name_is_a_one_line_error(tmp_path, data_dir, run_cli):
+    """A method or task name that would make a file name longer than the file system allows is refused
+    before any file is read ("File name too long" was a traceback)."""
+    write_params(tmp_path, {"sst2": {"max_train": 20, "max_test": 6}}, data_dir)
+    for args, message in [
+        (["show", "-m", "a" * 300, "-t", "sst2"], "bad name 'aaaa"),
+        (["show", "-m", "bm25", "-t", "t" * 300], "bad task 'tttt"),
+    ]:
+        code, _, err = run_cli(args, tmp_path)
+        assert code == 1 and message in err and "longer than 100 characters" in err, err
+        assert len(err.strip().splitlines()) == 1, err

@@ -207,3 +207,32 @@ def test_an_exports_routes_stay_inside_it(tmp_path):
             BiEncoder.part_dirs(_export_meta(tmp_path / f"export{i}", routes))
     query, demo, tokenizer = BiEncoder.part_dirs(_export_meta(tmp_path / "ok", {"query": "q", "demo": "d"}))
     assert (query, demo, tokenizer) == (tmp_path / "ok/q", tmp_path / "ok/d", tmp_path / "ok/q")
+
+
+def test_settings_or_export_metadata_that_do_not_parse_are_one_line_errors(tmp_path):
+    """udr_encoder.json and an export's udr_export.json go through the guarded JSON reader: nested 100,000
+    deep, or not an object, one line naming the file."""
+    import pytest
+
+    from udr.errors import UdrError
+    from udr.retriever.encoder import BiEncoder
+
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    for i, (name, text, message) in enumerate(
+        [
+            ("udr_encoder.json", deep, r"unreadable bi-encoder settings .*udr_encoder.json: maximum recursion"),
+            ("udr_encoder.json", "[1]", r"unreadable bi-encoder settings .*udr_encoder.json: expected a JSON object"),
+            ("udr_export.json", deep, r"unreadable bi-encoder settings .*udr_export.json: maximum recursion"),
+        ]
+    ):
+        folder = tmp_path / f"model{i}"
+        folder.mkdir()
+        (folder / name).write_text(text)
+        with pytest.raises(UdrError, match=message) as info:
+            BiEncoder.load_settings(folder)
+        assert "\n" not in str(info.value)
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "udr_export.json").write_text(deep)
+    with pytest.raises(UdrError, match=r"unreadable export metadata .*udr_export.json: maximum recursion"):
+        BiEncoder.part_dirs(folder)

@@ -70,5 +70,36 @@ def test_a_config_that_lies_or_does_not_parse_is_a_one_line_error(served, tmp_pa
     with pytest.raises(UdrError, match=r"does not match its config: config.json says \d+ layers, the weights hold"):
         _light(model_dir)
     config_file.write_text("{not json")
-    with pytest.raises(UdrError, match=r"unreadable model config .*config.json: JSONDecodeError"):
+    with pytest.raises(UdrError, match=r"unreadable model config .*config.json: Expecting property name"):
         _light(model_dir)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"num_attention_heads": "four"}, r"bad model config .*config.json: num_attention_heads must be a positive"),
+        ({"num_attention_heads": 2.5}, r"bad model config .*config.json: num_attention_heads must be a positive"),
+        ({"num_attention_heads": 0}, r"bad model config .*config.json: num_attention_heads must be a positive"),
+        ({"num_attention_heads": 5}, r"hidden_size 32 is not a multiple of num_attention_heads 5"),
+        ({"hidden_size": 0}, r"bad model config .*config.json: hidden_size must be a positive integer, not 0"),
+        ({"hidden_size": 64, "num_attention_heads": 4}, r"does not match its config: config.json says hidden_size 64"),
+        ({"layer_norm_eps": "x"}, r"layer_norm_eps must be a small positive number, not 'x'"),
+        ({"pad_token_id": [1]}, r"pad_token_id must be a token id, not \[1\]"),
+        (None, r"unreadable model config .*config.json: maximum recursion depth"),
+    ],
+)
+def test_a_crafted_config_is_a_one_line_error_before_any_query(served, tmp_path, change, message):
+    """A config.json that says what no BERT can be (a non-integer or zero size, nesting 100,000 deep) or
+    what its weights are not, is a one-line error when the light encoder loads, never an exception
+    (ZeroDivisionError, ValueError, RecursionError) at the first query."""
+    from udr.errors import UdrError
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(served / "models" / "final", model_dir)
+    config_file = model_dir / "query" / "config.json"
+    config = json.loads(config_file.read_text())
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    config_file.write_text(deep if change is None else json.dumps({**config, **change}))
+    with pytest.raises(UdrError, match=message) as info:
+        _light(model_dir).encode(["a query"])
+    assert "\n" not in str(info.value)

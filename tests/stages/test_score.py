@@ -163,16 +163,19 @@ def test_older_summaries_are_scored_again_unless_migrated(project, scored, tmp_p
     scored again, unless tools/migrate_score_manifests.py turned it into a manifest, after which a larger
     score.queries_per_task reuses its pairs. A summary of other inputs is not migrated."""
     from tools.migrate_score_manifests import main as migrate
+    from udr.feedback.pair_scoring import pair_inputs
     from udr.feedback.scores_file import inputs_hash, read_manifest
-    from udr.stages.score import _lm_provenance, _pair_inputs, load_work, run_score
+    from udr.lm.loading import read_provenance
+    from udr.stages.score import load_work, run_score
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)
     settings = _settings(root)
     work = load_work(settings, "sst2", 0)
+    lm_dir = settings.paths.base_model("lm")
     legacy = {
-        **_pair_inputs(settings, work, "fp32"),
-        "lm": _lm_provenance(settings),
+        **pair_inputs(work, settings.score, lm_dir, "fp32"),
+        "lm": read_provenance(lm_dir),
         "candidates": file_sha256(work.candidates_file),
     }
     scores = root / "data/scores/round0/sst2.parquet"
@@ -195,13 +198,12 @@ def test_scores_are_reused_across_cpus_that_check_the_lm_conversion_to_other_bit
     Other weights are another LM: nothing is reused."""
     import json
 
-    from udr.lm.loading import PROVENANCE_FILE
-    from udr.stages.score import _lm_provenance, run_score
+    from udr.lm.loading import PROVENANCE_FILE, read_provenance
+    from udr.stages.score import run_score
 
     root = _copy(project, tmp_path)
-    settings = _settings(root)
     record_path = root / "models/base/lm" / PROVENANCE_FILE
-    record = _lm_provenance(settings)
+    record = read_provenance(record_path.parent)
     assert run_score(_settings(root, "score.queries_per_task=7"), "sst2", 0, progress=False).reused == 30
 
     other_cpu = {**record, "verification": {"log_likelihood_converted": -67.00453206996396, "passed": True}}
@@ -420,7 +422,7 @@ def test_nan_or_infinite_scores_are_an_error(project, scored, tmp_path, bad):
 
 
 def test_nan_from_the_lm_is_an_error_and_writes_nothing(project, tmp_path, monkeypatch):
-    import udr.stages.score as score_mod
+    import udr.feedback.pair_scoring as score_mod
 
     root = _copy(project, tmp_path)
     out = root / "data/scores/round0/comv.parquet"

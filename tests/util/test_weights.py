@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -58,3 +59,64 @@ def test_a_model_folder_asking_to_run_its_code_is_refused_everywhere(tmp_path):
     with pytest.raises(UdrError, match="asks to run its own code"):
         load_encoder(base)
     assert not (tmp_path / "PWNED").exists() and not os.path.exists("PWNED")
+
+
+CRAFTED_CONFIGS = {
+    "a non-integer head count": lambda c: json.dumps({**c, "num_attention_heads": "four"}),
+    "a zero dimension": lambda c: json.dumps({**c, "hidden_size": 0}),
+    "a zero head count": lambda c: json.dumps({**c, "num_attention_heads": 0}),
+    "nesting 100,000 deep": lambda c: '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "no JSON": lambda c: "{not json",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_bi_encoder(tmp_path_factory):
+    from udr.lm.models import resolve_model
+    from udr.retriever.encoder import BiEncoder, BiEncoderSettings
+
+    tmp = tmp_path_factory.mktemp("crafted")
+    base = resolve_model(str(save_tiny_encoder(tmp / "tiny")), tmp / "base", kind="encoder")
+    BiEncoder.from_base(base, BiEncoderSettings(max_query_length=16, max_demo_length=16)).save(tmp / "model")
+    return tmp
+
+
+@pytest.mark.parametrize("craft", CRAFTED_CONFIGS, ids=list(CRAFTED_CONFIGS))
+def test_a_crafted_config_is_a_one_line_error_naming_the_folder(tiny_bi_encoder, tmp_path, craft):
+    """Whatever a config.json makes transformers raise (TypeError, RecursionError, ZeroDivisionError, ...)
+    is a one-line UdrError naming the folder, for a bi-encoder and a resolved base model alike."""
+    import shutil
+
+    from udr.lm.loading import load_encoder
+    from udr.retriever.encoder import BiEncoder
+
+    model, base = tmp_path / "model", tmp_path / "base"
+    shutil.copytree(tiny_bi_encoder / "model", model)
+    shutil.copytree(tiny_bi_encoder / "base", base)
+    for config in (model / "query" / "config.json", base / "config.json"):
+        config.write_text(CRAFTED_CONFIGS[craft](json.loads(config.read_text())))
+    for load, folder, named, fix in (
+        (BiEncoder.load, model, model / "query", "train it again"),
+        (load_encoder, base, base, "udr models"),
+    ):
+        with pytest.raises(UdrError, match=rf"unreadable model files in {named} \(.*\): .*{fix}") as info:
+            load(folder)
+        assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("error", ["MemoryError", "torch.OutOfMemoryError", "KeyboardInterrupt", "ImportError"])
+def test_running_out_of_memory_ctrl_c_or_a_missing_library_propagate(tmp_path, error):
+    """Not the files' fault: the guarded load lets them through."""
+    import builtins
+
+    import torch
+
+    from udr.util.weights import load_weights
+
+    error = torch.OutOfMemoryError if error.startswith("torch.") else getattr(builtins, error)
+
+    def load():
+        raise error("boom")
+
+    with pytest.raises(error):
+        load_weights(load, tmp_path, "rebuild it")

@@ -270,8 +270,11 @@ def evaluate_cmd(
     """In-context evaluation with one retriever -> metrics/<method>/<task>.json, data/predictions/<method>/
     (validation: metrics/validation/, data/predictions-validation/; --save-as NAME: NAME instead of
     <method>; --limit: printed only)."""
+    from udr.paths import check_name_length
     from udr.stages.evaluate import run_evaluate
 
+    if save_as is not None:
+        check_name_length(save_as, "name")  # before the LM loads
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
     settings = load(params, set_)

@@ -8,10 +8,30 @@ from collections.abc import Sequence
 
 from udr.errors import UdrError
 from udr.evaluation.metrics import GradedStatistics
+from udr.util.readers import read_parquet_checked
 
 # UDR is compared with every other method of config.METHODS.
 COMPARED = "udr"
 BOOTSTRAP_RESAMPLES = 1000
+
+
+def read_predictions(path, again: str, data: bytes | None = None):
+    """The (id, prediction) frame of a saved evaluation's predictions file (`data`: its bytes, read from
+    elsewhere, e.g. a git revision), or a one-line UdrError naming it: truncated, not parquet, a column
+    missing or of another kind, a null id or prediction (evaluate writes every one: a damaged row)."""
+    kinds = {"id": "integer", "prediction": "text"}
+    return read_parquet_checked(
+        path, "predictions", list(kinds), kinds=kinds, non_null=list(kinds), fix=again, data=data
+    )
+
+
+def checked_result(result, where: str, again: str) -> dict:
+    """`result` (a saved evaluation's metrics file, read from `where`) where it holds what `udr evaluate`
+    writes (metric, n, score, graded score), else a one-line UdrError naming it."""
+    graded = result.get("graded") if isinstance(result, dict) else None
+    if not isinstance(graded, dict) or not all(k in result for k in ("metric", "n", "score")) or "score" not in graded:
+        raise UdrError(f"malformed result {where} (not what `udr evaluate` writes): {again}")
+    return result
 
 
 def frame_metric(frame, examples: list[dict], metric: str, source: str, rows: str):

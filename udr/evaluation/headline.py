@@ -5,12 +5,12 @@ bootstrap intervals. The README shows headline.md as it is (tests/test_docs.py c
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from udr.errors import UdrError
 from udr.evaluation.comparisons import COMPARED
+from udr.util.files import read_json_object
 
 METHODS = ("random", "bm25", "sbert", "epr", "udr")
 BASELINES = ("bm25", "sbert", "epr", "random")
@@ -25,10 +25,7 @@ def beside_columns(root: Path, paths: list[str]) -> list[dict]:
         if not path.is_file():
             print(f"udr: evaluate.beside: no {entry} here; metrics/headline.md shows this run alone", file=sys.stderr)
             continue
-        try:
-            summary = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise UdrError(f"evaluate.beside: cannot read {entry} ({type(exc).__name__})") from None
+        summary = read_json_object(path, "evaluate.beside summary", "commit the experiment's summary.json again")
         missing = [k for k in ("label", "scored_queries_per_task", "averages", "udr_minus") if k not in summary]
         if missing:
             raise UdrError(f"evaluate.beside: {entry} has no {', '.join(missing)}")

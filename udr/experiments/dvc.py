@@ -1,13 +1,11 @@
 """Calling DVC for `udr exp`: experiment runs, the queue, and reading saved experiments back from git.
 
-Imports of polars, udr.config, udr.data.prepare and udr.evaluation.bootstrap (numpy, pydantic) are inside the
+Imports of udr.config, udr.data.prepare and udr.evaluation.bootstrap (numpy, pydantic) are inside the
 functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import re
 import shlex
@@ -18,8 +16,9 @@ import time
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, frame_metric
+from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, checked_result, frame_metric, read_predictions
 from udr.paths import Paths
+from udr.util.readers import parse_json
 
 
 def dvc_executable() -> str:
@@ -161,7 +160,13 @@ def method_results(root: Path, method: str, tasks, rev: str) -> dict[str, dict]:
     if listing.returncode != 0:
         raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
     names = [n for n in listing.stdout.split() if tasks is None or Path(n).stem in tasks]
-    return {Path(n).stem: json.loads(git_show(root, rev, f"metrics/{method}/{n}")) for n in names}
+    out = {}
+    for n in names:
+        where, again = f"metrics/{method}/{n} at {rev[:12]}", f"commit a whole evaluation of {method}"
+        out[Path(n).stem] = checked_result(
+            parse_json(git_show(root, rev, f"metrics/{method}/{n}"), where, "result", again), where, again
+        )
+    return out
 
 
 def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
@@ -174,8 +179,6 @@ def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], see
     read from git: each row of `rows` ({key: {task: (method, revision)}}) and `b` map a task to
     (method, revision). Returns {key: (per-task Intervals, average Interval)} over the tasks of `b`,
     from the predictions committed with each evaluation; B's are read and scored once."""
-    import polars as pl
-
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
 
@@ -184,8 +187,8 @@ def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], see
     def scorer(task, method, rev):
         metric = method_results(root, method, [task], rev)[task]["metric"]
         path = Paths(root).predictions(method, task).relative_to(root).as_posix()
-        frame = pl.read_parquet(io.BytesIO(git_show(root, rev, path)), columns=["id", "prediction"])
         where = f"{path} at {rev[:12]}"
+        frame = read_predictions(where, f"commit a whole evaluation of {method} on {task}", git_show(root, rev, path))
         return frame_metric(frame, examples[task], metric, where, f"the prepared test split of {task}")
 
     base = {t: scorer(t, *b[t]) for t in b}

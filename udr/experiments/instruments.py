@@ -99,7 +99,7 @@ def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, 
     the task's prepared train and validation splits."""
     import polars as pl
 
-    from udr.stages.score import ScoreWork, score_inputs, score_work
+    from udr.feedback.pair_scoring import ScoreWork, ScoringSetup, score_inputs, score_work
 
     out = settings.paths.oracle(task_name)
     cands_file = out.with_suffix(".candidates.parquet")
@@ -113,6 +113,7 @@ def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, 
         task=settings.task(task_name),
         round=0,
         train=pl.concat([pool, rows], how="vertical_relaxed"),
+        train_file=settings.paths.prepared(task_name, "train"),
         candidates_file=cands_file,
         queries=np.asarray(rows["id"].to_list(), dtype=np.int64),
         reused=reused,
@@ -120,11 +121,12 @@ def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, 
     )
     depends_on = {"instrument": "oracle", "validation": file_sha256(settings.paths.prepared(task_name, "validation"))}
     _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
-    wanted = {"inputs": score_inputs(settings, work, dtype), **depends_on}
+    setup = ScoringSetup(settings.score, settings.paths.base_model("lm"), settings.seed)
+    wanted = {"inputs": score_inputs(work, setup.score, setup.lm_dir, dtype), **depends_on}
     manifest = out.with_suffix(".manifest.json")
     if out.is_file() and manifest.is_file() and json.loads(manifest.read_text()) == wanted:
         return pl.read_parquet(out)
-    if score_work(settings, work, out, depends_on=depends_on, progress=progress) is None:
+    if score_work(setup, work, out, depends_on=depends_on, progress=progress) is None:
         raise UdrError("oracle scoring runs in one process (not under torchrun)")
     write_json_atomic(manifest, wanted)
     return pl.read_parquet(out)

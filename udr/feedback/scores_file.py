@@ -22,7 +22,8 @@ import numpy as np
 
 from udr.errors import UdrError, first_line
 from udr.paths import summary_file
-from udr.util.files import file_sha256, write_json_atomic
+from udr.util.files import file_sha256, read_json_object, write_json_atomic
+from udr.util.readers import dataclass_from, read_parquet_checked
 from udr.util.rng import task_rng
 
 
@@ -72,14 +73,16 @@ def read_manifest(scores: Path, round_: int, task: str) -> ScoresManifest:
     """The manifest beside the scores file `scores`, or a one-line UdrError saying to score again."""
     path = summary_file(scores)
     fix = f"run `udr score --round {round_} --task {task}` again"
+    if not path.is_file():
+        raise UdrError(f"scores {scores} have no manifest {path.name}: {fix}")
+    # each field of its declared type: a list of ids given as a string, a count as text, are refused here
+    raw = read_json_object(path, "scores manifest", fix)
+    manifest = dataclass_from(ScoresManifest, raw, path, "scores manifest", fix)
     try:
-        raw = json.loads(path.read_text())
-        manifest = ScoresManifest(**raw)
-    except FileNotFoundError:
-        raise UdrError(f"scores {scores} have no manifest {path.name}: {fix}") from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise UdrError(f"scores {scores}: unreadable manifest {path.name} ({first_line(exc)}): {fix}") from None
-    if manifest.inputs_hash != inputs_hash(manifest.inputs):
+        hashed = inputs_hash(manifest.inputs)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise UdrError(f"unreadable scores manifest {path}: its inputs ({first_line(exc)}); {fix}") from None
+    if manifest.inputs_hash != hashed:
         raise UdrError(f"scores {scores}: the manifest's inputs do not match their hash (edited by hand?): {fix}")
     return manifest
 
@@ -104,16 +107,15 @@ def read_scores(path: Path, round_: int, task: str, columns: list[str] | None = 
     return load_scores(path, round_, task, columns)[1]
 
 
+# The kinds of a scores file's columns (udr.util.readers.read_parquet_checked).
+SCORE_KINDS = {"query_id": "integer", "candidate_id": "integer", "score": "number", "rank": "integer"}
+
+
 def read_score_rows(path: Path, round_: int, task: str, columns: list[str] | None = None):
     """The rows of a scores file whose checksum the caller has checked against its manifest (polars), every
     score finite, or a one-line UdrError saying to score again."""
-    import polars as pl
-
     fix = f"run `udr score --round {round_} --task {task}` again"
-    try:
-        frame = pl.read_parquet(path, columns=columns)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise UdrError(f"unreadable scores {path} ({first_line(exc)}): {fix}") from None
+    frame = read_parquet_checked(path, "scores", columns, kinds=SCORE_KINDS, fix=fix)
     check_finite(frame, f"scores {path}", fix)
     return frame
 

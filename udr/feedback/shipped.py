@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from udr.config import ScoreSettings
 from udr.errors import UdrError
+from udr.feedback.pair_scoring import ScoreWork, ScoringSetup, score_inputs
 from udr.feedback.scores_file import ScoresManifest, read_manifest, read_score_rows
 from udr.util.files import file_sha256
 from udr.util.rng import task_rng
@@ -82,20 +82,21 @@ class ShippedSample:
         }
 
 
-def take_shipped(work, source: Path, label: str, cfg: ScoreSettings, seed: int, inputs_hash):
+def take_shipped(work: ScoreWork, source: Path, label: str, setup: ScoringSetup):
     """(work, sample): `work` with every shipped pair of its to-do list moved to the reused ones but the
     sample's, which stay to be scored and checked; (work, None) where the task has no shipped file, or one
     of other inputs (a notice says so: every pair is then scored here). `source`: the task's shipped
-    scores (`label`: as the params name them); `cfg`: the score settings (`reuse_shipped`, `check_queries`,
-    `check_tolerance`); `seed`: the sample's; `inputs_hash(dtype)`: the inputs hash of this run's pairs at
-    that precision. The shipped file's own precision is accepted
-    (an fp32 run takes bf16 feedback): the sample, scored at this run's, must agree all the same."""
+    scores (`label`: as the params name them); `setup`: the score settings (`reuse_shipped`,
+    `check_queries`, `check_tolerance`), the LM (the pairs' inputs hash) and the sample's seed. The shipped
+    file's own precision is accepted (an fp32 run takes bf16 feedback): the sample, scored at this run's,
+    must agree all the same."""
     import polars as pl
 
+    cfg = setup.score
     if not (cfg.reuse_shipped and work.round == 0 and source.is_file() and len(work.todo)):
         return work, None
     manifest = _shipped_manifest(source)
-    if manifest.inputs_hash != inputs_hash(manifest.inputs.get("dtype", "")):
+    if manifest.inputs_hash != score_inputs(work, cfg, setup.lm_dir, manifest.inputs.get("dtype", "")):
         print(
             f"udr: shipped feedback {source} was scored with other inputs (data, LM or prompt): "
             f"scoring {work.task.name}'s pairs here",
@@ -107,7 +108,7 @@ def take_shipped(work, source: Path, label: str, cfg: ScoreSettings, seed: int, 
     covered = _fully_covered_queries(work.todo, available)
     if not covered.size:
         return work, None
-    picked = task_rng(seed, work.task.name, "shipped-check").permutation(covered)[: cfg.check_queries]
+    picked = task_rng(setup.seed, work.task.name, "shipped-check").permutation(covered)[: cfg.check_queries]
     in_sample = pl.col("query_id").is_in(picked.tolist())
     taken = available.filter(~in_sample).select(work.reused.columns)
     todo = work.todo.join(taken, on=KEY, how="anti").sort(["candidate_id", "query_id"])

@@ -38,7 +38,7 @@ def read_provenance(path: Path) -> dict[str, Any] | None:
     or None where it has none."""
     try:
         record = json.loads((path / PROVENANCE_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable: the caller says to resolve it again
         return None
     return record if isinstance(record, dict) else None
 

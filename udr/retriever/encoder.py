@@ -29,10 +29,11 @@ from pydantic import ValidationError, model_serializer, model_validator
 
 from udr.config import EncoderSettings, Pooling, Similarity
 from udr.data.tasks import Task
-from udr.errors import UdrError
+from udr.errors import UdrError, shorten
 from udr.lm.loading import load_encoder
-from udr.util.files import building_dir, check_no_links_out, inside, json_text
+from udr.util.files import building_dir, check_no_links_out, inside, json_text, read_json_object
 from udr.util.progress import progress_bar
+from udr.util.readers import read_json
 from udr.util.weights import load_weights
 
 SETTINGS_NAME = "udr_encoder.json"
@@ -79,8 +80,9 @@ def _sentence_transformers_module(model_dir: Path, kind: str) -> dict | None:
     if not modules.is_file():
         return None
     try:
-        return next((e for e in json.loads(modules.read_text()) if e.get("type", "").endswith(f"models.{kind}")), None)
-    except (OSError, ValueError, TypeError, AttributeError):
+        entries = [e for e in json.loads(modules.read_text()) if isinstance(e, dict)]
+        return next((e for e in entries if str(e.get("type", "")).endswith(f"models.{kind}")), None)
+    except (OSError, ValueError, TypeError, RecursionError):
         return None
 
 
@@ -92,7 +94,9 @@ def base_pooling(model_dir: Path) -> Pooling:
         return "cls"
     try:
         config = json.loads((Path(model_dir) / pooling["path"] / "config.json").read_text())
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return "cls"
+    if not isinstance(config, dict):
         return "cls"
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
@@ -197,16 +201,15 @@ class BiEncoder:
                 f"missing model: {path} is not a udr bi-encoder (no {SETTINGS_NAME}); "
                 "train one with `udr train` or pass --model"
             )
+        raw = read_json(meta, "bi-encoder settings", expect=dict)
         try:
-            raw = json.loads(meta.read_text())
-            return BiEncoderSettings.model_validate(raw[key] if key else raw)
-        except (ValueError, KeyError, TypeError) as exc:
-            if isinstance(exc, ValidationError):
-                first = exc.errors()[0]
-                reason = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-            else:
-                reason = exc.__class__.__name__
-            raise UdrError(f"{meta}: unreadable bi-encoder settings ({reason})") from None
+            return BiEncoderSettings.model_validate(raw.get(key) if key else raw)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            reason = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+            raise UdrError(f"{meta}: unreadable bi-encoder settings ({shorten(reason, 160)})") from None
+        except RecursionError:
+            raise UdrError(f"{meta}: unreadable bi-encoder settings (nested too deeply)") from None
 
     @classmethod
     def part_dirs(cls, path: Path) -> tuple[Path, Path, Path]:
@@ -216,10 +219,7 @@ class BiEncoder:
         check_no_links_out(path)
         if meta.name != EXPORT_NAME:
             return path / "query", path / "demo", path / "tokenizer"
-        try:
-            routes = json.loads(meta.read_text()).get("routes", {})
-        except (ValueError, UnicodeDecodeError, RecursionError, AttributeError):
-            raise UdrError(f"unreadable export metadata {meta}: expected a JSON object; export it again") from None
+        routes = read_json_object(meta, "export metadata", "export it again").get("routes", {})
         if not isinstance(routes, dict):
             raise UdrError(f'bad routes in {meta}: expected an object {{"query": DIR, "demo": DIR}}')
         query = inside(path, routes.get("query", "query"), f"route 'query' of {meta}")

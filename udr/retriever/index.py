@@ -15,7 +15,6 @@ Retriever` and `udr retrieve` light.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +84,10 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
         emb = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise UdrError(f"unreadable index {path}: {exc}") from None
+    sidecar = read_json_object(meta_path, "index metadata", "rerun `udr index`")
     try:
-        sidecar = json.loads(meta_path.read_text())
         shape, dtype, meta = tuple(sidecar["shape"]), sidecar["dtype"], sidecar["meta"]
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+    except (KeyError, TypeError) as exc:
         raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {first_line(exc)}") from None
     if emb.shape != shape or emb.dtype.str != dtype:
         raise UdrError(

@@ -169,7 +169,7 @@ class DistillLoss(nn.Module):
     model's scores; here from the LM's own).
     """
 
-    def __init__(self, temperature: float = 1.0) -> None:
+    def __init__(self, temperature: float) -> None:
         super().__init__()
         if not (isinstance(temperature, int | float) and math.isfinite(temperature) and temperature > 0):
             raise UdrError(f"bad parameter temperature: must be a finite number > 0, got {temperature!r}")
@@ -264,7 +264,8 @@ class LossParts(NamedTuple):
 class UDRLoss(nn.Module):
     """UDR's training loss: the rank loss (or the distillation loss) plus the in-batch negative loss.
 
-    Args:
+    Args (the settings' values are the caller's, `train.loss_lambda`, `train.loss` and
+    `train.distill_temperature`, whose one default is :class:`udr.config.TrainSettings`'s):
         lambda_: weight of L_rank (L_KL) in "paper" ("distill") mode, in [0, 1] (ignored in "published" mode).
         mode: "paper": L = lambda * L_rank + (1 - lambda) * L_ib (the paper's formula);
             "published": L = 4 * L_rank + L_ib (what the published KaiLv69/UDR code computes);
@@ -272,7 +273,7 @@ class UDRLoss(nn.Module):
             candidates' LM scores (so lambda = 1 is the KL alone).
         scale: every similarity enters both losses multiplied by it, sim = scale * (q . z) (1 / temperature;
             1 for the paper's dot products, e.g. 20 for cosine similarities of L2-normalised embeddings).
-        distill_temperature: tau of :class:`DistillLoss` (distill mode only).
+        distill_temperature: tau of :class:`DistillLoss` (distill mode only, and required there).
 
     Inputs (forward):
         query_emb: FloatTensor (B, d), query embeddings.
@@ -295,9 +296,7 @@ class UDRLoss(nn.Module):
     section "Loss Function"; https://github.com/KaiLv69/UDR for the "published" weighting.
     """
 
-    def __init__(
-        self, lambda_: float = 0.8, mode: str = "paper", scale: float = 1.0, distill_temperature: float = 1.0
-    ) -> None:
+    def __init__(self, lambda_: float, mode: str, scale: float = 1.0, distill_temperature: float | None = None) -> None:
         super().__init__()
         try:
             lam = float(lambda_)
@@ -313,7 +312,9 @@ class UDRLoss(nn.Module):
         self.mode = mode
         self.scale = float(scale)
         self.rank_loss = RankLoss()
-        self.distill_loss = DistillLoss(distill_temperature)
+        if mode == "distill" and distill_temperature is None:
+            raise UdrError("bad parameter distill_temperature: mode distill needs one")
+        self.distill_loss = None if distill_temperature is None else DistillLoss(distill_temperature)
         self.in_batch_loss = InBatchLoss()
         self.pool_in_batch_loss = PoolInBatchLoss()
 

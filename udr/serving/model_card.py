@@ -3,7 +3,7 @@ models, tasks, feedback sizes and training of every round behind it), the pools 
 `udr index` put beside it, and the project's results of this very model (metrics/, matched by the model's
 fingerprint; metrics/results.md with its n and bootstrap intervals where every UDR result is this model's).
 
-Imports of polars, udr.config and the udr.retriever, udr.serving and udr.stages modules that load numpy or pydantic
+Imports of udr.config and the udr.retriever, udr.serving and udr.stages modules that load numpy or pydantic
 are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
@@ -14,6 +14,8 @@ from pathlib import Path
 
 from udr.paths import Paths
 from udr.retriever.record import read_record, rounds, trained_tasks
+from udr.util.files import read_json_object
+from udr.util.readers import read_parquet_checked
 
 USAGE = """```python
 from sentence_transformers import SentenceTransformer
@@ -74,12 +76,13 @@ def _pool_rows(settings, model_dir: Path, name: str) -> str:
     """The rows of a task's pool: the copy the model folder carries, else the project's prepared split."""
     carried = Paths.model_pool(model_dir, name)
     if carried.is_file():
-        import polars as pl
-
-        return str(pl.scan_parquet(carried).select(pl.len()).collect().item())
+        return str(len(read_parquet_checked(carried, "pool", ["id"], fix="run `udr index` again")))
     meta_path = settings.paths.prepared_dir(name) / "meta.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return str(meta.get("counts", {}).get("train", {}).get("kept", "?"))
+    again = f"run `udr prepare --task {name}` again"
+    kept = read_json_object(meta_path, "prepared data metadata", again) if meta_path.is_file() else {}
+    for key in ("counts", "train", "kept"):
+        kept = kept.get(key, "?") if isinstance(kept, dict) else "?"
+    return str(kept)
 
 
 def card_tasks(settings, model_dir: Path) -> dict:
@@ -113,11 +116,11 @@ def _task_rows(settings, model_dir: Path, tasks: dict, record: dict | None) -> l
 
 def _examples(settings, model_dir: Path, task: str) -> list[tuple[str, str]]:
     """Two (input, target) rows of a task's pool, for the usage snippets."""
-    import polars as pl
-
+    text = {"input": "text", "target": "text"}
     for path in (Paths.model_pool(model_dir, task), settings.paths.prepared(task, "train")):
         if path.is_file():
-            rows = pl.read_parquet(path, columns=["input", "target"]).head(2).to_dicts()
+            frame = read_parquet_checked(path, "pool", list(text), kinds=text, non_null=list(text))
+            rows = frame.head(2).to_dicts()
             return [(r["input"], r["target"]) for r in rows] * (2 if len(rows) == 1 else 1)
     return [("a query", "an answer"), ("a demonstration", "its answer")]
 

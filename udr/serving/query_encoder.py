@@ -19,16 +19,45 @@ to keep `from udr import Retriever` and `udr retrieve` light.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from udr.errors import UdrError, first_line
+from udr.errors import UdrError, quoted
+from udr.util.readers import read_json
+from udr.util.weights import load_weights
 
 _LOAD_LOCK = threading.Lock()  # one thread at a time loads a full bi-encoder (and imports transformers)
 
 _ACTIVATIONS = ("gelu", "relu")
+REBUILD = "train it again (`udr train`) or pass another --model"
+
+
+def _check_config(config: dict, path: Path) -> None:
+    """A one-line UdrError naming `path` where the BERT config.json holds a field no model can have: a
+    size or count that is not a positive integer, a width its heads do not divide, a bad epsilon or
+    padding id."""
+
+    def whole(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    for key in ("num_attention_heads", "num_hidden_layers", "hidden_size"):
+        value = config.get(key)
+        if not whole(value) or value < 1:
+            raise UdrError(f"bad model config {path}: {key} must be a positive integer, not {quoted(value)}; {REBUILD}")
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise UdrError(
+            f"bad model config {path}: hidden_size {config['hidden_size']} is not a multiple of "
+            f"num_attention_heads {config['num_attention_heads']}; {REBUILD}"
+        )
+    eps = config.get("layer_norm_eps", 1e-12)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < 1:
+        raise UdrError(
+            f"bad model config {path}: layer_norm_eps must be a small positive number, not {quoted(eps)}; {REBUILD}"
+        )
+    pad = config.get("pad_token_id")
+    if pad is not None and (not whole(pad) or pad < 0):
+        raise UdrError(f"bad model config {path}: pad_token_id must be a token id, not {quoted(pad)}; {REBUILD}")
 
 
 class LightQueryEncoder:
@@ -36,24 +65,22 @@ class LightQueryEncoder:
 
     def __init__(self, weights: dict, config: dict, tokenizer, settings):
         self.w, self.config, self.tokenizer, self.settings = weights, config, tokenizer, settings
-        self.heads = int(config["num_attention_heads"])
+        self.heads = config["num_attention_heads"]
         self.eps = float(config.get("layer_norm_eps", 1e-12))
-        self.layers = int(config["num_hidden_layers"])
+        self.layers = config["num_hidden_layers"]
         self.activation = config.get("hidden_act", "gelu")
 
     @classmethod
     def load(cls, query_dir: Path, tokenizer_dir: Path, settings) -> LightQueryEncoder | None:
-        """The light encoder of E_q at `query_dir`, or None when its architecture is not one it covers."""
+        """The light encoder of E_q at `query_dir`, or None when its architecture is not one it covers. Its
+        files go through the one guarded model load (:func:`udr.util.weights.load_weights`): a config.json
+        that does not parse or says what no model can be, weights that do not match it, a damaged
+        tokenizer, are a one-line UdrError naming the folder, before any query."""
         config_file, weights_file = query_dir / "config.json", query_dir / "model.safetensors"
         tokenizer_file = tokenizer_dir / "tokenizer.json"
         if not (config_file.is_file() and weights_file.is_file() and tokenizer_file.is_file()):
             return None
-        try:
-            config = json.loads(config_file.read_text())
-        except ValueError as exc:
-            raise UdrError(f"unreadable model config {config_file}: {exc.__class__.__name__}: not valid JSON") from None
-        if not isinstance(config, dict):
-            raise UdrError(f"unreadable model config {config_file}: expected a JSON object")
+        config = read_json(config_file, "model config", REBUILD, expect=dict)
         if (
             config.get("model_type") != "bert"
             or config.get("position_embedding_type", "absolute") != "absolute"
@@ -61,29 +88,40 @@ class LightQueryEncoder:
             or config.get("hidden_act", "gelu") not in _ACTIVATIONS
         ):
             return None
+        _check_config(config, config_file)
+        return load_weights(lambda: cls._build(query_dir, tokenizer_file, config, settings), query_dir, REBUILD)
+
+    @classmethod
+    def _build(cls, query_dir: Path, tokenizer_file: Path, config: dict, settings) -> LightQueryEncoder | None:
+        """The encoder of `load`, tried on one query so that weights that do not fit the config fail here."""
         from safetensors.torch import load_file
         from tokenizers import Tokenizer
 
-        try:
-            weights = load_file(str(weights_file))
-        except Exception as exc:  # a damaged file: one line, with the way out
-            raise UdrError(f"unreadable model weights {weights_file}: {first_line(exc)}") from None
+        weights = load_file(str(query_dir / "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
         weights = {k[len(prefix) :]: v.float() for k, v in weights.items() if k.startswith(prefix)}
         if "embeddings.word_embeddings.weight" not in weights:
             return None
-        layers = int(config.get("num_hidden_layers", 0))
-        stored = {int(k.split(".")[2]) for k in weights if k.startswith("encoder.layer.")}
-        if stored != set(range(layers)):
+        layers = config.get("num_hidden_layers", 0)
+        stored = {k.split(".")[2] for k in weights if k.startswith("encoder.layer.")}
+        if stored != {str(i) for i in range(layers)}:
             raise UdrError(
                 f"model {query_dir} does not match its config: config.json says {layers} layers, "
-                f"the weights hold {len(stored)}; train it again or pass another --model"
+                f"the weights hold {len(stored)}; {REBUILD}"
+            )
+        width = weights["embeddings.word_embeddings.weight"].shape[-1]
+        if width != config["hidden_size"]:
+            raise UdrError(
+                f"model {query_dir} does not match its config: config.json says hidden_size "
+                f"{config['hidden_size']}, the weights {width}; {REBUILD}"
             )
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
         tokenizer.enable_truncation(max_length=settings.max_query_length)
-        pad_id = int(config.get("pad_token_id") or 0)
+        pad_id = config.get("pad_token_id") or 0
         tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "[PAD]")
-        return cls(weights, config, tokenizer, settings)
+        encoder = cls(weights, config, tokenizer, settings)
+        encoder.encode(["a query"])  # weights of another shape than the config's fail now, not at a query
+        return encoder
 
     @property
     def dimension(self) -> int:

@@ -29,7 +29,7 @@ from udr.evaluation.baselines import BM25Retriever, RandomRetriever, check_metho
 from udr.evaluation.baselines import bi_encoder_retriever as over_pool
 from udr.evaluation.task_evaluation import LanguageModel, TaskEvaluation
 from udr.lm.models import resolve_model
-from udr.paths import Paths
+from udr.paths import Paths, check_name_length
 from udr.retriever.encoder import BiEncoder
 from udr.retriever.index import load_index, model_fingerprint
 from udr.retriever.search import PoolRetriever
@@ -317,6 +317,7 @@ def check_saved_name(name: str, settings=None, split: str = "test") -> None:
     """A one-line error, before any work, unless `name` can name a saved evaluation: a plain folder name
     that is not a method's (the pipeline's results are not overwritten), nor another folder of metrics/,
     nor (with `settings`) a file where its result or prediction folder would go (metrics/summary.json)."""
+    check_name_length(name, "name")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise UdrError(f"bad name {name!r}: letters, digits, '_', '.' and '-', starting with a letter or digit")
     if name in METHODS or name in RESERVED_NAMES:

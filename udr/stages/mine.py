@@ -3,8 +3,8 @@ task's pool for the scored queries and merged with round N-1's candidates
 (:func:`udr.retriever.mining.mine_candidates`). Writes data/candidates/round<N>/<task>.parquet and, in
 the JSON beside it, how many mined candidates were new and how much of the previous list was found again.
 
-Imports of polars and of the udr modules that load numpy or pydantic are inside the functions that use them, to
-keep the start of `udr` and of its commands light.
+Imports of the udr modules that load numpy or pydantic are inside the functions that use them, to keep the
+start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from udr.errors import UdrError
 from udr.paths import summary_file
 from udr.util.distributed import resolve_device_type
 from udr.util.files import write_json_atomic, write_parquet_atomic
+from udr.util.readers import read_parquet_checked
 
 
 @dataclass
@@ -36,7 +37,6 @@ class MineSummary:
 def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) -> MineSummary:
     """Mine round `round_`'s candidates of a task with the previous round's retriever; write them and
     their summary, and return it."""
-    import polars as pl
 
     from udr.data.prepare import read_prepared
     from udr.feedback.scores_file import read_manifest
@@ -66,7 +66,9 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
         raise UdrError(f"{task_name}: the pool has {len(pool)} rows, too few to mine from")
     device = resolve_device_type(settings.train.device, "train.device")
     encoder = BiEncoder.load(model_dir).to(device)
-    previous = pl.read_parquet(previous_file, columns=["query_id", "candidate_id"])
+    pair = {"query_id": "integer", "candidate_id": "integer"}
+    again = f"run round {round_ - 1} again"
+    previous = read_parquet_checked(previous_file, "candidates", list(pair), kinds=pair, non_null=list(pair), fix=again)
     mined = mine_candidates(
         encoder, settings.task(task_name), pool, queries, previous, k, settings.mine.batch_size, device, progress
     )

@@ -11,15 +11,14 @@ commands light.
 
 from __future__ import annotations
 
-import json
-
 from udr.errors import UdrError
-from udr.evaluation.comparisons import COMPARED
+from udr.evaluation.comparisons import COMPARED, checked_result
 from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
 from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown
 from udr.stages.saved_evaluations import udr_versus_baselines
-from udr.util.files import write_json_atomic, write_text_atomic
+from udr.util.files import read_json_object, write_json_atomic, write_text_atomic
+from udr.util.readers import read_json
 
 
 def _load_results(settings) -> dict[str, dict[str, dict]]:
@@ -33,7 +32,8 @@ def _load_results(settings) -> dict[str, dict[str, dict]]:
             path = settings.paths.method_metrics(method, task)
             if not path.is_file():
                 raise UdrError(f"missing result {path}: run `udr evaluate --method {method}` first")
-            out[method][task] = json.loads(path.read_text())
+            again = f"run `udr evaluate --method {method}` again"
+            out[method][task] = checked_result(read_json(path, "result", again), str(path), again)
     return out
 
 
@@ -72,7 +72,9 @@ def run_column(settings, summary: dict) -> dict:
     shipped = []
     for task in settings.train.tasks or settings.task_names():
         path = settings.paths.score_report(0, task)
-        record = json.loads(path.read_text()) if path.is_file() else {}
+        record = (
+            read_json_object(path, "score report", f"run `udr score --task {task}` again") if path.is_file() else {}
+        )
         shipped.append(bool(record.get("shipped")))
     if shipped and all(shipped):
         feedback = f"shipped, {settings.score.check_queries} re-scored"

@@ -7,15 +7,17 @@ Imports of polars are inside the functions that use them, to keep the start of `
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from udr.paths import Paths, round_label, summary_file
 from udr.retriever.record import read_record
+from udr.util.files import read_json_object
+from udr.util.readers import read_parquet_checked
 
 
 def _read(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    """A stage's summary or log (a JSON object), None where there is none; unreadable, a one-line UdrError."""
+    return read_json_object(path, "stage summary", "run that stage again") if path.is_file() else None
 
 
 def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, float] | None:
@@ -27,9 +29,11 @@ def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, floa
     cands, scores = paths.candidates(round_, task), paths.scores(round_, task)
     if not (cands.is_file() and scores.is_file()):
         return None
-    retrieved = pl.read_parquet(cands).filter(pl.col("rank").is_not_null()).select("query_id", "candidate_id")
+    pair = {"query_id": "integer", "candidate_id": "integer"}
+    retrieved = read_parquet_checked(cands, "candidates", [*pair, "rank"], kinds={**pair, "rank": "integer"})
+    retrieved = retrieved.filter(pl.col("rank").is_not_null()).select("query_id", "candidate_id")
     joined = retrieved.join(
-        pl.read_parquet(scores).select("query_id", "candidate_id", "score"),
+        read_parquet_checked(scores, "scores", [*pair, "score"], kinds={**pair, "score": "number"}),
         on=["query_id", "candidate_id"],
         how="inner",
     )

@@ -3,52 +3,48 @@ compared: the paired bootstrap of two methods' difference from their saved predi
 the average (:mod:`udr.evaluation.bootstrap`). `udr report` compares UDR with each baseline; the `udr
 exp` instruments compare saved evaluations.
 
-Imports of numpy, polars, udr.data.prepare and udr.evaluation.bootstrap are inside the functions that use them, to
+Imports of numpy, udr.data.prepare and udr.evaluation.bootstrap are inside the functions that use them, to
 keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
-from udr.errors import UdrError, first_line
-from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, COMPARED, check_same_metrics, frame_metric
+from udr.errors import UdrError
+from udr.evaluation.comparisons import (
+    BOOTSTRAP_RESAMPLES,
+    COMPARED,
+    check_same_metrics,
+    checked_result,
+    frame_metric,
+    read_predictions,
+)
+from udr.paths import check_name_length
+from udr.util.readers import read_json
 
 
 def prediction_metric(settings, method: str, task: str, examples: list[dict], metric: str, split: str = "test"):
     """The graded score of `method`'s saved predictions on `task`'s `split` as a function of example
     indices (:data:`udr.evaluation.bootstrap.MetricOn`), `examples` being that split's prepared rows."""
-    import polars as pl
-
     path = settings.paths.predictions(method, task, split)
     if not path.is_file():
         raise UdrError(f"missing predictions {path}: run `udr evaluate --method {method}` first")
-    frame = pl.read_parquet(path, columns=["id", "prediction"])
+    frame = read_predictions(path, f"evaluate {method} on {task} ({split}) again")
     return frame_metric(frame, examples, metric, f"{path}", f"the prepared {split} split of {task}")
 
 
 def saved_results(settings, name: str, tasks: Sequence[str], split: str = "test") -> dict[str, dict]:
     """{task: result} of a saved evaluation (a method, or a name given with `udr evaluate --save-as`) on
     `split`; a missing one is a UdrError naming it."""
+    check_name_length(name, "name")
     out = {}
     for t in tasks:
         path = settings.paths.method_metrics(name, t, split)
         if not path.is_file():
             raise UdrError(f"missing result {path}: evaluate {name} on {t} ({split}) first")
         again = f"evaluate {name} on {t} ({split}) again"
-        try:
-            result = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise UdrError(f"unreadable result {path} ({first_line(exc)}): {again}") from None
-        graded = result.get("graded") if isinstance(result, dict) else None
-        if (
-            not isinstance(graded, dict)
-            or not all(k in result for k in ("metric", "n", "score"))
-            or "score" not in graded
-        ):
-            raise UdrError(f"malformed result {path} (not what `udr evaluate` writes): {again}")
-        out[t] = result
+        out[t] = checked_result(read_json(path, "result", again), str(path), again)
     return out
 
 
@@ -59,6 +55,8 @@ def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[st
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
 
+    for name in (*names, b):
+        check_name_length(name, "name")
     examples = {t: read_prepared(settings.root, t, split).to_dicts() for t in tasks}
     results = {m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([*names, b])}
     check_same_metrics(results, tasks)
@@ -85,6 +83,8 @@ def saved_comparison(settings, a: str, b: str, tasks: Sequence[str], split: str 
 
 def saved_tasks(settings, names: Sequence[str], split: str = "test") -> list[str]:
     """The tasks in params (or prepared) that every one of `names` has a saved result for on `split`."""
+    for name in names:
+        check_name_length(name, "name")
     candidates = settings.evaluation_tasks()
     return [t for t in candidates if all(settings.paths.method_metrics(m, t, split).is_file() for m in names)]
 

@@ -2,7 +2,7 @@
 its prompt (in prompt order), the gold answer and the LM's prediction, read from the saved predictions
 (``data/predictions/<method>/<task>.parquet``), which hold every text they need.
 
-Imports of polars and udr.config (pydantic) are inside the functions that use them, to keep the start of `udr` and
+Imports of udr.config (pydantic) are inside the functions that use them, to keep the start of `udr` and
 of its commands light.
 """
 
@@ -11,9 +11,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from udr.errors import UdrError
+from udr.paths import check_name_length
 from udr.util.files import shown_path
+from udr.util.readers import read_parquet_checked
 
 NEEDED = ("id", "input", "prediction", "gold", "demo_ids", "demo_inputs", "demo_outputs")
+KINDS = {"id": "integer", "input": "text", "prediction": "text", "gold": "text"} | {
+    c: "list" for c in ("demo_ids", "demo_inputs", "demo_outputs")
+}
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,13 @@ class ShownExample:
 
 def read_examples(settings, method: str, task: str, split: str = "test") -> list[ShownExample]:
     """Every example of `method`'s evaluation of `task` on `split`, in evaluation order."""
-    import polars as pl
-
     from udr.config import METHODS
 
+    check_name_length(method, "name")
+    check_name_length(task, "task")
     path = settings.paths.predictions(method, task, split)
+    extra = "" if split == "test" else f" --split {split}"
     if not path.is_file():
-        extra = "" if split == "test" else f" --split {split}"
         if method not in METHODS:
             raise UdrError(
                 f"no evaluation named '{method}' of {task} ({split}) at {shown_path(path, settings.root)}: "
@@ -52,12 +57,13 @@ def read_examples(settings, method: str, task: str, split: str = "test") -> list
         raise UdrError(
             f"no predictions of {method} on {task} ({split}) at {path}: run `udr evaluate -m {method} -t {task}{extra}`"
         )
-    frame = pl.read_parquet(path)
-    missing = [c for c in NEEDED if c not in frame.columns]
-    if missing:
-        raise UdrError(
-            f"predictions {path} lack {', '.join(missing)} (written by an older udr): run `udr evaluate` again"
-        )
+    again = (
+        f"run `udr evaluate -m {method} -t {task}{extra}` again"
+        if method in METHODS
+        else f"evaluate it again (`udr evaluate -m METHOD -t {task}{extra} --save-as {method}`)"
+    )
+    # a null prediction or gold answer is a damaged row, not an empty answer: evaluate writes every one
+    frame = read_parquet_checked(path, "predictions", NEEDED, kinds=KINDS, non_null=NEEDED, fix=again)
     return [
         ShownExample(
             int(r["id"]),
@@ -67,7 +73,7 @@ def read_examples(settings, method: str, task: str, split: str = "test") -> list
             r["prediction"],
             r["prediction"].strip() == r["gold"].strip(),
         )
-        for r in frame.select(NEEDED).to_dicts()
+        for r in frame.to_dicts()
     ]
 
 

@@ -25,7 +25,7 @@ def open_partial(partial: Path, fingerprint: dict) -> bool:
         try:
             if json.loads(manifest.read_text()) == json.loads(json.dumps(fingerprint)):
                 return True
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # unreadable (not JSON, not UTF-8, nested too deep): start afresh
             pass
     remove(partial)
     partial.mkdir(parents=True)

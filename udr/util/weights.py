@@ -1,7 +1,5 @@
-"""Loading saved transformers weights with a one-line error for a damaged or missing file.
-
-Imports of safetensors are inside the functions that use them, to keep the start of `udr` and of its commands
-light.
+"""Loading saved transformers weights with a one-line error for a damaged, missing or crafted file: the
+one guarded path every model load goes through.
 """
 
 from __future__ import annotations
@@ -29,20 +27,40 @@ def refuse_remote_code(path: Path) -> None:
         file = path / name
         try:
             config = json.loads(file.read_text()) if file.is_file() else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue  # unreadable: the load itself reports it
         if isinstance(config, dict) and config.get("auto_map"):
             raise UdrError(f"model folder {path} asks to run its own code ({name} has an auto_map): refused")
 
 
-def load_weights(load: Callable[[], T], path: Path, rebuild: str) -> T:
-    """`load()` (a `from_pretrained` call on `path`, after :func:`refuse_remote_code`); a missing or
-    truncated safetensors file, or another unreadable file there, becomes a UdrError naming `path` and
-    the command that rebuilds it."""
-    from safetensors import SafetensorError
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says the machine (or the accelerator: torch's OutOfMemoryError) ran out of memory."""
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
 
+
+def load_weights(load: Callable[[], T], path: Path, rebuild: str) -> T:
+    """`load()` (a `from_pretrained` call on `path`, after :func:`refuse_remote_code`). Whatever building
+    the model from the folder's files raises (a missing or truncated safetensors file; a config.json
+    that does not parse, is nested too deep, or holds a wrong type or a zero dimension: ValueError,
+    TypeError, KeyError, RecursionError, ZeroDivisionError, ...) becomes a one-line UdrError naming
+    `path` and the command that rebuilds it; running out of memory and Ctrl-C are not the files' fault
+    and propagate, as does a missing library (ImportError: the environment's fault, not the files')."""
     refuse_remote_code(path)
     try:
         return load()
-    except (OSError, ValueError, SafetensorError) as exc:
-        raise UdrError(f"unreadable model files in {path} ({first_line(exc, 160)}): {rebuild}") from None
+    except (UdrError, ImportError):
+        raise
+    except Exception as exc:
+        if _out_of_memory(exc):
+            raise
+        raise UdrError(f"unreadable model files in {path} ({_reason(exc)}): {rebuild}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's first line, after its class name unless it is a file's (OSError) or a value's
+    (ValueError) error: a KeyError's message is the bare key."""
+    lines = [t.strip() for t in str(exc).splitlines() if t.strip()]
+    line = first_line(exc, 160)
+    if len(lines) > 1 and line.endswith(":"):  # "Validation error for field 'x':" says what, the next line why
+        line = f"{line} {lines[1]}"[:160]
+    return line if isinstance(exc, (OSError, ValueError)) else f"{exc.__class__.__name__}: {line}"

@@ -210,7 +210,15 @@ report() {
       done
     done
   done
-  cp params.yaml "$OUT/params.yaml"
+  # The params as run, the data mirror relative to the repository (no machine's path in a committed file).
+  "$PY" - "$REPO" "$OUT/params.yaml" <<'EOF'
+import os, sys, yaml
+from pathlib import Path
+p = yaml.safe_load(Path("params.yaml").read_text())
+p["data"]["source_dir"] = os.path.relpath(p["data"]["source_dir"], sys.argv[1])
+head = "# The params of this run's project (build/test-q1000, run.sh); data.source_dir relative to the repository.\n"
+Path(sys.argv[2]).write_text(head + yaml.safe_dump(p, sort_keys=False))
+EOF
   cp code/REV "$OUT/CODE_REV"
   "$PY" "$OUT/write_results.py" "$OUT" "$WORK"
   log "report: $OUT/results.md"

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import REPO, scoring_project
 from udr.errors import UdrError
 from udr.feedback.scores_file import inputs_hash, read_manifest, read_scores
+from udr.feedback.shipped import read_checksums
 from udr.util.files import file_sha256
 
 TASK = "sst2"
@@ -118,18 +119,55 @@ def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_pro
     assert "scored with other inputs" in capsys.readouterr().err
 
 
+def test_a_shipped_edit_that_keeps_its_manifest_checksum_is_caught_by_the_committed_list(scored_project, tmp_path):
+    """Scores and manifest checksum edited together (the sample may miss the edit): the folder's
+    SHA256SUMS, committed beside, refuses the file."""
+    from udr.util.files import file_sha256 as sha
+
+    root = _shipping(scored_project, tmp_path)
+    folder = root / "data/feedback/round0"
+    (folder / "SHA256SUMS").write_text(
+        "".join(f"{sha(folder / n)}  {n}\n" for n in (f"{TASK}.parquet", f"{TASK}.json"))
+    )
+    assert _score(root).shipped["taken"] == 20
+    (root / f"data/scores/round0/{TASK}.parquet").unlink()
+    last = pl.int_range(pl.len()) == pl.len() - 1
+    _edit_shipped(root, pl.when(last).then(pl.col("score") + 1e-6).otherwise(pl.col("score")), keep_checksum=True)
+    with pytest.raises(UdrError, match="differs from its checksum in SHA256SUMS"):
+        _score(root)
+
+
+def test_a_reordered_shipped_query_list_is_refused(scored_project, tmp_path):
+    root = _shipping(scored_project, tmp_path)
+    path = root / f"data/feedback/round0/{TASK}.json"
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "queries": manifest["queries"][::-1]}))
+    with pytest.raises(UdrError, match="queries are not the seeded choice"):
+        _score(root)
+
+
+def test_a_shipped_folder_without_the_tasks_file_says_so(scored_project, tmp_path, capsys):
+    root = _shipping(scored_project, tmp_path)
+    (root / f"data/feedback/round0/{TASK}.parquet").rename(root / "data/feedback/round0/other.parquet")
+    assert _score(root).shipped is None
+    assert f"no shipped feedback of {TASK} in data/feedback/round0" in capsys.readouterr().err
+
+
 def test_the_committed_shipped_feedback_matches_its_checksums():
     """Any change to a committed shipped score (or a missing file) fails here, as it fails the score stage;
     each manifest lists the file's queries and hashes its inputs in the one current form."""
     folder = REPO / "data/feedback/round0"
     manifests = sorted(folder.glob("*.json"))
     assert manifests, folder
+    checksums = read_checksums(folder)
+    assert set(checksums) == {p.name for p in folder.iterdir() if p.suffix in (".json", ".parquet")}
     for path in manifests:
         scores = path.with_suffix(".parquet")
         manifest = read_manifest(scores, 0, path.stem)
         assert manifest.sha256 == file_sha256(scores), f"{scores} changed since its manifest"
         frame = read_scores(scores, 0, path.stem)
         assert len(frame) == manifest.pairs
+        assert checksums[scores.name] == file_sha256(scores) and checksums[path.name] == file_sha256(path)
         assert sorted(frame["query_id"].unique().to_list()) == sorted(manifest.queries)
 
 
@@ -142,3 +180,12 @@ def test_shipped_scores_of_another_precision_are_taken_when_the_sample_agrees(sc
     manifest_path.write_text(json.dumps({**manifest, "inputs": bf16, "inputs_hash": inputs_hash(bf16)}))
     summary = _score(root)  # this run's dtype is fp32
     assert summary.dtype == "fp32" and summary.shipped["taken"] == 20
+
+
+def test_scores_under_a_folder_that_cannot_be_written_are_one_line_before_the_lm_loads(scored_project, tmp_path):
+    root = _shipping(scored_project, tmp_path)
+    scores = root / "data/scores"
+    shutil.rmtree(scores)
+    scores.write_text("a file where the scores folder goes")
+    with pytest.raises(UdrError, match=r"cannot write scores file .*sst2.parquet: .*scores is a file"):
+        _score(root)

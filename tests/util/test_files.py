@@ -241,3 +241,29 @@ def test_resolve_target_resolves_dotdot_and_links_before_checking(tmp_path, monk
     with pytest.raises(UdrError, match="not writable"):
         resolve_target(Path("/proc/self/newexp"), "export target")
     assert not list(tmp_path.glob(".udr-probe-*"))  # the writability probe leaves nothing behind
+
+
+def test_a_folder_that_cannot_be_emptied_is_refused_before_the_work(tmp_path, monkeypatch):
+    """A read-only data/prepared/<task>: the new folder would be swapped in and the old one could not be
+    deleted (a read-only temporary folder left behind); refused before anything is written instead."""
+    import tempfile
+
+    from udr.errors import UdrError
+    from udr.util.files import building_dir
+
+    dest = tmp_path / "sst2"
+    dest.mkdir()
+    (dest / "meta.json").write_text("{}")
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and str(dir) == str(dest):
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    refused = pytest.raises(UdrError, match=r"cannot replace .*sst2: .*sst2 is not writable")
+    with refused, building_dir(dest, ("meta.json",), "a prepared task") as tmp:
+        (tmp / "meta.json").write_text("new")
+    assert (dest / "meta.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sst2"]  # no temporary folder left

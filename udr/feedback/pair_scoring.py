@@ -33,7 +33,7 @@ from udr.lm.prompt import PromptBuilder
 from udr.lm.scorer import BatchStats, LMScorer
 from udr.paths import round_label
 from udr.util.distributed import Distributed, resolve_lm_precision
-from udr.util.files import file_sha256, remove, write_json_atomic, write_parquet_atomic
+from udr.util.files import check_output_path, file_sha256, remove, write_json_atomic, write_parquet_atomic
 from udr.util.machine import machine_kind
 from udr.util.progress import progress_bar
 from udr.util.resume import open_partial, partial_dir
@@ -105,6 +105,8 @@ def score_work(
     of the shipped sample before anything is written. Returns the summary (None on ranks other than 0, or
     when `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
     start = time.perf_counter() if start is None else start
+    for target in (out, report) if report is not None else (out,):
+        check_output_path(target, "scores file")  # before the LM loads: a read-only folder is one line
     device_type, dtype = resolve_lm_precision(setup.score.device, setup.score.dtype, "score")
     dist = Distributed(device_type)
     partial = partial_dir(out)

@@ -28,7 +28,8 @@ import numpy as np
 
 from udr.errors import UdrError
 from udr.feedback.pair_scoring import ScoreWork, ScoringSetup, score_inputs
-from udr.feedback.scores_file import ScoresManifest, read_manifest, read_score_rows
+from udr.feedback.scores_file import ScoresManifest, query_choice, read_manifest, read_score_rows
+from udr.paths import summary_file as manifest_path
 from udr.util.files import file_sha256
 from udr.util.rng import task_rng
 
@@ -93,7 +94,14 @@ def take_shipped(work: ScoreWork, source: Path, label: str, setup: ScoringSetup)
     import polars as pl
 
     cfg = setup.score
-    if not (cfg.reuse_shipped and work.round == 0 and source.is_file() and len(work.todo)):
+    if not (cfg.reuse_shipped and work.round == 0 and len(work.todo)):
+        return work, None
+    if not source.is_file():
+        print(
+            f"udr: no shipped feedback of {work.task.name} in {label.rsplit('/', 1)[0] or '.'} "
+            f"(score.shipped): scoring its pairs here",
+            file=sys.stderr,
+        )
         return work, None
     manifest = _shipped_manifest(source)
     if manifest.inputs_hash != score_inputs(work, cfg, setup.lm_dir, manifest.inputs.get("dtype", "")):
@@ -103,6 +111,7 @@ def take_shipped(work: ScoreWork, source: Path, label: str, setup: ScoringSetup)
             file=sys.stderr,
         )
         return work, None
+    _check_query_order(manifest, work, source)
     shipped = read_score_rows(source, 0, work.task.name, [*KEY, "score", "scored_in"]).cast(work.reused.schema)
     available = work.todo.join(shipped, on=KEY, how="inner")
     covered = _fully_covered_queries(work.todo, available)
@@ -125,16 +134,50 @@ def take_shipped(work: ScoreWork, source: Path, label: str, setup: ScoringSetup)
     return replace(work, reused=reused, todo=todo), sample
 
 
+CHECKSUMS = "SHA256SUMS"  # a shipped folder's list of its files' checksums (`sha256sum` format)
+
+
 def _shipped_manifest(source: Path) -> ScoresManifest:
-    """The shipped file's manifest, whose checksum the file must match (shipped data is never taken
-    unverified)."""
+    """The shipped file's manifest, whose checksum the file must match, and both files the checksums of
+    the folder's SHA256SUMS where it has one (the committed list: an edit of the scores together with
+    their manifest's checksum is caught too). Shipped data is never taken unverified."""
+    restore = "restore it (git checkout) or score every pair with score.reuse_shipped=false"
+    listed = read_checksums(source.parent)
+    for path in (source, manifest_path(source)):
+        if listed is not None and listed.get(path.name) != file_sha256(path):
+            raise UdrError(f"shipped feedback {path} differs from its checksum in {CHECKSUMS}: {restore}")
     manifest = read_manifest(source, 0, source.stem)
     if manifest.sha256 != file_sha256(source):
         raise UdrError(
-            f"shipped feedback {source} changed since it was written (checksum differs from its manifest): "
-            f"restore it (git checkout) or score every pair with score.reuse_shipped=false"
+            f"shipped feedback {source} changed since it was written (checksum differs from its manifest): {restore}"
         )
     return manifest
+
+
+def read_checksums(folder: Path) -> dict[str, str] | None:
+    """{file name: sha256} of `folder`'s SHA256SUMS (lines "<hex>  <name>"), or None where it has none."""
+    path = Path(folder) / CHECKSUMS
+    if not path.is_file():
+        return None
+    out = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        digest, _, name = line.partition("  ")
+        if len(digest) != 64 or not name.strip():
+            raise UdrError(f"malformed {path}, line {n}: expected '<sha256>  <file name>'")
+        out[name.strip().lstrip("*")] = digest.lower()
+    return out
+
+
+def _check_query_order(manifest: ScoresManifest, work: ScoreWork, source: Path) -> None:
+    """The manifest's queries are the seeded choice's first n (a smaller `queries_per_task` takes a prefix
+    of them, so their order matters and no checksum covers it): a reordered list is refused."""
+    ids = np.asarray(work.train["id"].to_list())
+    expected = query_choice(ids, manifest.seed, work.task.name)[: len(manifest.queries)]
+    if [int(q) for q in expected] != [int(q) for q in manifest.queries]:
+        raise UdrError(
+            f"shipped feedback {manifest_path(source)}: its queries are not the seeded choice of seed "
+            f"{manifest.seed} (reordered or edited); restore it (git checkout)"
+        )
 
 
 def _fully_covered_queries(todo, available) -> np.ndarray:

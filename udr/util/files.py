@@ -76,13 +76,18 @@ def resolve_target(path: Path, what: str) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise UdrError(f"cannot write {shown}: {shorten(parent, 120)} is a file, not a directory")
+    _probe_writable(parent, f"cannot write {shown}")
+    return resolved
+
+
+def _probe_writable(folder: Path, prefix: str) -> None:
+    """A one-line UdrError "<prefix>: <folder> is not writable" unless a file can be made in `folder`."""
     try:
-        fd, probe = tempfile.mkstemp(prefix=".udr-probe-", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=".udr-probe-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise UdrError(f"cannot write {shown}: {shorten(parent, 120)} is not writable ({first_line(exc)})") from None
-    return resolved
+        raise UdrError(f"{prefix}: {shorten(folder, 120)} is not writable ({first_line(exc)})") from None
 
 
 def check_output_path(path: Path, what: str = "--output") -> Path:
@@ -217,6 +222,7 @@ def check_dir_target(dest: Path, markers: Sequence[str], made: str, option: str 
     if not resolved.is_dir():
         raise UdrError(f"{shown} is a file: give a directory")
     if any((resolved / marker).is_file() for marker in markers) or not any(resolved.iterdir()):
+        _probe_writable(resolved, f"cannot replace {shown}")  # the old folder is emptied after the swap
         return resolved
     raise UdrError(
         f"{shown} holds other files and is not {made} (no {markers[0]}): "

@@ -11,6 +11,8 @@ commands light.
 
 from __future__ import annotations
 
+import sys
+
 from udr.errors import UdrError
 from udr.evaluation.comparisons import COMPARED, checked_result
 from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
@@ -18,6 +20,7 @@ from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown
 from udr.stages.saved_evaluations import udr_versus_baselines
 from udr.util.files import read_json_object, write_json_atomic, write_text_atomic
+from udr.util.machine import machine_kind
 from udr.util.readers import read_json
 
 
@@ -69,15 +72,16 @@ def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, 
 def run_column(settings, summary: dict) -> dict:
     """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
     the score reports (shipped, with its re-scored sample, or scored here)."""
-    shipped = []
+    shipped, checked = [], set()
     for task in settings.train.tasks or settings.task_names():
-        path = settings.paths.score_report(0, task)
-        record = (
-            read_json_object(path, "score report", f"run `udr score --task {task}` again") if path.is_file() else {}
-        )
+        record = _score_report(settings, task)
         shipped.append(bool(record.get("shipped")))
+        if record.get("shipped"):
+            checked.add(record["shipped"].get("checked_queries"))
     if shipped and all(shipped):
-        feedback = f"shipped, {settings.score.check_queries} re-scored"
+        # what the score reports record, not the configured score.check_queries (a task may have had fewer)
+        counts = "/".join(str(n) for n in sorted(c for c in checked if isinstance(c, int))) or "?"
+        feedback = f"shipped, {counts} re-scored"
     elif any(shipped):
         feedback = "shipped for some tasks"
     else:
@@ -91,12 +95,38 @@ def run_column(settings, summary: dict) -> dict:
     }
 
 
+def _score_report(settings, task: str) -> dict:
+    path = settings.paths.score_report(0, task)
+    return read_json_object(path, "score report", f"run `udr score --task {task}` again") if path.is_file() else {}
+
+
+def result_machines(settings, results: dict[str, dict[str, dict]]) -> list[str]:
+    """The machines the results were computed on, from the files: each evaluation result's `machine` and
+    each round-0 score report's (sorted; results written before evaluations recorded it name none)."""
+    found = {r["machine"] for by_task in results.values() for r in by_task.values() if r.get("machine")}
+    found |= {m for t in settings.task_names() if (m := _score_report(settings, t).get("machine"))}
+    return sorted(found)
+
+
+def machine_note(machines: list[str], here: str) -> str | None:
+    """A one-line note where this machine is not the one the results were made on (bf16 results differ in
+    their last bits between CPU kinds), else None."""
+    if not machines or machines == [here]:
+        return None
+    return (
+        f"note: these results were made on {'; '.join(machines)}; this machine is {here}: a run here may "
+        "differ from them in the last bits (docs/reproducibility.md)"
+    )
+
+
 def run_report(settings) -> dict:
     """`udr report`: write metrics/summary.json (its flat headline: metrics/headline.json),
     metrics/results.md (the results table and UDR against each baseline with bootstrap intervals, then
     the same two for the unseen tasks) and the shots plot; returns the summary."""
     paths = settings.paths
-    seen, unseen = _split_unseen(settings, _load_results(settings))
+    results = _load_results(settings)
+    machines = result_machines(settings, results)
+    seen, unseen = _split_unseen(settings, results)
     shots = shots_table(seen)
     summary: dict = {}
     markdown = ""
@@ -119,6 +149,12 @@ def run_report(settings) -> dict:
             title=f"## {COMPARED.upper()} against each baseline, unseen tasks",
             scope=scope,
         )
+    if summary:
+        summary["machines"] = machines
+        markdown += f"\nMade on: {'; '.join(machines) or 'not recorded'} (from the result files).\n"
+    note = machine_note(machines, machine_kind("cpu"))
+    if note:
+        print(f"udr: {note}", file=sys.stderr)
     write_json_atomic(paths.summary, summary)
     write_json_atomic(paths.headline, flat_headline(summary))
     if summary:

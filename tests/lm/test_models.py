@@ -303,12 +303,16 @@ def test_gguf_conversion_pipeline(fake_gguf_package: str, tmp_path: Path) -> Non
     verification = record["verification"]
     assert verification["passed"] is True and verification["abs_diff"] <= VERIFY_ATOL
     assert verification["text"] == VERIFY_TEXT
+    # rounded, so that the folder is the same bytes on every CPU (a forward pass's last bits are not)
+    numbers = ("log_likelihood_gguf", "log_likelihood_converted", "abs_diff")
+    assert all(round(verification[k], 3) == verification[k] for k in numbers)
 
     model, tokenizer = load_causal_lm(dest)
     _assert_same_weights(model, _tiny_llama())
     assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
     assert sequence_log_likelihood(model, tokenizer, VERIFY_TEXT) == pytest.approx(
-        verification["log_likelihood_gguf"], abs=VERIFY_ATOL
+        verification["log_likelihood_gguf"],
+        abs=VERIFY_ATOL + 0.5e-3,  # recorded to 3 decimals
     )
 
 
@@ -487,7 +491,7 @@ def test_smollm2_conversion_preserves_log_likelihood(smollm2_dir: Path) -> None:
 
     record = json.loads((smollm2_dir / PROVENANCE_FILE).read_text())
     assert record["verification"]["passed"] is True
-    assert record["verification"]["log_likelihood_converted"] == pytest.approx(ll_converted, abs=VERIFY_ATOL)
+    assert record["verification"]["log_likelihood_converted"] == pytest.approx(ll_converted, abs=VERIFY_ATOL + 0.5e-3)
     # SmolLM2's tokenizer adds no BOS, so prompts are exactly the rendered text (see PromptBuilder.start).
     from udr.lm.prompt import leading_special_tokens
 

@@ -27,6 +27,7 @@ from udr.util.weights import refuse_remote_code
 # Fixed sentence whose log-likelihood must survive a GGUF -> safetensors conversion unchanged.
 VERIFY_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back into the forest."
 VERIFY_ATOL = 1e-4
+RECORDED_DECIMALS = 3  # of the check's log-likelihoods in the model's provenance file
 
 ModelKind = Literal["lm", "encoder"]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
@@ -270,11 +271,13 @@ def _convert_gguf(src: Path, gguf_file: str, tmp: Path) -> dict[str, Any]:
     ll_gguf = sequence_log_likelihood(model, tokenizer, VERIFY_TEXT)
     ll_converted = sequence_log_likelihood(converted, converted_tokenizer, VERIFY_TEXT)
     diff = abs(ll_gguf - ll_converted)
+    # Recorded rounded: a forward pass's last bits differ between CPUs, and the record is part of the model
+    # folder, which should be the same bytes on every CPU (DVC then reuses what depends on it).
     result = {
         "text": VERIFY_TEXT,
-        "log_likelihood_gguf": ll_gguf,
-        "log_likelihood_converted": ll_converted,
-        "abs_diff": diff,
+        "log_likelihood_gguf": round(ll_gguf, RECORDED_DECIMALS),
+        "log_likelihood_converted": round(ll_converted, RECORDED_DECIMALS),
+        "abs_diff": round(diff, RECORDED_DECIMALS),
         "atol": VERIFY_ATOL,
         "passed": diff <= VERIFY_ATOL,
     }

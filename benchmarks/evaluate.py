@@ -118,9 +118,13 @@ def load_workload(settings, lm, task: str, rows: int):
     what `udr evaluate` runs), and its prompts."""
     from dataclasses import replace
 
-    from udr.stages.evaluate import task_evaluation
+    from udr.evaluation.task_evaluation import task_evaluation
+    from udr.project.evaluation import evaluation_setup, method_retriever
+    from udr.stages.evaluate import load_task
 
-    ev = task_evaluation(settings, lm, "bm25", task, progress=False)
+    pool, test_rows = load_task(settings, task)
+    bm25 = method_retriever(settings, "bm25", task, pool)
+    ev = task_evaluation(lm, "bm25", settings.task(task), pool, test_rows, bm25, evaluation_setup(settings))
     if rows:
         ev.rows = ev.rows[:rows]
         ev.ranking = replace(ev.ranking, ids=ev.ranking.ids[:rows], similarities=ev.ranking.similarities[:rows])
@@ -281,7 +285,7 @@ def process_start_seconds(repeats: int = 3) -> float:
 
 def breakdown(settings, lm, tasks, rows, gen_rows, load_s: float) -> list:
     from udr.data.prepare import read_prepared
-    from udr.stages.evaluate import build_retriever
+    from udr.project.evaluation import method_retriever
 
     timer = ForwardTimer(lm.model.get_decoder())
     table = []
@@ -298,7 +302,7 @@ def breakdown(settings, lm, tasks, rows, gen_rows, load_s: float) -> list:
         parts = timer.take()
         pool = read_prepared(settings.root, task, "train")
         start = time.perf_counter()
-        build_retriever("sbert", settings, task, pool, progress=False)
+        method_retriever(settings, "sbert", task, pool, progress=False)
         embed_s = time.perf_counter() - start
         rest = predict_s - sum(parts.values())
         table.append(
@@ -350,7 +354,7 @@ def main(argv=None) -> int:
         ap.error("--rows and --gen-rows must be >= 0 (0: every test row)")
 
     from udr.config import load_settings
-    from udr.stages.evaluate import load_language_model
+    from udr.project.evaluation import language_model
 
     overrides = [f"evaluate.dtype={args.dtype}"]
     if args.batch_tokens:
@@ -358,7 +362,7 @@ def main(argv=None) -> int:
     settings = load_settings(args.project / "params.yaml", overrides)
     tasks = [t for t in args.tasks.split(",") if t]
     start = time.perf_counter()
-    lm = load_language_model(settings)
+    lm = language_model(settings)
     load_s = time.perf_counter() - start
     import torch
 

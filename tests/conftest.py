@@ -1,4 +1,7 @@
-"""Shared fixtures: the real data mirror, a CLI runner, and a tiny project directory."""
+"""Shared fixtures: the real data mirror, a CLI runner, a tiny project directory, and tiny projects run
+through the pipeline once per session: `looped` (two rounds of Algorithm 1; the retriever, training and
+`udr rounds` tests), `evaluated` (every method evaluated and the report written; the evaluate, report and
+`udr show` tests and the benchmarks' on it) and `served` (the serving tests)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.tiny_models import save_tiny_encoder
+from tests.tiny_models import save_tiny_encoder, save_tiny_lm
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("UDR_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
@@ -185,4 +188,123 @@ def served(tmp_path_factory, data_dir):
     BiEncoder.from_base(base, settings).save(paths.round_model(0))
     os.environ.pop("UDR_DATA_DIR", None)
     run_udr(root, "index")
+    return root
+
+
+# ---------------------------------------------------------------- two rounds of Algorithm 1
+
+LOOP_TASKS = {"sst2": "classification", "break": "generation"}
+
+
+@pytest.fixture(scope="session")
+def loop_project(tmp_path_factory, data_dir):
+    """Two real tasks (tiny caps), BM25 candidates, a tiny LM and a tiny BERT resolved."""
+    from udr.lm.models import resolve_model
+
+    root = tmp_path_factory.mktemp("loop")
+    scoring_project(
+        root,
+        LOOP_TASKS,
+        data_dir,
+        max_train=24,
+        max_test=4,
+        k=5,
+        score={"queries_per_task": 8, "shard_pairs": 16, "batch_tokens": 2048, "dtype": "fp32"},
+        lm_src="tiny-lm",
+        encoder={"max_query_length": 64, "max_demo_length": 96},
+        train={
+            "later_rounds": {"round1": "round0"},
+            "batch_size": 4,
+            "micro_batch": 2,
+            "epochs_first": 2,
+            "epochs_later": 1,
+            "warmup_steps": 1,
+            "lr": 1e-3,
+            "checkpoint_steps": 3,
+            "candidates_per_query": 4,
+            "freeze_demo_encoder": False,  # the paper's recipe, both encoders (the frozen E_d: test_train)
+        },
+        mine={"k": 4, "batch_size": 8},
+    )
+    resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
+    return root
+
+
+@pytest.fixture(scope="session")
+def looped(loop_project):
+    """Round 0 and round 1 run through the CLI entry point (in-process)."""
+    os.environ.pop("UDR_DATA_DIR", None)
+    for args in (
+        ["score", "-r", "0"],
+        ["train", "-r", "0"],
+        ["mine", "-r", "1"],
+        ["score", "-r", "1"],
+        ["train", "-r", "1"],
+        ["index"],
+    ):
+        run_udr(loop_project, *args)
+    return loop_project
+
+
+# ---------------------------------------------------------------- every retriever evaluated
+
+EVAL_TASKS = ["sst2", "break"]
+EVAL_METHODS = ["random", "bm25", "sbert", "epr", "udr"]
+# A task declared from a CSV (write_csv_task), evaluated but never trained on.
+UNSEEN_TASK = "reviews"
+
+
+@pytest.fixture(scope="session")
+def evaluated(tmp_path_factory, data_dir):
+    """Round 0 and the EPR baseline trained on tiny models, every method evaluated (on an unseen declared
+    task too), the report written."""
+    from udr.lm.models import resolve_model
+
+    root = tmp_path_factory.mktemp("eval")
+    write_params(
+        root,
+        {t: {"max_train": 20, "max_test": 6} for t in EVAL_TASKS},
+        data_dir,
+        candidates={"k": 4},
+        score={"queries_per_task": 6, "batch_tokens": 2048, "dtype": "fp32"},
+        encoder={"max_query_length": 48, "max_demo_length": 64},
+        train={
+            "later_rounds": {},
+            "batch_size": 3,
+            "micro_batch": 3,
+            "epochs_first": 1,
+            "epochs_later": 1,
+            "warmup_steps": 0,
+            "lr": 1e-3,
+            "candidates_per_query": 3,
+        },
+        mine={"k": 3, "batch_size": 8},
+        evaluate={
+            "context": 700,
+            "max_demos": 3,
+            "max_new_tokens": 6,
+            "candidates": 8,
+            "batch_tokens": 1024,
+            "shots": [1, 2, 3],
+            "shots_tasks": ["sst2"],
+            "shots_methods": ["bm25", "udr"],
+            "dtype": "fp32",
+            "unseen_tasks": {UNSEEN_TASK: {"max_train": 20, "max_test": 6}},
+        },
+    )
+    write_csv_task(root / "data" / "tasks", data_dir, UNSEEN_TASK)
+    prepare_with_candidates(root, EVAL_TASKS, data_dir, max_train=20, max_test=6, k=4)
+    resolve_model(str(save_tiny_lm(root / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
+    resolve_model(str(save_tiny_encoder(root / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
+    os.environ.pop("UDR_DATA_DIR", None)
+    for args in (
+        ["prepare", "--task", UNSEEN_TASK],
+        ["score"],
+        ["train"],
+        ["train", "--epr"],
+        ["index"],
+        *(["evaluate", "--method", m] for m in EVAL_METHODS),
+        ["report"],
+    ):
+        run_udr(root, *args)
     return root

@@ -1,26 +1,36 @@
-"""The package's layers: the stages (udr/stages), and the layers that call them (the commands, the `udr
-exp` experiments, serving a project's retriever), are the only modules that read a project's whole
-settings and paths; the library under them (data, feedback, lm, retriever, evaluation, util) takes
-explicit arguments or one settings section, and imports none of them."""
+"""The package's layers: the stages (udr/stages, one module per DVC stage), what else reads a project
+(udr/project: the commands that look around it, its saved evaluations and inference LM), and the layers
+that call them (the commands, the `udr exp` experiments, serving a project's retriever), are the only
+modules that read a project's whole settings and paths; the library under them (data, feedback, lm,
+retriever, evaluation, util) takes explicit arguments or one settings section, and imports none of them.
+Only the commands import the stages: the experiments, serving and udr/project reach the library directly."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from udr.config import Settings
 
 PKG = Path(__file__).resolve().parents[1] / "udr"
 LIBRARY = ("data", "feedback", "lm", "retriever", "evaluation", "util")
-ABOVE_THE_LIBRARY = ("udr.stages", "udr.cli", "udr.experiments", "udr.serving")
+ABOVE_THE_LIBRARY = ("udr.stages", "udr.project", "udr.cli", "udr.experiments", "udr.serving")
+# The layers above the library that import no stage: a stage module is its `udr <command>`'s alone.
+STAGE_FREE = ("experiments", "serving", "project")
+STAGE_LINES = 200  # a stage loads, calls the library and writes: no more lines than this
+# Modules of udr/stages that are no DVC stage's, each named with why it is still there, so that none is
+# added unnoticed: udr/stages/report.py (edited elsewhere) still imports the saved evaluations from here.
+NOT_STAGES: dict[str, str] = {}  # a module of udr/stages that is not a stage, with why (none now)
 # What only a whole project's settings have: its paths, registry and params file, and its methods over
 # the params' tasks (called: `x.task(name)`; an attribute named `task` is anyone's).
 PROJECT_PROPERTIES = {"params_file"} | {n for n, v in vars(Settings).items() if isinstance(v, property)}
 PROJECT_METHODS = {n for n, v in vars(Settings).items() if not n.startswith("_") and callable(v)}
-# Library modules that still read a whole project: the commands they serve are not DVC stages, and each
-# is named here so that none is added unnoticed.
+# Library modules that still read a whole project, each named here so that none is added unnoticed (what
+# reads a project and is no DVC stage belongs in udr/project).
 NOT_YET_STAGES: set[str] = set()
 
 
@@ -82,4 +92,58 @@ def test_a_library_module_reads_no_project_and_imports_no_stage(module):
     if _name(module) in NOT_YET_STAGES:
         assert reads, f"{_name(module)} no longer reads a project: drop it from NOT_YET_STAGES"
         return
-    assert not reads, f"{_name(module)} reads a project's settings ({', '.join(reads)}): that belongs in udr/stages"
+    assert not reads, (
+        f"{_name(module)} reads a project's settings ({', '.join(reads)}): that belongs in udr/stages (a DVC "
+        "stage) or udr/project"
+    )
+
+
+def _stage_commands() -> set[str]:
+    """The `udr <command>` of every stage in dvc.yaml (a foreach stage's under `do`)."""
+    stages = yaml.safe_load((PKG.parent / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    cmds = [stage.get("cmd") or stage.get("do", {}).get("cmd", "") for stage in stages.values()]
+    return {m.group(1) for cmd in cmds if (m := re.match(r"udr (\S+)", cmd or ""))}
+
+
+def _stage_modules() -> list[Path]:
+    return sorted(p for p in (PKG / "stages").glob("*.py") if p.name != "__init__.py")
+
+
+def test_the_stage_commands_are_read_from_dvc_yaml():
+    assert {"prepare", "score", "train", "evaluate", "report"} <= _stage_commands()
+    assert not {"show", "rounds", "init-task"} & _stage_commands()
+
+
+@pytest.mark.parametrize("module", _stage_modules(), ids=_name)
+def test_every_stage_module_is_a_dvc_stages_and_short(module):
+    """udr/stages holds one module per DVC stage, named as its `udr <command>` in dvc.yaml, each at most
+    STAGE_LINES lines (load, call the library, write); what reads a project otherwise is udr/project's."""
+    if module.stem in NOT_STAGES:
+        name = f"udr.stages.{module.stem}"
+        importers = [p for p in _stage_modules() if any(s == name for s, _ in _imports(ast.parse(p.read_text())))]
+        assert importers, f"{_name(module)} is imported by no stage any more: remove it and drop it from NOT_STAGES"
+        return
+    assert module.stem in _stage_commands(), (
+        f"{_name(module)} is no DVC stage's (dvc.yaml runs no `udr {module.stem}`): move it to udr/project or "
+        "the library"
+    )
+    lines = len(module.read_text().splitlines())
+    assert lines <= STAGE_LINES, (
+        f"{_name(module)} has {lines} lines (at most {STAGE_LINES}): move what is no loading, calling or writing "
+        "into the library"
+    )
+
+
+def _stage_free_modules() -> list[Path]:
+    return sorted(p for layer in STAGE_FREE for p in (PKG / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", _stage_free_modules(), ids=_name)
+def test_the_experiments_serving_and_project_import_no_stage(module):
+    """The experiments, serving and udr/project run the library (or udr/project), never a stage's module: a
+    stage is its command's driver, not a library; their docstrings name no stage module either."""
+    text = module.read_text()
+    for source, _ in _imports(ast.parse(text)):
+        assert not source.startswith("udr.stages"), f"{_name(module)} imports {source}: import the library instead"
+    if not module.is_relative_to(PKG / "project"):  # udr/project names the stages that use it
+        assert "udr.stages" not in text, f"{_name(module)} names a stage module (udr.stages): name the library's"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from udr.errors import UdrError
-from udr.paths import Paths, parse_round, round_label, summary_file
+from udr.paths import METHOD_MODEL_COMMANDS, Paths, parse_round, round_label, summary_file
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 10])
@@ -53,3 +53,16 @@ def test_prepared_tasks_lists_tasks_with_a_train_split(tmp_path):
         paths.prepared(task, "train").write_bytes(b"")
     paths.prepared_dir("e2e").mkdir()  # no train split: not prepared
     assert paths.prepared_tasks() == ["sst2", "trec"]
+
+
+def test_each_method_reads_its_model_folder_made_by_its_command():
+    """sbert, epr and udr read a model of the project's (each made by the command named beside it); random
+    and BM25 read none."""
+    from udr.config import METHODS
+
+    p = Paths(Path("/p"))
+    assert p.method_model("sbert") == p.base_model("encoder")
+    assert p.method_model("epr") == p.epr_model
+    assert p.method_model("udr") == p.final_model
+    assert {m for m in METHODS if p.method_model(m) is not None} == set(METHOD_MODEL_COMMANDS)
+    assert p.method_model("random") is None and p.method_model("bm25") is None

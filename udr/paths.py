@@ -24,6 +24,9 @@ from udr.errors import UdrError, shorten
 
 ROUND_PREFIX = "round"
 NAMED_RUNS = "runs"  # metrics/train/runs/<name>: the logs of runs named with `udr train --out`
+# The evaluated methods (config.METHODS) that read a model of the project's (:meth:`Paths.method_model`), and
+# the command that makes it; random and BM25 read none.
+METHOD_MODEL_COMMANDS = {"sbert": "udr models", "epr": "udr train --epr", "udr": "udr index"}
 
 
 # Bytes of a name a user gives that becomes one folder or file name (a saved evaluation's, a task's): far
@@ -107,6 +110,12 @@ class Paths:
     @property
     def final_model(self) -> Path:
         return self.root / "models" / "final"
+
+    def method_model(self, method: str) -> Path | None:
+        """The model folder an evaluated method reads (made by :data:`METHOD_MODEL_COMMANDS`): sbert the base
+        encoder, epr models/epr, udr models/final; None for a method that reads none (random, bm25)."""
+        folders = {"sbert": self.base_model("encoder"), "epr": self.epr_model, "udr": self.final_model}
+        return folders.get(method)
 
     @staticmethod
     def index(model_dir: Path, task: str) -> Path:

@@ -43,13 +43,13 @@ def main(argv=None) -> int:
     import torch
 
     from udr.config import load_settings
-    from udr.stages.evaluate import load_language_model
+    from udr.project.evaluation import language_model
 
     settings = load_settings(
         args.project / "params.yaml", [f"evaluate.device={args.device}", f"evaluate.dtype={args.dtype}"]
     )
     tasks = [t for t in args.tasks.split(",") if t] or settings.task_names()
-    lm = load_language_model(settings)
+    lm = language_model(settings)
     device = next(lm.model.parameters()).device
     n_params = sum(p.numel() for p in lm.model.parameters())
     peak = peak_bf16_flops(device) if device.type == "cuda" else None

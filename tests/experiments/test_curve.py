@@ -1,4 +1,4 @@
-"""The feedback curve's pieces on made-up numbers (end to end through the CLI: tests/evaluation/test_evaluate.py)."""
+"""The feedback curve's pieces on made-up numbers (end to end through the CLI: tests/stages/test_evaluate.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tests.retriever.conftest import LOOP_TASKS as TASKS
+from tests.conftest import LOOP_TASKS as TASKS
 
 
 def test_mining_is_exact_top_k_without_self(looped):

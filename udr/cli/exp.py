@@ -1,7 +1,7 @@
 """`udr exp`: DVC experiments, sweeps, the comparison table and the paper's analyses (thin: the work is
 in :mod:`udr.experiments`).
 
-Imports of rich and of the udr.experiments and udr.stages modules are inside the functions that use them, to keep
+Imports of rich and of the udr.experiments and udr.project modules are inside the functions that use them, to keep
 `udr`'s start (`udr --help`) light.
 """
 
@@ -188,7 +188,7 @@ def exp_compare_cmd(
     """A against B on the same rows: per task and on average, A - B with its paired bootstrap 95% interval
     (bold where it excludes 0), from the saved predictions."""
     from udr.experiments.tables import compare_table
-    from udr.stages.saved_evaluations import saved_comparison, saved_results, saved_tasks
+    from udr.project.saved_evaluations import saved_comparison, saved_results, saved_tasks
 
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")

@@ -1,8 +1,9 @@
-"""The pipeline's commands, one per DVC stage (and `udr tasks`, `udr rounds` to look around). Each only
-parses its options and calls its stage's function; what a stage computes lives in its subpackage.
+"""The pipeline's commands, one per DVC stage (udr.stages), and those that look around a project (`udr tasks`,
+`udr show`, `udr rounds`, `udr init-task`: udr.project). Each only parses its options and calls its stage's or
+command's function; what a stage computes lives in its subpackage.
 
-Imports of rich, udr.config and the udr.data and udr.stages modules are inside the functions that use them, to keep
-`udr`'s start (`udr --help`) light.
+Imports of rich, udr.config and the udr.data, udr.evaluation, udr.project and udr.stages modules are inside the
+functions that use them, to keep `udr`'s start (`udr --help`) light.
 """
 
 from __future__ import annotations
@@ -327,8 +328,8 @@ def show_cmd(
 ) -> None:
     """An evaluation's examples: each input, the demonstrations in its prompt, the gold answer and the prediction."""
     from udr.config import METHODS
-    from udr.stages.evaluate import check_saved_name
-    from udr.stages.show import read_examples, select_examples
+    from udr.evaluation.saved_names import check_saved_name
+    from udr.project.show import read_examples, select_examples
 
     if method not in METHODS:
         check_saved_name(method)  # a name `udr evaluate --save-as` can write
@@ -367,7 +368,7 @@ def rounds_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
     from rich.console import Console
     from rich.table import Table
 
-    from udr.stages.rounds import rounds_table
+    from udr.project.rounds import rounds_table
 
     settings = load(params, set_)
     table = Table(
@@ -438,7 +439,7 @@ def init_task_cmd(
     """Make a workspace for your own classification task: a folder with its own params.yaml and the task's
     declaration and data, whose runs write their data, models and metrics there and leave the project's
     pipeline as it is; its models/base, final and epr link to the project's."""
-    from udr.stages.workspace import init_workspace
+    from udr.project.workspace import init_workspace
 
     settings = load(params, set_)
     folder = folder if folder is not None else settings.root / "workspaces" / name

@@ -6,9 +6,11 @@ Imports of rich and of the udr.serving and udr.retriever modules are inside the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -117,34 +119,56 @@ def retrieve_cmd(
     check_diversity(diversity)  # before the model loads
     from udr.serving.api import Retriever
 
-    watched = show_progress()
-    retriever = Retriever.load(model, params=params, device=device, progress=watched, search=search)
-    if pool is not None:
-        task = retriever.add_pool(pool, instruction=instruction, task=task)
-    if input_file is not None:
-        from udr.serving.query_file import read_queries, retrieve_lines
+    with _notes_on_stderr():  # a note on an untrained task: one line on stderr, before the results
+        watched = show_progress()
+        retriever = Retriever.load(model, params=params, device=device, progress=watched, search=search)
+        if pool is not None:
+            task = retriever.add_pool(pool, instruction=instruction, task=task)
+        if input_file is not None:
+            from udr.serving.query_file import read_queries, retrieve_lines
 
-        queries = read_queries(input_file, task)
-        lines = retrieve_lines(retriever, queries, k, prompt=prompt, progress=watched, diversity=diversity)
-        text = "".join(line + "\n" for line in lines)
-        if output_file is None:
-            sys.stdout.write(text)
+            queries = read_queries(input_file, task)
+            lines = retrieve_lines(retriever, queries, k, prompt=prompt, progress=watched, diversity=diversity)
+            text = "".join(line + "\n" for line in lines)
+            if output_file is None:
+                sys.stdout.write(text)
+            else:
+                write_text_atomic(output_file, text)
+                console().print(f"{len(lines)} queries -> {output_file}")
+            return
+        task = retriever.resolve_task(task)
+        demos = retriever.retrieve(query, task=task, k=k, diversity=diversity)
+        text = retriever.prompt(query, demos, task=task) if prompt else None
+        if as_json:
+            for rank, d in enumerate(demos, 1):
+                print(json.dumps({"rank": rank, **d.to_dict()}, ensure_ascii=False))
+            if text is not None:
+                print(json.dumps({"prompt": text}, ensure_ascii=False))
+        elif text is not None:
+            print(text)
         else:
-            write_text_atomic(output_file, text)
-            console().print(f"{len(lines)} queries -> {output_file}")
-        return
-    task = retriever.resolve_task(task)
-    demos = retriever.retrieve(query, task=task, k=k, diversity=diversity)
-    text = retriever.prompt(query, demos, task=task) if prompt else None
-    if as_json:
-        for rank, d in enumerate(demos, 1):
-            print(json.dumps({"rank": rank, **d.to_dict()}, ensure_ascii=False))
-        if text is not None:
-            print(json.dumps({"prompt": text}, ensure_ascii=False))
-    elif text is not None:
-        print(text)
-    else:
-        _print_demonstrations(query, task, demos, diversity)
+            _print_demonstrations(query, task, demos, diversity)
+
+
+@contextlib.contextmanager
+def _notes_on_stderr():
+    """The retriever's UntrainedTaskWarning printed as one line, `udr: note: ...`, on stderr (stdout carries
+    the results); other warnings as Python shows them. The warning filters still apply."""
+    from udr.serving.evidence import UntrainedTaskWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UntrainedTaskWarning):
+            print(f"udr: note: {message}", file=sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) -> None:

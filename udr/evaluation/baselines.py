@@ -5,11 +5,11 @@ items of the task's demonstration pool (its prepared train split), most similar 
 - ``bm25``: Okapi BM25 between the test input and the pool's inputs;
 - ``sbert``: the off-the-shelf base encoder (all-MiniLM-L6-v2) as sentence-transformers uses it:
   mean pooling, L2-normalised, cosine similarity of the test input and the pool's inputs;
-- ``epr``: the EPR baseline (``models/epr``, see :func:`udr.stages.train.epr_settings`);
+- ``epr``: the EPR baseline (``models/epr``, trained with :func:`udr.retriever.recipes.epr_train_settings`);
 - ``udr``: the final UDR retriever (``models/final``) with its pool index from ``udr index``.
 
-Which model each method reads in a project, and the retriever built from it, is the evaluate stage's
-(:func:`udr.stages.evaluate.build_retriever`).
+:func:`build_retriever` builds a method's retriever over a pool from the model folder it is given; which
+folder each method reads in a project is :meth:`udr.paths.Paths.method_model`'s.
 
 EPR and UDR are bi-encoders read as in training: E_q sees ``[I] x``, E_d the rendered
 demonstration ``I z`` (see :mod:`udr.retriever.encoder`); they and SBERT rank with
@@ -19,6 +19,7 @@ demonstration ``I z`` (see :mod:`udr.retriever.encoder`); they and SBERT rank wi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,11 @@ from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.feedback.bm25 import BM25Index
 from udr.lm.loading import load_encoder
+from udr.paths import METHOD_MODEL_COMMANDS, Paths
 from udr.retriever.encoder import BiEncoder, BiEncoderSettings, query_text
-from udr.retriever.index import embed_pool
-from udr.retriever.search import DenseRetriever, Ranking, check_k, exclude_positions
+from udr.retriever.index import embed_pool, load_index
+from udr.retriever.search import DenseRetriever, PoolRetriever, Ranking, check_k, exclude_positions
+from udr.util.files import file_sha256
 from udr.util.rng import task_rng
 
 
@@ -124,3 +127,47 @@ def bi_encoder_retriever(
         lambda x: query_text(task.instruction, x, encoder.settings),
         batch_size=batch_size,
     )
+
+
+@dataclass(frozen=True)
+class RetrieverSetup:
+    """What building a method's retriever takes beyond the task, its pool and the model: the random
+    retriever's seed, and the device (cpu or cuda) and batch size that embed a pool and its queries."""
+
+    seed: int
+    device: str
+    batch_size: int
+
+
+def build_retriever(
+    method: str,
+    task: Task,
+    pool,
+    setup: RetrieverSetup,
+    *,
+    model_dir: Path | None = None,
+    pool_file: Path | None = None,
+    progress: bool = False,
+) -> PoolRetriever:
+    """The retriever `method` over `pool` (`task`'s prepared train frame). sbert, epr and udr read the model
+    in `model_dir` (missing: a one-line error naming the command that makes the pipeline's,
+    :data:`udr.paths.METHOD_MODEL_COMMANDS`); udr reads its index there where it has one of the task, checked
+    against `pool_file` (the prepared train file the pool was read from), and embeds the pool where it has
+    none (a task added since)."""
+    check_method(method)
+    ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
+    if method == "random":
+        return RandomRetriever(ids, setup.seed, task.name)
+    if method == "bm25":
+        return BM25Retriever(ids, pool["input"].to_list())
+
+    if model_dir is None or not Path(model_dir).is_dir():
+        raise UdrError(f"missing model {model_dir}: run `{METHOD_MODEL_COMMANDS[method]}` first")
+    model_dir = Path(model_dir)
+    if method == "sbert":
+        return sbert_retriever(model_dir, task.name, pool, setup.device, setup.batch_size, progress)
+    embeddings = None
+    if method == "udr" and pool_file is not None and Paths.index(model_dir, task.name).is_file():
+        embeddings = load_index(model_dir, task, ids, file_sha256(pool_file))
+    encoder = BiEncoder.load(model_dir)
+    return bi_encoder_retriever(encoder, task, pool, setup.device, setup.batch_size, embeddings, progress)

@@ -1,6 +1,6 @@
 """Paired comparisons of evaluations from their predictions: a method's graded score as a function of
 resampled test rows, checked to cover them, and the check that two evaluations used the same metric.
-A project's saved evaluations are read and compared by :mod:`udr.stages.saved_evaluations`."""
+A project's saved evaluations are read and compared by :mod:`udr.project.saved_evaluations`."""
 
 from __future__ import annotations
 

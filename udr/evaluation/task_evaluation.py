@@ -5,10 +5,13 @@ For every evaluated input the retriever ranks the task's pool (its prepared trai
 takes, most similar first, `max_demos` demonstrations for classification / multiple choice and as many
 as fit in the context for generation (:func:`udr.evaluation.icl.assemble`), in the configured order.
 The LM then predicts (:mod:`udr.lm.predict`) and the task's metric scores it
-(:mod:`udr.evaluation.metrics`). The `udr evaluate` stage (:mod:`udr.stages.evaluate`) wires it to a
-project's data, models and output files.
+(:mod:`udr.evaluation.metrics`). :func:`evaluate_task` runs it at the configured demonstration count (and
+at each of the shots plot's), and writes the result and every prediction where it is told; the `udr
+evaluate` stage (:mod:`udr.stages.evaluate`) and the `udr exp` instruments give it a project's data, models
+and output files.
 
-Imports of torch are inside the functions that use them, to keep the start of `udr` and of its commands light.
+Imports of torch and polars are inside the functions that use them, to keep the start of `udr` and of its
+commands light.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from udr.config import EvaluateSettings, Split
 from udr.data.tasks import Task
+from udr.errors import UdrError
 from udr.evaluation.bootstrap import score_interval
 from udr.evaluation.icl import assemble
 from udr.evaluation.metrics import metric_result
@@ -29,6 +33,10 @@ from udr.lm.predict import GreedyGenerator, predict_choices
 from udr.lm.prompt import PromptBuilder
 from udr.lm.scorer import LMScorer, ScoringItem
 from udr.retriever.search import DenseRetriever
+from udr.util.distributed import resolve_lm_precision
+from udr.util.files import write_json_atomic, write_parquet_atomic
+from udr.util.machine import machine_kind
+from udr.util.progress import progress_bar
 from udr.util.rng import task_rng
 
 
@@ -40,6 +48,7 @@ class LanguageModel:
     tokenizer: object
     scorer: object
     generator: object
+    machine: str = ""  # the device kind it runs on (:func:`udr.util.machine.machine_kind`), named by results
 
     @classmethod
     def load(cls, lm_dir: Path, device_type: str, dtype: str) -> LanguageModel:
@@ -54,7 +63,36 @@ class LanguageModel:
             tokenizer,
             LMScorer(model, bf16=bf16, pad_id=tokenizer.pad_token_id or 0),
             GreedyGenerator(model, tokenizer, bf16=bf16),
+            machine_kind(device_type),
         )
+
+
+def load_language_model(lm_dir: Path, device: str, dtype: str) -> LanguageModel:
+    """The inference LM in `lm_dir` (missing: a one-line error naming `udr models`) on `device` in `dtype`,
+    both resolved as `evaluate.device` and `evaluate.dtype` are (auto: the machine's)."""
+    if not lm_dir.is_dir():
+        raise UdrError(f"missing model {lm_dir}: run `udr models` first")
+    device_type, dtype = resolve_lm_precision(device, dtype, "evaluate")
+    return LanguageModel.load(lm_dir, device_type, dtype)
+
+
+@dataclass(frozen=True)
+class EvaluationSetup:
+    """What evaluating a task takes of a project beyond its LM, rows and retriever: the evaluate settings,
+    the seed (random demonstration orders, the score's interval), and whether the task instruction leads
+    every prompt (`score.instruction: prefix`)."""
+
+    evaluate: EvaluateSettings
+    seed: int
+    instruction: bool
+
+
+@dataclass(frozen=True)
+class ResultFiles:
+    """Where an evaluation's result (JSON) and its predictions (parquet) are written."""
+
+    result: Path
+    predictions: Path
 
 
 class TaskEvaluation:
@@ -176,3 +214,111 @@ class TaskEvaluation:
         if bar is not None:
             bar.remove_task(job)
         return result, prompts, texts
+
+
+def task_evaluation(
+    lm: LanguageModel,
+    method: str,
+    task: Task,
+    pool,
+    rows: list[dict],
+    retriever,
+    setup: EvaluationSetup,
+    split: Split = "test",
+) -> TaskEvaluation:
+    """`task`'s evaluation of `rows` (of `split`) with `retriever`'s demonstrations from `pool` (its
+    prepared train frame), under the name `method`."""
+    instruction = task.instruction if setup.instruction else None
+    return TaskEvaluation(
+        lm, method, task, pool, rows, retriever, setup.evaluate, seed=setup.seed, instruction=instruction, split=split
+    )
+
+
+def evaluate_task(
+    lm: LanguageModel,
+    method: str,
+    task: Task,
+    pool,
+    rows: list[dict],
+    retriever,
+    setup: EvaluationSetup,
+    *,
+    split: Split = "test",
+    progress: bool = True,
+    shots: bool = True,
+    fingerprint: str | None = None,
+    save_as: str | None = None,
+    write_to: ResultFiles | None = None,
+    started: float | None = None,
+) -> dict:
+    """In-context learning on `rows` of `task` (of `split`) with `retriever`'s demonstrations from `pool`,
+    under the name `method`: the result at the configured demonstration count, with the shots plot's counts
+    where `shots` and the task and method are the plot's; written with every prediction to `write_to` where
+    given. The result records `fingerprint` (the learned model the retriever reads) and `save_as` (the
+    name it is saved under) where given; its total seconds count from `started` (time.perf_counter(),
+    default now: e.g. before the data was read and the retriever built)."""
+    cfg = setup.evaluate
+    start = time.perf_counter() if started is None else started
+    ev = task_evaluation(lm, method, task, pool, rows, retriever, setup, split)
+    with progress_bar(progress) as bar:
+        main_demos = None if ev.generation else cfg.max_demos
+        result, prompts, texts = ev.run(main_demos, bar, f"{method} on {task.name}", interval=True)
+        at_shots = {}
+        for n in ev.shots() if shots else ():
+            shot = result if n == main_demos else ev.run(n, bar, f"{method} on {task.name}, {n} demonstrations")[0]
+            at_shots[str(n)] = _shot_entry(shot)
+    result = {
+        "method": method,
+        "task": task.name,
+        "kind": task.kind,
+        "family": task.family,
+        **result,
+        "retrieval_seconds": round(ev.retrieval_seconds, 2),
+        "context": cfg.context,
+        "order": cfg.order,
+        "total_seconds": round(time.perf_counter() - start, 2),
+    }
+    if lm.machine:  # bf16 results differ in their last bits between machines: each names its own
+        result["machine"] = lm.machine
+    if at_shots:
+        result["shots"] = at_shots
+    if cfg.lm:
+        result["lm"] = cfg.lm
+    if fingerprint is not None:
+        result["model"] = fingerprint
+    if save_as is not None:
+        result["saved_as"] = save_as
+    if write_to is not None:
+        write_predictions(write_to.predictions, ev, prompts, texts)
+        write_json_atomic(write_to.result, result)
+    return result
+
+
+def write_predictions(path: Path, ev: TaskEvaluation, prompts, texts: list[str]) -> None:
+    """Every prediction of `ev` with its gold answer, the demonstrations of its prompt and their texts."""
+    import polars as pl
+
+    # The texts too (the input, each demonstration's input and output in prompt order): `udr show` reads
+    # the file alone, on a clone that has the predictions but not the prepared data.
+    frame = pl.DataFrame(
+        {
+            "id": [int(r["id"]) for r in ev.rows],
+            "input": [r["input"] for r in ev.rows],
+            "prediction": texts,
+            "gold": [r["target"] for r in ev.rows],
+            "demo_ids": [list(p.demo_ids) for p in prompts],
+            "demo_inputs": [[ev.pool[i][0] for i in p.demo_ids] for p in prompts],
+            "demo_outputs": [[ev.pool[i][1] for i in p.demo_ids] for p in prompts],
+            "prompt_tokens": [len(p.token_ids) for p in prompts],
+        },
+        schema_overrides={
+            "demo_ids": pl.List(pl.Int64),
+            "demo_inputs": pl.List(pl.String),
+            "demo_outputs": pl.List(pl.String),
+        },
+    )
+    write_parquet_atomic(frame, path)
+
+
+def _shot_entry(result: dict) -> dict:
+    return {"score": result["score"], "graded": result["graded"]["score"], "demos_mean": result["demos_mean"]}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from udr.errors import UdrError, listed
 from udr.experiments.tables import markdown_table
-from udr.stages.saved_evaluations import saved_comparisons, saved_results, saved_tasks
+from udr.project.saved_evaluations import saved_comparisons, saved_results, saved_tasks
 from udr.util.files import check_output_path, write_atomic, write_json_atomic, write_text_atomic
 
 _POINT = re.compile(r"^(?P<recipe>[^:=]+):(?P<queries>\d+)=(?P<name>[^:=\s]+)$")

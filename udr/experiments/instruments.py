@@ -15,13 +15,14 @@ scoring resumes from its shards like `udr score`.
   retriever's first is the LM's first). For queries never trained on, this says whether training
   learned the LM's preferences beyond the queries it saw. The random retriever gives the chance level.
 
-Imports of polars and of the udr.stages modules and udr.retriever.encoder (pydantic, torch) are inside the
-functions that use them, to keep the start of `udr` and of its commands light.
+Imports of polars and of the udr.project.evaluation, udr.evaluation and udr.retriever modules (pydantic, torch)
+are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,8 +30,8 @@ import numpy as np
 
 from udr.data.prepare import read_prepared
 from udr.errors import UdrError
+from udr.project.saved_evaluations import saved_comparison
 from udr.retriever.search import Ranking
-from udr.stages.saved_evaluations import saved_comparison
 from udr.util.distributed import resolve_lm_precision
 from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic, write_text_atomic
 
@@ -77,11 +78,11 @@ def oracle_candidates(settings, task_name: str, pool, rows, n: int = CANDIDATES,
     """Each validation query (`rows`)'s top `n` of BM25 ∪ SBERT over `pool` (query_id, candidate_id, position)."""
     import polars as pl
 
-    from udr.stages.evaluate import build_retriever
+    from udr.project.evaluation import method_retriever
 
     n = min(n, len(pool))
     queries = rows["input"].to_list()
-    rankings = [build_retriever(m, settings, task_name, pool, progress=progress).rank(queries, n).ids for m in SOURCES]
+    rankings = [method_retriever(settings, m, task_name, pool, progress=progress).rank(queries, n).ids for m in SOURCES]
     q_ids, c_ids, positions = [], [], []
     for i, q in enumerate(rows["id"].to_list()):
         merged = interleave([r[i] for r in rankings], n)
@@ -172,32 +173,65 @@ def run_ceiling(
 ) -> Path:
     """Score the oracle candidates, evaluate the ceiling and (where missing or older than their model)
     BM25, SBERT, EPR and UDR on validation; write `metrics/ceiling.md` and `.json`."""
-    from udr.stages.evaluate import evaluate_task, load_language_model
+    from udr.project.evaluation import language_model
 
     tasks = list(tasks or settings.task_names())
     splits = {t: _validation(settings, t) for t in tasks}  # every task checked before the LM loads
-    lm = load_language_model(settings)
+    lm = language_model(settings)
     for t in tasks:
         pool, rows = splits[t]
         scores = oracle_scores(settings, t, pool, rows, n, progress=progress)
         retriever = FixedRanking(rows["input"].to_list(), lm_order(scores, rows))
-        evaluate_task(settings, lm, CEILING, t, split="validation", progress=progress, retriever=retriever)
+        evaluate_validation(settings, lm, CEILING, t, pool, rows, progress=progress, retriever=retriever)
         for m in COMPARED:
             if rerun or not _fresh(settings, m, t):
-                evaluate_task(settings, lm, m, t, split="validation", progress=progress)
+                evaluate_validation(settings, lm, m, t, pool, rows, progress=progress)
     return write_ceiling_table(settings, tasks, n)
+
+
+def evaluate_validation(settings, lm, method: str, task: str, pool, rows, *, progress: bool, retriever=None) -> dict:
+    """`method`'s evaluation of `task`'s validation `rows` with demonstrations from `pool` (`retriever`: a
+    ranking of one's own, e.g. the LM's oracle order, else the method's), written where `udr evaluate
+    --split validation` writes it; returns the result."""
+    from udr.evaluation.task_evaluation import evaluate_task
+    from udr.project.evaluation import (
+        check_prepared_caps,
+        evaluation_setup,
+        learned_model_fingerprint,
+        method_retriever,
+        result_files,
+    )
+
+    start = time.perf_counter()
+    check_prepared_caps(settings, task, "validation")
+    fingerprint = None
+    if retriever is None:
+        retriever = method_retriever(settings, method, task, pool, progress=progress)
+        fingerprint = learned_model_fingerprint(settings, method)
+    return evaluate_task(
+        lm,
+        method,
+        settings.task(task),
+        pool,
+        rows.to_dicts(),
+        retriever,
+        evaluation_setup(settings),
+        split="validation",
+        progress=progress,
+        fingerprint=fingerprint,
+        write_to=result_files(settings, method, task, "validation"),
+        started=start,
+    )
 
 
 def _fresh(settings, method: str, task: str) -> bool:
     """Whether `method`'s validation result on `task` is newer than its model and the prepared data."""
-    from udr.stages.evaluate import METHOD_MODELS
-
     result = settings.paths.method_metrics(method, task, "validation")
     if not result.is_file() or not settings.paths.predictions(method, task, "validation").is_file():
         return False
     deps = [settings.paths.prepared(task, "train"), settings.paths.prepared(task, "validation")]
-    if method in METHOD_MODELS:
-        model = METHOD_MODELS[method].path(settings.paths)
+    model = settings.paths.method_model(method)
+    if model is not None:
         deps += [p for p in model.rglob("*") if p.is_file()] if model.is_dir() else []
     return all(result.stat().st_mtime >= p.stat().st_mtime for p in deps if p.exists())
 
@@ -340,26 +374,31 @@ AGREEMENT_RETRIEVERS = ("random", "bm25", "sbert", "initial encoder", "epr", "ud
 def _retrievers(settings, task: str, pool, models: dict, progress: bool) -> dict:
     """{label: a function building that retriever over `pool`}: random, BM25, SBERT, the initial encoder,
     EPR and UDR where trained, then `models`."""
+    from udr.evaluation.baselines import bi_encoder_retriever
+    from udr.project.evaluation import method_retriever, retriever_setup
     from udr.retriever.encoder import BiEncoder
-    from udr.stages.evaluate import METHOD_MODELS, bi_encoder_retriever, build_retriever
+    from udr.retriever.initial import initial_bi_encoder
 
     def method(m: str):
-        return lambda: build_retriever(m, settings, task, pool, progress=progress)
+        return lambda: method_retriever(settings, m, task, pool, progress=progress)
+
+    def over_pool(encoder):
+        setup = retriever_setup(settings)
+        return bi_encoder_retriever(encoder, settings.task(task), pool, setup.device, setup.batch_size)
 
     def model(path: Path):
-        return lambda: bi_encoder_retriever(BiEncoder.load(Path(path)), settings, task, pool)
+        return lambda: over_pool(BiEncoder.load(Path(path)))
 
     def initial_encoder():
-        from udr.stages.train import initial_bi_encoder
-
         base = settings.paths.base_model("encoder")
         if not base.is_dir():
             raise UdrError(f"missing model {base}: run `udr models` first")
-        return bi_encoder_retriever(initial_bi_encoder(settings, base), settings, task, pool)
+        base_spec, shared = str(settings.models.encoder), settings.train.shared_encoder
+        return over_pool(initial_bi_encoder(base, settings.encoder, base_spec=base_spec, shared=shared))
 
     out = {m: method(m) for m in ("random", "bm25", "sbert")}
     out["initial encoder"] = initial_encoder
-    out.update({m: method(m) for m in ("epr", "udr") if METHOD_MODELS[m].path(settings.paths).is_dir()})
+    out.update({m: method(m) for m in ("epr", "udr") if settings.paths.method_model(m).is_dir()})
     out.update({label: model(path) for label, path in models.items()})
     return out
 

@@ -32,6 +32,23 @@ def write_record(model_dir: Path, record: dict) -> None:
     write_json_atomic(record_path(model_dir), record)
 
 
+def trained_model_record(method: str, round_: int, trained_with: dict, summary, init: Path, base_spec: str) -> dict:
+    """The record of a model just trained from `init` (`summary`: its TrainSummary): the method and round,
+    `trained_with` (the params file, project and seed, and the models, candidates, score, encoder and train
+    settings, as the record keeps them), the scored queries per task, the steps and losses, and where
+    training started: the record of the model at `init`, or the base encoder `base_spec`."""
+    previous = read_record(init)
+    return {
+        "method": method,
+        "round": round_,
+        **trained_with,
+        "tasks": dict(summary.queries),
+        "steps": summary.steps,
+        "loss": {"start": summary.loss_start, "end": summary.loss_end},
+        "init": previous if previous is not None else {"base": base_spec},
+    }
+
+
 def check_replace(out: Path, params_file: str, root: Path, replace: bool, option: str = "--out") -> Path:
     """The resolved folder to write (:func:`udr.util.files.check_dir_target`); a one-line error, before
     any work, where `out` is no folder a bi-encoder may replace, or holds a model recorded from another

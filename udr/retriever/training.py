@@ -1,5 +1,6 @@
 """Multi-task list-wise ranking training of the bi-encoder (one round of the paper's Algorithm 1; the
-`udr train` stage that runs it is :mod:`udr.stages.train`).
+`udr train` stage that runs it is :mod:`udr.stages.train`): the trainer, its steps (:func:`train_step`,
+:func:`train_steps`) and its checkpoints (:func:`write_checkpoint`, :func:`resume_trainer`).
 
 Every optimiser step takes `train.batch_size` scored queries from ONE task, the task drawn with
 p(T) ~ q_T^alpha (q_T = T's share of the scored queries); each query brings l candidates sampled
@@ -25,8 +26,10 @@ light.
 
 from __future__ import annotations
 
+import json
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,10 +38,12 @@ import torch
 
 from udr.retriever.backward import GradCacheBackward, PlainBackward
 from udr.retriever.demo_encoders import FrozenDemoEncoder, TrainedDemoEncoder
-from udr.retriever.encoder import demo_texts, query_text
+from udr.retriever.encoder import BiEncoder, demo_texts, query_text
 from udr.retriever.losses import LossParts
 from udr.retriever.recipes import CandidateLayout, Recipe, recipe_for
 from udr.retriever.sampling import TaskSampler, step_rng
+from udr.util.files import write_atomic, write_text_atomic
+from udr.util.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,16 @@ def training_queries(task, train, scores, encoder_settings) -> list[ScoredQuery]
     return queries
 
 
+def round_schedule(cfg, round_: int, data: Mapping[str, Sequence]) -> tuple[TaskSampler, int]:
+    """A round's task sampler over `data` ({task: its scored queries}; p(T) ~ q_T^alpha) and its number of
+    optimiser steps: `train.epochs_first` (round 0) or `train.epochs_later` passes over the queries, in
+    batches of `train.batch_size` (`cfg`: the round's TrainSettings)."""
+    sampler = TaskSampler({t: len(q) for t, q in data.items()}, cfg.alpha)
+    total_queries = sum(len(q) for q in data.values())
+    epochs = cfg.epochs_first if round_ == 0 else cfg.epochs_later
+    return sampler, max(1, math.ceil(epochs * total_queries / cfg.batch_size))
+
+
 def build_trainer(
     encoder,
     cfg,
@@ -204,6 +219,68 @@ def train_step(trainer: Trainer, data, sampler: TaskSampler, step: int, dp) -> d
         "in_batch": dp.sum_scalar(parts[2]),
         "lr": trainer.scheduler.get_last_lr()[0],
     }
+
+
+def train_steps(
+    trainer: Trainer,
+    data,
+    sampler: TaskSampler,
+    steps: int,
+    dp,
+    partial: Path,
+    log: Callable[[dict], None] | None = None,
+    stop_after_steps: int | None = None,
+    *,
+    progress: bool = True,
+) -> bool:
+    """Step 3 for every step from the trainer's first to `steps`: each step's record appended to the trainer's
+    history and given to `log`, a checkpoint in `partial` every `train.checkpoint_steps` steps (rank 0)
+    before the last. False where `stop_after_steps` steps stopped the run before its end (tests use it to
+    simulate a kill), else True."""
+    with progress_bar(progress and dp.rank == 0, "loss {task.fields[loss]:.4f}") as bar:
+        last = trainer.history[-1]["loss"] if trainer.history else float("nan")
+        job = bar.add_task(f"training round {trainer.round}", total=steps, completed=trainer.first_step, loss=last)
+        first = trainer.first_step
+        for step in range(first, steps):
+            record = train_step(trainer, data, sampler, step, dp)
+            trainer.history.append(record)
+            if log is not None:
+                log(record)
+            bar.update(job, advance=1, loss=record["loss"])
+            done = step + 1
+            if dp.rank == 0 and (done % trainer.cfg.checkpoint_steps == 0 and done < steps):
+                write_checkpoint(partial, trainer, done)
+            if stop_after_steps is not None and done - first >= stop_after_steps and done < steps:
+                dp.barrier()
+                return False
+    return True
+
+
+def resume_trainer(partial: Path, initial: Callable[[], BiEncoder], cfg, **options) -> Trainer:
+    """Step 2: :func:`build_trainer` (`cfg` and `options`: its arguments) for the bi-encoder of the
+    checkpoint in `partial` where there is one, with its optimiser, schedule and loss history (a resumed
+    run), else for `initial()` (:mod:`udr.retriever.initial`)."""
+    state_file = partial / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else None
+    encoder = BiEncoder.load(partial / "encoder") if state is not None else initial()
+    trainer = build_trainer(encoder, cfg, **options)
+    if state is not None:
+        opt_state = torch.load(partial / "optimizer.pt", map_location=trainer.device, weights_only=True)
+        trainer.optimizer.load_state_dict(opt_state["optimizer"])
+        trainer.scheduler.load_state_dict(opt_state["scheduler"])
+        trainer.history = state["history"]
+    return trainer
+
+
+def write_checkpoint(partial: Path, trainer: Trainer, step: int) -> None:
+    """Weights, optimiser and scheduler state, and the loss history; state.json is written last, so a
+    checkpoint without it (killed while saving) is not resumed from."""
+
+    (partial / "state.json").unlink(missing_ok=True)
+    trainer.encoder.save(partial / "encoder")
+    state = {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict()}
+    write_atomic(partial / "optimizer.pt", lambda tmp: torch.save(state, tmp))
+    write_text_atomic(partial / "state.json", json.dumps({"step": step, "history": trainer.history}))
 
 
 def finish(trainer: Trainer, out: Path, round_, steps, data, sampler, start, world, device_type) -> TrainSummary:

@@ -15,6 +15,10 @@ prepared train split in the project at `root` (``data/prepared``), with the mode
 when it has them and the on-disk cache (:mod:`udr.serving.pool_cache`) otherwise; own pools always go
 through the cache. `udr retrieve` is a thin shell over this class.
 
+Serving an own pool, or a task the model was not trained on, says so once per retriever and pool name (an
+:class:`udr.serving.evidence.UntrainedTaskWarning`: the model's training tasks, what the project measured
+on tasks it never trained on, how to check it on your data); the results are the same either way.
+
 Imports of torch, huggingface_hub and the udr modules that load numpy or pydantic are inside the functions that use
 them, to keep `from udr import Retriever` and `udr retrieve` light.
 """
@@ -22,6 +26,7 @@ them, to keep `from udr import Retriever` and `udr retrieve` light.
 from __future__ import annotations
 
 import numbers
+import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -33,6 +38,15 @@ from udr.data.tasks import builtin_tasks, get_task
 from udr.errors import UdrError
 from udr.lm.models import hub_id
 from udr.paths import Paths
+from udr.serving.evidence import (
+    Measurement,
+    Training,
+    UntrainedTaskWarning,  # noqa: F401  (re-exported: `from udr.serving.api import UntrainedTaskWarning`)
+    model_training,
+    notice,
+    project_measurement,
+    untrained_note,
+)
 from udr.serving.query_encoder import ServingEncoder
 from udr.util.distributed import resolve_device_type
 from udr.util.files import check_no_links_out, file_sha256
@@ -93,6 +107,10 @@ class Retriever:
         self._fingerprint: str | None = None
         self._pools: dict = {}  # task name -> Pool (own pools, and pipeline pools once used)
         self._own: list[str] = []  # the names add_pool gave (a pipeline pool loaded on use is not one)
+        self._read_as: dict[str, str | None] = {}  # own pool name -> the task its rows follow (None: its own)
+        # (name, own, task it is read as) of the pools whose untrained-task note was considered: said once each.
+        self._noted: set[tuple] = set()
+        self._noted_lock = threading.Lock()
         # task name -> ServedPool: a pool with the searcher over its embeddings, replaced as one object, so
         # that a retrieval, which takes one reference, never pairs one pool's texts with another's ranking.
         self._served: dict = {}
@@ -189,6 +207,7 @@ class Retriever:
         served = self._serve(pool)  # embed now, so errors and the cost come here, before anything is replaced
         self._served[pool.name] = served
         self._pools[pool.name] = pool
+        self._read_as[pool.name] = task
         if pool.name not in self._own:
             self._own.append(pool.name)
         return pool.name
@@ -218,6 +237,7 @@ class Retriever:
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
         served = self._served_pool(self.resolve_task(task))  # one reference: pool and searcher together
         searcher, pool = served.searcher, served.pool
+        self._note_untrained(pool.name)
         rows = pool.positions
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):
@@ -290,6 +310,32 @@ class Retriever:
         """{name: Task}: the model folder's tasks, the built-in ones and those the project at `root`
         declares (the project's win on a name both have)."""
         return {**self.model_tasks, **(builtin_tasks() if self.project is None else self.project.registry)}
+
+    @cached_property
+    def training(self) -> Training:
+        """The tasks the model was trained on (its record, or an export's model card; read once), or unknown."""
+        return model_training(self.model_dir)
+
+    @cached_property
+    def measurement(self) -> Measurement | None:
+        """What the project at `root` measured on tasks its UDR never trained on (its metrics/summary.json,
+        read once), or None without one."""
+        return project_measurement(self.root, lambda: self.fingerprint)
+
+    def _note_untrained(self, name: str) -> None:
+        """Say once (an UntrainedTaskWarning) where pool `name` is an own pool, or a task the model was not
+        trained on: nothing is read again after the first retrieval from a pool."""
+        own = name in self._read_as
+        key = (name, own, self._read_as[name] if own else name)
+        if key in self._noted:
+            return
+        with self._noted_lock:
+            if key in self._noted:
+                return
+            self._noted.add(key)
+        message = untrained_note(name, key[2], own, self.training, lambda: self.measurement)
+        if message is not None:
+            notice(message)
 
     @property
     def fingerprint(self) -> str:

@@ -3,7 +3,7 @@ models, tasks, feedback sizes and training of every round behind it), the pools 
 `udr index` put beside it, and the project's results of this very model (metrics/, matched by the model's
 fingerprint; metrics/results.md with its n and bootstrap intervals where every UDR result is this model's).
 
-Imports of udr.config and the udr.retriever, udr.serving and udr.stages modules that load numpy or pydantic
+Imports of udr.config and the udr.retriever, udr.serving and udr.evaluation modules that load numpy or pydantic
 are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
@@ -161,7 +161,7 @@ def _saved_evaluations(settings) -> list[tuple[str, str]]:
     """(name, split) of every evaluation the project holds: the methods' and `udr evaluate --save-as`
     names', on test (metrics/NAME/) and validation (metrics/validation/NAME/), the methods first."""
     from udr.config import METHODS
-    from udr.stages.evaluate import RESERVED_NAMES
+    from udr.evaluation.saved_names import RESERVED_NAMES
 
     out = []
     for split in ("test", "validation"):

@@ -18,7 +18,7 @@ from udr.evaluation.comparisons import COMPARED, checked_result
 from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
 from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown
-from udr.stages.saved_evaluations import udr_versus_baselines
+from udr.project.saved_evaluations import udr_versus_baselines
 from udr.util.files import read_json_object, write_json_atomic, write_text_atomic
 from udr.util.machine import machine_kind
 from udr.util.readers import read_json

@@ -1,5 +1,5 @@
-"""udr.retriever.training: two rounds of Algorithm 1 through the CLI on tiny models (every round's
-outputs, resume, single-task training, round errors, torchrun)."""
+"""`udr train` (udr.stages.train, running udr.retriever.training): two rounds of Algorithm 1 through the CLI
+on tiny models (every round's outputs, resume, single-task training, round errors, torchrun)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from tests.conftest import LOOP_TASKS as TASKS
 from tests.conftest import REPO
-from tests.retriever.conftest import LOOP_TASKS as TASKS
 
 
 def test_loop_writes_every_round(looped):

@@ -1,15 +1,15 @@
-"""udr.stages.rounds: the per-round account of Algorithm 1 (`udr rounds`)."""
+"""udr.project.rounds: the per-round account of Algorithm 1 (`udr rounds`)."""
 
 from __future__ import annotations
 
 import json
 
-from tests.retriever.conftest import LOOP_TASKS as TASKS
+from tests.conftest import LOOP_TASKS as TASKS
 
 
 def test_rounds_report(looped, run_cli):
     from udr.config import load_settings
-    from udr.stages.rounds import rounds_table
+    from udr.project.rounds import rounds_table
 
     rows = rounds_table(load_settings(looped / "params.yaml"))
     totals = {r["round"]: r for r in rows if r["task"] == "all"}
@@ -30,7 +30,7 @@ def test_rounds_of_another_params_file_leave_out_the_pipelines_training(looped, 
     import shutil
 
     from udr.config import load_settings
-    from udr.stages.rounds import rounds_table
+    from udr.project.rounds import rounds_table
 
     own = looped / "params-own.yaml"
     shutil.copyfile(looped / "params.yaml", own)

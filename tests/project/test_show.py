@@ -1,4 +1,4 @@
-"""`udr show` (udr.stages.show): an evaluation's examples with the demonstrations of their prompts, read
+"""`udr show` (udr.project.show): an evaluation's examples with the demonstrations of their prompts, read
 from the saved predictions alone."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""udr.stages.workspace (`udr init-task`): a user's own task in a folder of its own, whose runs leave the
+"""udr.project.workspace (`udr init-task`): a user's own task in a folder of its own, whose runs leave the
 project's pipeline untouched."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`udr evaluate` end to end on tiny models through the CLI (the project: tests/evaluation/conftest.py)."""
+"""`udr evaluate` end to end on tiny models through the CLI (the project: `evaluated`, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 import polars as pl
 
-from tests.evaluation.conftest import EVAL_METHODS as METHODS
-from tests.evaluation.conftest import EVAL_TASKS as TASKS
+from tests.conftest import EVAL_METHODS as METHODS
+from tests.conftest import EVAL_TASKS as TASKS
 
 
 def test_every_method_writes_metrics_and_inspectable_predictions(evaluated):
@@ -204,7 +204,7 @@ def test_evaluations_saved_in_git_compare_as_their_files_do(evaluated, tmp_path)
     from udr.config import load_settings
     from udr.errors import UdrError
     from udr.experiments.dvc import compare_revisions
-    from udr.stages.saved_evaluations import saved_comparison
+    from udr.project.saved_evaluations import saved_comparison
 
     project = tmp_path / "p"
     shutil.copytree(evaluated, project)
@@ -316,7 +316,7 @@ def test_damaged_saved_predictions_are_one_line_errors(tmp_path, data_dir):
     from tests.conftest import write_params
     from udr.config import load_settings
     from udr.errors import UdrError
-    from udr.stages.saved_evaluations import prediction_metric
+    from udr.project.saved_evaluations import prediction_metric
 
     settings = load_settings(write_params(tmp_path, {"sst2": {"max_train": 20, "max_test": 6}}, data_dir))
     path = settings.paths.predictions("bm25", "sst2")

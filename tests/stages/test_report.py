@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tests.evaluation.conftest import EVAL_METHODS as METHODS
-from tests.evaluation.conftest import EVAL_TASKS as TASKS
-from tests.evaluation.conftest import UNSEEN_TASK
+from tests.conftest import EVAL_METHODS as METHODS
+from tests.conftest import EVAL_TASKS as TASKS
+from tests.conftest import UNSEEN_TASK
 
 
 def test_report_table_summary_and_plot(evaluated):

@@ -1,0 +1,94 @@
+"""A project's inference LM and retrievers, as `udr evaluate` (:mod:`udr.stages.evaluate`) and the `udr exp`
+instruments (:mod:`udr.experiments.instruments`) read them: the project's settings and paths turned into the
+explicit arguments of :mod:`udr.evaluation.task_evaluation` and :func:`udr.evaluation.baselines.build_retriever`,
+and the checks that the prepared data is current.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from udr.errors import UdrError
+from udr.evaluation.baselines import RetrieverSetup, build_retriever, check_method
+from udr.evaluation.task_evaluation import EvaluationSetup, LanguageModel, ResultFiles, load_language_model
+from udr.lm.models import resolve_model
+from udr.retriever.index import model_fingerprint
+from udr.retriever.search import PoolRetriever
+from udr.util.distributed import resolve_device_type
+
+
+def language_model(settings) -> LanguageModel:
+    """The inference LM: `evaluate.lm` where set (resolved once, next to the scoring LM), else the
+    scoring LM of `udr models`; on `evaluate.device` in `evaluate.dtype`."""
+    if settings.evaluate.lm:
+        lm_dir = resolve_model(settings.evaluate.lm, settings.paths.base_model("eval_lm"), kind="lm")
+    else:
+        lm_dir = settings.paths.base_model("lm")
+    return load_language_model(lm_dir, settings.evaluate.device, settings.evaluate.dtype)
+
+
+def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
+    """The project's seed, and `evaluate.device` and `mine.batch_size` to embed pools and queries with; the
+    device is resolved (and checked) only where `method` embeds (sbert, epr, udr; None: a bi-encoder of
+    one's own): random and BM25 embed nothing, and run whatever it says."""
+    embeds = method is None or settings.paths.method_model(method) is not None
+    device = resolve_device_type(settings.evaluate.device, "evaluate.device") if embeds else "cpu"
+    return RetrieverSetup(settings.seed, device, settings.mine.batch_size)
+
+
+def evaluation_setup(settings) -> EvaluationSetup:
+    """The evaluate settings, the seed, and whether the task instruction leads each prompt (`score.instruction`)."""
+    return EvaluationSetup(settings.evaluate, settings.seed, settings.score.instruction == "prefix")
+
+
+def method_retriever(
+    settings, method: str, task_name: str, pool, *, progress: bool = False, model_dir: Path | None = None
+) -> PoolRetriever:
+    """The retriever `method` over `pool` (a prepared train frame) of `task_name`; `model_dir`: the
+    bi-encoder of epr / udr (default: the pipeline's, :meth:`udr.paths.Paths.method_model`), whose pool is
+    embedded here where it has no index."""
+    check_method(method)
+    paths = settings.paths
+    return build_retriever(
+        method,
+        settings.task(task_name),
+        pool,
+        retriever_setup(settings, method),
+        model_dir=Path(model_dir) if model_dir is not None else paths.method_model(method),
+        pool_file=paths.prepared(task_name, "train"),
+        progress=progress,
+    )
+
+
+def result_files(settings, name: str, task_name: str, split: str = "test") -> ResultFiles:
+    """Where the evaluation `name` (a method, or a name given with --save-as) of a task on `split` is written."""
+    paths = settings.paths
+    return ResultFiles(paths.method_metrics(name, task_name, split), paths.predictions(name, task_name, split))
+
+
+def learned_model_fingerprint(settings, method: str, model: Path | None = None) -> str | None:
+    """The fingerprint of the bi-encoder an EPR / UDR evaluation reads (`model`, default the pipeline's);
+    None for the methods that read none of their own, and where the model is missing (building the
+    retriever then says so)."""
+    if method not in ("epr", "udr"):
+        return None
+    model_dir = Path(model) if model is not None else settings.paths.method_model(method)
+    return model_fingerprint(model_dir) if model_dir.is_dir() else None
+
+
+def check_prepared_caps(settings, task_name: str, split: str) -> None:
+    """A one-line error when the prepared split was cut with another cap than the params' (stale data:
+    `udr prepare` has not run since the cap changed)."""
+    meta_file = settings.paths.prepared_dir(task_name) / "meta.json"
+    if not meta_file.is_file():
+        return
+    caps = settings.task_caps(task_name)
+    key = {"test": "max_test", "validation": "validation"}[split]
+    want = getattr(caps, key, None)
+    got = json.loads(meta_file.read_text()).get("counts", {}).get(split, {}).get("cap")
+    if want is not None and got is not None and want != got:
+        raise UdrError(
+            f"data/prepared/{task_name} was cut with {key} {got}, the params say {want}: run "
+            f"`udr prepare -t {task_name}` first (or `udr evaluate --limit N` for a quick look)"
+        )

@@ -160,9 +160,10 @@ def test_a_params_file_of_the_same_name_in_another_project_cannot_replace_a_mode
         ["index", "-p", str(other / "params.yaml"), "--model", str(project / "models/final")],
     ):
         code, _, err = run_cli(args, tmp_path)
-        made = _record(project / "models/final")["project"]  # the project it was trained in (copied since)
-        assert code == 1 and f"made from {made}/params.yaml" in err, err
-        assert f"this run reads {other.resolve()}/params.yaml" in err and len(err.strip().splitlines()) == 1
+        made = _record(project / "models/final")["project"]  # relative to the model folder: no machine path
+        assert not made.startswith("/") and (project / "models/final" / made).resolve() == project.resolve()
+        assert code == 1 and "made from proj/params.yaml, and this run reads other/params.yaml" in err, err
+        assert len(err.strip().splitlines()) == 1
     assert (project / "models/final/query/model.safetensors").read_bytes() == before
     from udr.config import load_settings
     from udr.retriever.record import check_replace

@@ -9,6 +9,7 @@ and a run from another params file refuses to replace a recorded model unless to
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from udr.errors import UdrError, quoted
@@ -65,14 +66,27 @@ def check_replace(out: Path, params_file: str, root: Path, replace: bool, option
     project = root
     root = Path(root).resolve()
     # The same project: the one recorded, or the one the model lies in (a project moved since keeps its models).
-    if record.get("project", str(root)) != str(root) and not Path(out).resolve().is_relative_to(root):
-        made, reads = f"{record.get('project')}/{made}", f"{root}/{reads}"
+    # The record names it relative to the model folder (older records: an absolute path).
+    recorded = record.get("project")
+    recorded = root if recorded is None else (Path(out) / str(recorded)).resolve()
+    if recorded != root and not Path(out).resolve().is_relative_to(root):
+        made, reads = f"{shown_path(recorded, Path.cwd())}/{made}", f"{shown_path(root, Path.cwd())}/{reads}"
     if made == reads:
         return out
     raise UdrError(
         f"{shown_path(out, project)} holds a model made from {made}, and this run reads {reads}: "
         f"give {option} DIR for a model of its own, or --replace to overwrite it"
     )
+
+
+def rebase_project(record: dict, from_dir: Path, to_dir: Path) -> dict:
+    """`record` of a model folder copied from `from_dir` to `to_dir`, its project (relative to the model
+    folder) named relative to the copy."""
+    project = record.get("project")
+    if project is None or Path(str(project)).is_absolute():
+        return record
+    where = (Path(from_dir) / str(project)).resolve()
+    return {**record, "project": os.path.relpath(where, Path(to_dir).resolve())}
 
 
 def trained_tasks(record: dict) -> dict[str, int]:

@@ -23,7 +23,7 @@ from udr.retriever.index import (
     read_model_declarations,
     save_embeddings,
 )
-from udr.retriever.record import check_replace, read_record, write_record
+from udr.retriever.record import check_replace, read_record, rebase_project, write_record
 from udr.util.distributed import resolve_device_type
 from udr.util.files import building_dir, check_no_links_out, file_sha256, write_atomic, write_json_atomic
 
@@ -67,6 +67,8 @@ def run_index(
             shutil.copytree(src, tmp, dirs_exist_ok=True)
             shutil.rmtree(tmp / "index", ignore_errors=True)  # an indexed --model: its old indexes go
             shutil.rmtree(Paths.model_pools(tmp), ignore_errors=True)
+            if (record := read_record(tmp)) is not None:  # its project, named from the copy's place
+                write_record(tmp, rebase_project(record, src, dst))
             report = {"round": label, "model": model_fingerprint(tmp), "tasks": {}}
             encoder = BiEncoder.load(tmp).to(device)
             _index_tasks(settings, encoder, tmp, settings.prepared_task_names(), report, progress)

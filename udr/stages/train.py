@@ -12,6 +12,7 @@ picked up by the next run with the same inputs, which continues exactly as an un
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -129,7 +130,7 @@ def run_train(
         dp.close()
         return None
     summary = finish(trainer, out, round_, steps, data, sampler, start, dp.world, device_type)
-    write_record(out, training_record(settings, method=method, round_=round_, init=Path(init), summary=summary))
+    write_record(out, training_record(settings, out, method=method, round_=round_, init=Path(init), summary=summary))
     live.finish(summary, "training the EPR baseline" if method == "epr" else f"training round {round_}")
     remove(partial)
     dp.close()
@@ -179,11 +180,12 @@ def build(
     )
 
 
-def training_record(settings, *, method: str, round_: int, init: Path, summary) -> dict:
-    """The record of a model `run_train` just trained from `init` (its TrainSummary: `summary`)."""
+def training_record(settings, out: Path, *, method: str, round_: int, init: Path, summary) -> dict:
+    """The record of the model `run_train` just trained from `init` into `out` (its TrainSummary: `summary`)."""
     trained_with = {
         "params_file": settings.params_file,
-        "project": str(Path(settings.root).resolve()),
+        # relative to the model folder (a committed or exported record names no machine's path)
+        "project": os.path.relpath(Path(settings.root).resolve(), Path(out).resolve()),
         "seed": settings.seed,
         "models": settings.models.model_dump(mode="json"),
         "candidates": settings.candidates.model_dump(mode="json"),

@@ -92,7 +92,7 @@ def test_headline_is_flat_and_agrees_with_the_summary(evaluated):
 def test_headline_table_puts_this_run_beside_a_committed_experiment(evaluated, tmp_path):
     from udr.config import load_settings
     from udr.evaluation.headline import beside_columns, headline_markdown
-    from udr.stages.report import run_column
+    from udr.stages.report import run_column, score_reports
 
     summary = json.loads((evaluated / "metrics/summary.json").read_text())
     table = (evaluated / "metrics/headline.md").read_text()
@@ -101,7 +101,8 @@ def test_headline_table_puts_this_run_beside_a_committed_experiment(evaluated, t
     other["udr_minus"] = {"bm25": {"all": {"difference": 5.1, "low": 3.4, "high": 7.0, "resolved": True}}}
     (tmp_path / "other.json").write_text(json.dumps(other))
     settings = load_settings(evaluated / "params.yaml")
-    columns = [run_column(settings, summary), *beside_columns(tmp_path, ["other.json", "missing.json"])]
+    this_run = run_column(settings, summary, score_reports(settings))
+    columns = [this_run, *beside_columns(tmp_path, ["other.json", "missing.json"])]
     lines = headline_markdown(columns).splitlines()
     assert lines[0] == "| | this run | larger test sets |" and len(columns) == 2
     assert "| udr − bm25 | " in "\n".join(lines) and lines[-1].count("|") == 4

@@ -143,11 +143,12 @@ def _shipped_manifest(source: Path) -> ScoresManifest:
     their manifest's checksum is caught too). Shipped data is never taken unverified."""
     restore = "restore it (git checkout) or score every pair with score.reuse_shipped=false"
     listed = read_checksums(source.parent)
-    for path in (source, manifest_path(source)):
-        if listed is not None and listed.get(path.name) != file_sha256(path):
+    digests = {path: file_sha256(path) for path in (source, manifest_path(source))}  # each file hashed once
+    for path, digest in digests.items():
+        if listed is not None and listed.get(path.name) != digest:
             raise UdrError(f"shipped feedback {path} differs from its checksum in {CHECKSUMS}: {restore}")
     manifest = read_manifest(source, 0, source.stem)
-    if manifest.sha256 != file_sha256(source):
+    if manifest.sha256 != digests[source]:
         raise UdrError(
             f"shipped feedback {source} changed since it was written (checksum differs from its manifest): {restore}"
         )

@@ -106,8 +106,9 @@ class Retriever:
         self.progress = progress  # a progress bar while embedding a pool
         self._fingerprint: str | None = None
         self._pools: dict = {}  # task name -> Pool (own pools, and pipeline pools once used)
-        self._own: list[str] = []  # the names add_pool gave (a pipeline pool loaded on use is not one)
-        self._read_as: dict[str, str | None] = {}  # own pool name -> the task its rows follow (None: its own)
+        # The names add_pool gave, in order (a pipeline pool loaded on use is not one) -> the task their rows
+        # follow (None: their own).
+        self._read_as: dict[str, str | None] = {}
         # (name, own, task it is read as) of the pools whose untrained-task note was considered: said once each.
         self._noted: set[tuple] = set()
         self._noted_lock = threading.Lock()
@@ -208,8 +209,6 @@ class Retriever:
         self._served[pool.name] = served
         self._pools[pool.name] = pool
         self._read_as[pool.name] = task
-        if pool.name not in self._own:
-            self._own.append(pool.name)
         return pool.name
 
     # ------------------------------------------------------------ retrieval
@@ -359,7 +358,7 @@ class Retriever:
         where several are possible it is an error (a pool loaded for an earlier query does not make the
         choice)."""
         if task is None:
-            possible = self._own or self._pipeline_tasks()
+            possible = list(self._read_as) or self._pipeline_tasks()
             if len(possible) == 1:
                 return self.resolve_task(possible[0])
             raise UdrError(

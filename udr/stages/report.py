@@ -69,12 +69,12 @@ def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, 
     return seen, new
 
 
-def run_column(settings, summary: dict) -> dict:
+def run_column(settings, summary: dict, reports: dict[str, dict]) -> dict:
     """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
-    the score reports (shipped, with its re-scored sample, or scored here)."""
+    the score reports (`reports`: :func:`score_reports`; shipped, with its re-scored sample, or scored here)."""
     shipped, checked = [], set()
     for task in settings.train.tasks or settings.task_names():
-        record = _score_report(settings, task)
+        record = reports[task]
         shipped.append(bool(record.get("shipped")))
         if record.get("shipped"):
             checked.add(record["shipped"].get("checked_queries"))
@@ -95,16 +95,21 @@ def run_column(settings, summary: dict) -> dict:
     }
 
 
-def _score_report(settings, task: str) -> dict:
-    path = settings.paths.score_report(0, task)
-    return read_json_object(path, "score report", f"run `udr score --task {task}` again") if path.is_file() else {}
+def score_reports(settings) -> dict[str, dict]:
+    """{task: its round-0 score report} of the params' tasks ({} where a task has none)."""
+    out = {}
+    for task in settings.task_names():
+        path = settings.paths.score_report(0, task)
+        fix = f"run `udr score --task {task}` again"
+        out[task] = read_json_object(path, "score report", fix) if path.is_file() else {}
+    return out
 
 
-def result_machines(settings, results: dict[str, dict[str, dict]]) -> list[str]:
+def result_machines(results: dict[str, dict[str, dict]], reports: dict[str, dict]) -> list[str]:
     """The machines the results were computed on, from the files: each evaluation result's `machine` and
     each round-0 score report's (sorted; results written before evaluations recorded it name none)."""
     found = {r["machine"] for by_task in results.values() for r in by_task.values() if r.get("machine")}
-    found |= {m for t in settings.task_names() if (m := _score_report(settings, t).get("machine"))}
+    found |= {m for report in reports.values() if (m := report.get("machine"))}
     return sorted(found)
 
 
@@ -125,7 +130,8 @@ def run_report(settings) -> dict:
     the same two for the unseen tasks) and the shots plot; returns the summary."""
     paths = settings.paths
     results = _load_results(settings)
-    machines = result_machines(settings, results)
+    reports = score_reports(settings)
+    machines = result_machines(results, reports)
     seen, unseen = _split_unseen(settings, results)
     shots = shots_table(seen)
     summary: dict = {}
@@ -158,7 +164,7 @@ def run_report(settings) -> dict:
     write_json_atomic(paths.summary, summary)
     write_json_atomic(paths.headline, flat_headline(summary))
     if summary:
-        columns = [run_column(settings, summary), *beside_columns(settings.root, settings.evaluate.beside)]
+        columns = [run_column(settings, summary, reports), *beside_columns(settings.root, settings.evaluate.beside)]
         write_text_atomic(paths.headline_table, headline_markdown(columns))
     write_text_atomic(paths.results, markdown)
     if shots:

@@ -82,3 +82,65 @@ def test_k_out_of_range(sbert, name):
         retriever.rank(["x"], 30, exclude=[POOL_IDS[0]])
     with pytest.raises(UdrError, match="k out of range"):
         retriever.rank(["x"], 0)
+
+
+# ---------------------------------------------------------------- an encoder of one's own (-m encoder:SPEC)
+
+
+def _st_encoder(tmp_path, src, pooling, *, normalize=True, new_format=False, similarity=None):
+    from tests.stages.test_evaluate_encoder import st_folder
+
+    path = st_folder(
+        tmp_path / f"{pooling}-{normalize}-{new_format}-{similarity}",
+        src,
+        pooling=pooling,
+        normalize=normalize,
+        new_format=new_format,
+    )
+    if similarity is not None:
+        (path / "config_sentence_transformers.json").write_text(f'{{"similarity_fn_name": "{similarity}"}}')
+    return path
+
+
+@pytest.mark.parametrize("new_format", [False, True])
+def test_an_encoder_folder_is_read_as_sentence_transformers_reads_it(tmp_path, new_format):
+    """Pooling from the Pooling module (the legacy flags and sentence-transformers 6's `pooling_mode`),
+    cosine with a Normalize module or by default, dot where the config says so; a plain folder: CLS, dot."""
+    from udr.evaluation.baselines import _encoder_modules, encoder_reading
+
+    src = save_tiny_encoder(tmp_path / "plain")
+    assert encoder_reading(src, _encoder_modules(src)) == ("cls", "dot")
+    for pooling, normalize, similarity, want in (
+        ("mean", True, None, ("mean", "cosine")),
+        ("cls", False, None, ("cls", "cosine")),
+        ("cls", False, "dot", ("cls", "dot")),
+        ("mean", True, "dot", ("mean", "cosine")),  # Normalize: the dot product is the cosine
+    ):
+        path = _st_encoder(tmp_path, src, pooling, normalize=normalize, new_format=new_format, similarity=similarity)
+        assert encoder_reading(path, _encoder_modules(path)) == want
+    path = _st_encoder(tmp_path, src, "cls", normalize=False, new_format=new_format, similarity="euclidean")
+    with pytest.raises(UdrError, match="similarity euclidean is not one udr ranks with"):
+        encoder_reading(path, _encoder_modules(path))
+
+
+def test_an_encoder_folder_embeds_as_the_sbert_baseline_does(tmp_path, sbert):
+    """The sbert baseline's tiny encoder as a sentence-transformers folder (mean, Normalize, 128 tokens):
+    the same pool embeddings and rankings as SBERT's; with --instruction the task instruction leads both."""
+    import polars as pl
+
+    from udr.data.tasks import get_task
+    from udr.evaluation.baselines import RetrieverSetup, encoder_retriever, load_encoder_method
+
+    path = _st_encoder(tmp_path, save_tiny_encoder(tmp_path / "plain"), "mean")
+    method = load_encoder_method(str(path))
+    assert method.encoder.settings.max_query_length == method.encoder.settings.max_demo_length == 128
+    pool = pl.DataFrame({"id": POOL_IDS, "input": POOL})
+    task = get_task("sst2")
+    retriever = encoder_retriever(method, task, pool, RetrieverSetup(0, "cpu", 8))
+    assert np.array_equal(retriever.pool_embeddings, sbert.pool_embeddings)
+    assert np.array_equal(retriever.rank(POOL[:4], 5).ids, sbert.rank(POOL[:4], 5).ids)
+    led = encoder_retriever(load_encoder_method(str(path), instruction=True), task, pool, RetrieverSetup(0, "cpu", 8))
+    assert np.allclose(
+        led.pool_embeddings[0], method.encoder.encode([task.instruction + POOL[0]], "demo")[0], atol=1e-6
+    )
+    assert led.query_text("x") == task.instruction + "x" and retriever.query_text("x") == "x"

@@ -247,3 +247,22 @@ def test_macro_f1_task_score_its_details_and_bootstrap_statistics():
     stats = metrics.GradedStatistics("macro_f1", [1, 1, 1], cls)
     assert stats.score(np.arange(3)) == pytest.approx(out["score"])
     assert stats.score(np.array([0, 2, 2])) == pytest.approx(metrics.macro_f1([1, 1, 1], [1, 1, 1]))
+
+
+# ---------------------------------------------------------------- label share of the demonstrations
+
+
+def test_label_share_averages_each_prompts_share_of_the_querys_label():
+    """Pool labels 0,0,0,1,1,1 (ids 10-15). Query 1 (label 0) gets 10, 11, 13: 2/3; query 2 (label 1)
+    gets 13, 14, 15: 1; query 3 (label 1) gets 10 alone: 0; query 4 has no demonstrations and counts
+    for nothing. Mean over the three: (2/3 + 1 + 0) / 3 = 5/9."""
+    from udr.evaluation.metrics import label_share
+
+    labels = {10: 0, 11: 0, 12: 0, 13: 1, 14: 1, 15: 1}
+    rows = [{"label": 0}, {"label": 1}, {"label": 1}, {"label": 0}]
+    demos = [[10, 11, 13], [13, 14, 15], [10], []]
+    assert label_share(demos, rows, labels) == pytest.approx(5 / 9, abs=1e-12)
+    assert label_share([[12, 10]], [{"label": 0}], labels) == 1.0
+    assert label_share([[]], [{"label": 0}], labels) is None
+    with pytest.raises(UdrError, match="2 predictions but 1 rows"):
+        label_share(demos[:2], rows[:1], labels)

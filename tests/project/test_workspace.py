@@ -4,6 +4,7 @@ project's pipeline untouched."""
 from __future__ import annotations
 
 import json
+import os
 
 import polars as pl
 import pytest
@@ -115,3 +116,71 @@ def test_a_workspace_run_writes_its_results_in_the_workspace(project, run_cli, t
     assert "bm25 on opinions: macro_f1" in err and "accuracy" in json.dumps(result["details"])
     assert (ws / "data" / "predictions" / "bm25" / "opinions.parquet").is_file()
     assert not (root / "metrics").exists() and not (root / "data" / "prepared").exists()
+
+
+def test_init_task_takes_a_test_file_that_prepare_uses_as_the_test_split(project, run_cli):
+    """`--test FILE` (the same columns) is the declaration's data.test: `udr prepare` in the workspace takes
+    its rows as the test split (split "given") instead of carving prepare.test_fraction off --from."""
+    root, csv = project
+    rows = pl.read_csv(csv)
+    train, test = csv.with_name("train.csv"), csv.with_name("test.jsonl")  # the formats may differ
+    rows[4:36].write_csv(train)
+    rows.filter(pl.int_range(pl.len()).is_in([0, 1, 2, 3, 36, 37, 38, 39])).write_ndjson(test)
+    args = ["init-task", "opinions", "--from", str(train), "--test", str(test), "--label", "sentiment"]
+    code, _, err = run_cli([*args, "--max-test", "100"], root)
+    assert code == 0, err
+    assert "task opinions: 32 rows + 8 test rows" in err
+    ws = root / "workspaces" / "opinions"
+    declared = yaml.safe_load((ws / "data" / "tasks" / "opinions.yaml").read_text())["opinions"]
+    assert declared["data"] == {"train": "opinions.csv", "test": "opinions-test.jsonl"}
+    assert (ws / "data" / "tasks" / "opinions-test.jsonl").read_bytes() == test.read_bytes()
+    code, _, err = run_cli(["prepare"], ws)
+    assert code == 0, err
+    meta = json.loads((ws / "data" / "prepared" / "opinions" / "meta.json").read_text())
+    assert meta["split"] == "given" and meta["files"] == {"train": "opinions.csv", "test": "opinions-test.jsonl"}
+    assert (meta["counts"]["train"]["kept"], meta["counts"]["test"]["kept"]) == (32, 8)
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ({"review": "text", "stars": "negative"}, "--test: no column 'sentiment' (--label) in"),
+        ({"review": "text", "sentiment": "neutral"}, "--test: label(s) 'neutral' of"),
+    ],
+)
+def test_a_test_file_that_does_not_fit_is_a_one_line_error(project, run_cli, tmp_path, columns, message):
+    root, csv = project
+    test = tmp_path / "test.csv"
+    pl.DataFrame({k: [v] for k, v in columns.items()}).write_csv(test)
+    code, _, err = run_cli(["init-task", "x", "--from", str(csv), "--test", str(test), "--label", "sentiment"], root)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (root / "workspaces" / "x").exists()
+
+
+def test_workspace_paths_keep_a_linked_data_folder_as_named(project, run_cli, tmp_path, data_dir):
+    """The data mirror through a symbolic link: a mirror beside the project is written as the absolute path
+    through the link (never climbing out of the project to the link's target), one inside the project
+    relative to the workspace; the model links are relative to the workspace, the project's paths as named."""
+    from udr.config import load_settings
+
+    root, csv = project
+    root = root.resolve()
+    (tmp_path / "far" / "away").mkdir(parents=True)
+    (tmp_path / "far" / "away" / "mirror").symlink_to(data_dir)
+    (tmp_path / "shared").symlink_to(tmp_path / "far" / "away")  # the project's ../shared is a link
+    (root / "data").mkdir()
+    (root / "data" / "mirror").symlink_to(tmp_path / "far" / "away" / "mirror")
+    for source, wanted in (
+        ("../shared/mirror", str(root.parent / "shared" / "mirror")),
+        ("data/mirror", "../../data/mirror"),
+    ):
+        raw = yaml.safe_load((root / "params.yaml").read_text())
+        raw["data"]["source_dir"] = source
+        (root / "params.yaml").write_text(yaml.safe_dump(raw))
+        name = source.split("/")[0].strip(".") or "up"
+        code, _, err = run_cli(["init-task", f"t{name}", "--from", str(csv), "--label", "sentiment"], root)
+        assert code == 0, err
+        ws = root / "workspaces" / f"t{name}"
+        assert yaml.safe_load((ws / "params.yaml").read_text())["data"]["source_dir"] == wanted
+        assert load_settings(ws / "params.yaml").data_dir() == data_dir.resolve()
+        assert os.readlink(ws / "models" / "final") == "../../../models/final"

@@ -180,15 +180,25 @@ def exp_compare_cmd(
     ],
     b: Annotated[str, typer.Argument(metavar="B", help="The one to compare it with.")],
     split: Annotated[str, typer.Option("--split", help="test or validation.")] = "test",
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help="The metric compared, on every task: accuracy or macro_f1 where the answers are labels, or the "
+            "task's own (the default: each task's own).",
+            show_default=False,
+        ),
+    ] = None,
     task: TaskOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
     """A against B on the same rows: per task and on average, A - B with its paired bootstrap 95% interval
-    (bold where it excludes 0), from the saved predictions."""
+    (bold where it excludes 0), from the saved predictions; a label task compared by another metric than
+    accuracy (macro-F1) shows accuracy's beside it."""
     from udr.experiments.tables import compare_table
-    from udr.project.saved_evaluations import saved_comparison, saved_results, saved_tasks
+    from udr.project.saved_evaluations import compare_saved, saved_results, saved_tasks
 
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
@@ -196,18 +206,20 @@ def exp_compare_cmd(
     tasks = list(task) if task else saved_tasks(settings, [a, b], split)
     if not tasks:
         raise UdrError(f"no task has saved {split} results of both {a} and {b}: run `udr evaluate` for them first")
-    per_task, average = saved_comparison(settings, a, b, tasks, split)
     result = {m: saved_results(settings, m, tasks, split) for m in (a, b)}
-    rows = [
-        (t, result[a][t]["n"], result[a][t]["graded"]["score"], result[b][t]["graded"]["score"], iv)
-        for t, iv in zip(tasks, per_task)
-    ]
+    versus = compare_saved(settings, result, [(a, b)], split, metric)[a, b]
     if as_json:
-        out = {t: {"n": n, a: sa, b: sb, **iv.to_dict()} for t, n, sa, sb, iv in rows}
-        out["average"] = average.to_dict()
+        out = {}
+        for t, iv in versus.per_task.items():
+            sa, sb = versus.scores[t]
+            out[t] = {"n": result[a][t]["n"], "metric": versus.metrics[t], a: sa, b: sb, **iv.to_dict()}
+            if t in versus.accuracy:
+                acc_a, acc_b, acc = versus.accuracy[t]
+                out[t]["accuracy"] = {a: acc_a, b: acc_b, **acc.to_dict()}
+        out["average"] = versus.average.to_dict()
         typer.echo(json.dumps(out, indent=2))
         return
-    typer.echo(compare_table(a, b, rows, average), nl=False)
+    typer.echo(compare_table(a, b, versus, result[a]), nl=False)
 
 
 @exp_app.command("curve")

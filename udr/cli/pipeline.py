@@ -190,6 +190,54 @@ def train_cmd(
         )
 
 
+@app.command("interpolate")
+def interpolate_cmd(
+    model: Annotated[Path, typer.Argument(help="The trained udr bi-encoder (a model folder).", show_default=False)],
+    alpha: Annotated[
+        float,
+        typer.Option(
+            "--alpha",
+            help="Weight of the trained model: alpha * trained + (1 - alpha) * initial (0 to 1).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="The model folder to write (e.g. models/wise-0.5).", show_default=False)
+    ],
+    initial: Annotated[
+        Path | None,
+        typer.Option(
+            "--initial",
+            help="The initial encoder: a udr bi-encoder folder or a resolved base encoder (default: the "
+            "project's models/base/encoder, the base the model was trained from).",
+            show_default=False,
+        ),
+    ] = None,
+    replace: ReplaceOpt = False,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Interpolate a trained bi-encoder's weights with its initial encoder's (WiSE-FT) -> --out, a model folder
+    that `udr index --model`, `udr evaluate --model` and serving read; its record names alpha and both sources."""
+    from udr.retriever.interpolation import write_interpolation
+
+    settings = load(params, set_)
+    written = write_interpolation(
+        model,
+        alpha,
+        out,
+        initial=initial,
+        base_dir=settings.paths.base_model("encoder"),
+        base_spec=str(settings.models.encoder),
+        params_file=settings.params_file,
+        root=settings.root,
+        replace=replace,
+    )
+    console().print(
+        f"interpolated {shown_path(model, settings.root)} with alpha {alpha} -> {shown_path(written, settings.root)}"
+    )
+
+
 @app.command("mine")
 def mine_cmd(
     round_: RoundOpt = 1, task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None
@@ -238,7 +286,16 @@ def index_cmd(
 
 @app.command("evaluate")
 def evaluate_cmd(
-    method: Annotated[str, typer.Option("--method", "-m", help="random, bm25, sbert, epr or udr.")],
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            "-m",
+            help="random, bm25, sbert, epr, udr, or encoder:FOLDER: any sentence-transformers or Hugging Face "
+            "encoder (a folder of config.json and *.safetensors; a hub id org/name where online) as a dense "
+            "retriever with its own pooling and normalisation, saved as --save-as or the folder's name.",
+        ),
+    ],
     task: TaskOpt = None,
     split: Annotated[
         str, typer.Option("--split", help="test, or validation (the rows set aside to choose settings on).")
@@ -265,6 +322,12 @@ def evaluate_cmd(
             show_default=False,
         ),
     ] = None,
+    instruction: Annotated[
+        bool,
+        typer.Option(
+            "--instruction", help="With -m encoder:FOLDER: the task instruction leads queries and pool inputs."
+        ),
+    ] = False,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
@@ -281,7 +344,15 @@ def evaluate_cmd(
     settings = load(params, set_)
     tasks = selected_tasks(settings, task, unseen=True) if task else None
     results = run_evaluate(
-        settings, method, tasks=tasks, split=split, progress=show_progress(), limit=limit, model=model, save_as=save_as
+        settings,
+        method,
+        tasks=tasks,
+        split=split,
+        progress=show_progress(),
+        limit=limit,
+        model=model,
+        save_as=save_as,
+        instruction=instruction,
     )
     for name, r in results.items():
         graded = f" ({r['graded']['name']} {r['graded']['score']:.2f})" if r["graded"]["name"] != r["metric"] else ""
@@ -293,8 +364,8 @@ def evaluate_cmd(
             + (
                 f" (--limit {limit}: the first {r['n']} rows, a quick look, not a comparison of methods; not saved)"
                 if limit
-                else f" (saved as {save_as})"
-                if save_as
+                else f" (saved as {r['saved_as']})"
+                if r.get("saved_as")
                 else " (--model: not saved)"
                 if model
                 else ""
@@ -413,6 +484,15 @@ def init_task_cmd(
     from_: Annotated[
         Path, typer.Option("--from", help="The task's rows: a .csv, .tsv, .jsonl or .parquet file.", show_default=False)
     ],
+    test: Annotated[
+        Path | None,
+        typer.Option(
+            "--test",
+            help="The task's test rows, a file of the same columns (any of the same formats); default: prepare "
+            "carves prepare.test_fraction off --from.",
+            show_default=False,
+        ),
+    ] = None,
     folder: Annotated[
         Path | None,
         typer.Option(
@@ -454,9 +534,11 @@ def init_task_cmd(
         metric=metric,
         max_train=max_train,
         max_test=max_test,
+        test_source=test,
     )
     where = shown_path(ws.folder, Path.cwd())
+    rows = f"{ws.rows} rows" if ws.test_rows is None else f"{ws.rows} rows + {ws.test_rows} test rows"
     console().print(
-        f"task {name}: {ws.rows} rows, input '{ws.input}', label '{ws.label}' ({ws.labels} labels) -> {where}/ "
+        f"task {name}: {rows}, input '{ws.input}', label '{ws.label}' ({ws.labels} labels) -> {where}/ "
         f"(params.yaml, data/tasks/{name}.yaml); next: cd {where} && udr prepare"
     )

@@ -1,18 +1,23 @@
 """Paired comparisons of evaluations from their predictions: a method's graded score as a function of
-resampled test rows, checked to cover them, and the check that two evaluations used the same metric.
-A project's saved evaluations are read and compared by :mod:`udr.project.saved_evaluations`."""
+resampled test rows, checked to cover them, the check that two evaluations used the same metric, and
+the metrics a task's predictions can be compared with (its own; accuracy and macro-F1 where they are
+labels, accuracy shown beside any other). A project's saved evaluations are read and compared by
+:mod:`udr.project.saved_evaluations`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from udr.errors import UdrError
+from udr.errors import UdrError, listed
 from udr.evaluation.metrics import GradedStatistics
 from udr.util.readers import read_parquet_checked
 
 # UDR is compared with every other method of config.METHODS.
 COMPARED = "udr"
 BOOTSTRAP_RESAMPLES = 1000
+# Kinds of task whose predictions are labels: accuracy and macro-F1 score them whatever the task's metric.
+LABEL_KINDS = ("classification", "multiple_choice")
+BESIDE = "accuracy"
 
 
 def read_predictions(path, again: str, data: bytes | None = None):
@@ -34,13 +39,48 @@ def checked_result(result, where: str, again: str) -> dict:
     return result
 
 
-def frame_metric(frame, examples: list[dict], metric: str, source: str, rows: str):
-    """The graded score of the predictions in `frame` (columns id, prediction) as a function of
-    indices into `examples`; `source` and `rows` name the two in the error when they differ."""
+def frame_predictions(frame, examples: list[dict], source: str, rows: str) -> list:
+    """The predictions in `frame` (columns id, prediction) in the order of `examples`; `source` and `rows`
+    name the two in the error when they differ."""
     by_id = dict(zip(frame["id"].to_list(), frame["prediction"].to_list()))
     if set(by_id) != {int(r["id"]) for r in examples}:
         raise UdrError(f"{source} does not cover {rows}: re-run `udr evaluate`")
-    return GradedStatistics(metric, [by_id[int(r["id"])] for r in examples], examples).score
+    return [by_id[int(r["id"])] for r in examples]
+
+
+def frame_metric(frame, examples: list[dict], metric: str, source: str, rows: str):
+    """The graded score of the predictions in `frame` (columns id, prediction) as a function of
+    indices into `examples`; `source` and `rows` name the two in the error when they differ."""
+    return GradedStatistics(metric, frame_predictions(frame, examples, source, rows), examples).score
+
+
+def comparable_metrics(kind: str, metric: str) -> tuple[str, ...]:
+    """The metrics a task's saved predictions can be compared with: the task's own `metric`, and accuracy
+    and macro-F1 where the task's answers are labels (:data:`LABEL_KINDS`)."""
+    return tuple(dict.fromkeys((metric, "accuracy", "macro_f1"))) if kind in LABEL_KINDS else (metric,)
+
+
+def accuracy_beside(kind: str, metric: str) -> bool:
+    """Whether accuracy's paired interval is shown beside `metric`, the compared one: a task whose answers
+    are labels, compared by another metric (macro-F1)."""
+    return kind in LABEL_KINDS and metric != BESIDE
+
+
+def chosen_metrics(kinds: dict[str, str], own: dict[str, str], metric: str | None) -> dict[str, str]:
+    """{task: the metric to compare}: each task's `own` where `metric` is None, else `metric`, which every
+    task (`kinds`: {task: kind}) must be able to use; a one-line UdrError names the ones it can use."""
+    if metric is None:
+        return dict(own)
+    first = next(iter(kinds))
+    usable = {t: comparable_metrics(kinds[t], own[t]) for t in kinds}
+    available = [m for m in usable[first] if all(m in usable[t] for t in kinds)]
+    if metric not in available:
+        cannot = [t for t in kinds if metric not in usable[t]]
+        raise UdrError(
+            f"unknown --metric {metric!r} for {listed(cannot)} (available: {listed(available) or 'none'}; "
+            "without --metric: each task's own)"
+        )
+    return {t: metric for t in kinds}
 
 
 def check_same_metrics(results: dict[str, dict[str, dict]], tasks: Sequence[str]) -> None:

@@ -451,3 +451,14 @@ def metric_result(metric_name: str, predictions: Sequence, examples: Sequence) -
     result["score"] = float(score)
     result.setdefault("graded", {"name": metric_name, "score": float(score)})
     return result
+
+
+def label_share(demo_ids: Sequence[Sequence[int]], rows: Sequence[Mapping], labels: Mapping[int, int]) -> float | None:
+    """The share (0 to 1) of a prompt's demonstrations whose gold label is its query's: `demo_ids` per
+    evaluated row, `rows` the rows (their ``label``), `labels` each pool id's gold label; averaged over the
+    rows whose prompt has demonstrations, None where none has any. Classification and multiple choice."""
+    _check_lengths(demo_ids, rows, "rows")
+    shares = [
+        sum(int(labels[int(d)]) == int(row["label"]) for d in ids) / len(ids) for ids, row in zip(demo_ids, rows) if ids
+    ]
+    return sum(shares) / len(shares) if shares else None

@@ -5,7 +5,7 @@ some folders of metrics/ are neither (:data:`RESERVED_NAMES`)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from udr.config import METHODS
@@ -29,3 +29,16 @@ def check_saved_name(name: str, outputs: Sequence[Path] = ()) -> None:
     for output in outputs:
         if output.parent.exists() and not output.parent.is_dir():
             raise UdrError(f"name {name!r} is taken by the file {output.parent}; choose another")
+
+
+def encoder_saved_name(spec: str, outputs_of: Callable[[str], Sequence[Path]] = lambda name: ()) -> str:
+    """The name an encoder's results (`udr evaluate -m encoder:SPEC`) are saved under without --save-as:
+    the last part of its folder, hub id or packaged model, checked as :func:`check_saved_name` checks a
+    name (`outputs_of`: the files a name would write); one it cannot be is a one-line error asking for
+    --save-as."""
+    name = Path(spec.removeprefix("hf:").removeprefix("pypi:").rstrip("/\\")).name
+    try:
+        check_saved_name(name, outputs_of(name))
+    except UdrError as exc:
+        raise UdrError(f"{exc} (the name of encoder {spec}): name its results with --save-as NAME") from None
+    return name

@@ -1,9 +1,11 @@
 """The results tables of `udr report` as Markdown: tasks x methods with averages per kind of task (the
-paper's Tables 1-2, and Table 5 for the unseen tasks), and UDR minus each baseline with its interval."""
+paper's Tables 1-2, and Table 5 for the unseen tasks), and UDR (or a named run) minus each other method
+with its interval. A label task scored by another metric than accuracy (macro-F1) gets a row of its
+accuracy beside, which enters no average."""
 
 from __future__ import annotations
 
-from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, COMPARED
+from udr.evaluation.comparisons import BESIDE, BOOTSTRAP_RESAMPLES, COMPARED, accuracy_beside
 
 KIND_TITLES = {"classification": "classification", "multiple_choice": "multiple choice", "generation": "generation"}
 
@@ -65,16 +67,20 @@ def results_markdown(
     for task in tasks:
         r0 = first[task]
         metric = r0["metric"] if r0["graded"]["name"] == r0["metric"] else f"{r0['metric']} / {r0['graded']['name']}"
+        kind = KIND_TITLES.get(r0["kind"], r0["kind"])
         lines.append(
             row(
                 task,
-                KIND_TITLES.get(r0["kind"], r0["kind"]),
+                kind,
                 metric,
                 str(r0["n"]),
                 [results[m][task]["graded"]["score"] for m in methods],
                 [_cell(results[m][task]) for m in methods],
             )
         )
+        beside = [beside_score(results[m][task]) for m in methods]
+        if all(v is not None for v in beside):
+            lines.append(row(f"{task} ({BESIDE})", kind, BESIDE, str(r0["n"]), beside, [f"{v:.1f}" for v in beside]))
     kinds = [k for k in KIND_TITLES if any(k in averages[m] for m in methods)]
     for kind in [*kinds, "all"]:
         values = [averages[m].get(kind, float("nan")) for m in methods]
@@ -87,6 +93,20 @@ def results_markdown(
     return "\n".join(lines)
 
 
+def beside_score(result: dict) -> float | None:
+    """A result's accuracy where it is shown beside its metric (a label task scored by macro-F1), else None."""
+    if not accuracy_beside(result["kind"], result["graded"]["name"]):
+        return None
+    return (result.get("details") or {}).get(BESIDE)
+
+
+def task_summary(result: dict) -> dict:
+    """A result in metrics/summary.json: metric, score, graded score, n, and accuracy where shown beside."""
+    out = {"metric": result["metric"], "score": result["score"], "graded": result["graded"]["score"], "n": result["n"]}
+    beside = beside_score(result)
+    return out if beside is None else {**out, BESIDE: beside}
+
+
 def comparison_markdown(
     comparison: dict,
     results: dict[str, dict[str, dict]],
@@ -94,25 +114,43 @@ def comparison_markdown(
     *,
     title: str = f"## {COMPARED.upper()} against each baseline",
     scope: str = "all tasks",
+    compared: str = COMPARED,
 ) -> str:
-    """The table of UDR minus each baseline: difference [95% interval], resolved ones in bold."""
+    """The table of `compared` minus each other method ({method: Versus}): difference [95% interval],
+    resolved ones in bold, accuracy's in a row of its own beside a label task's other metric."""
     baselines = list(comparison)
-    tasks = list(results[COMPARED])
-
+    tasks = list(results[compared])
+    who = (
+        ("UDR's graded score minus the baseline's", "udr")
+        if compared == COMPARED
+        else (
+            f"The graded score of {compared} (a named run) minus each method's",
+            compared,
+        )
+    )
+    accuracy = [t for t in tasks if all(t in comparison[b].accuracy for b in baselines)]
     lines = [
         title,
         "",
-        f"UDR's graded score minus the baseline's on the same test examples, with the paired bootstrap 95% "
+        f"{who[0]} on the same test examples, with the paired bootstrap 95% "
         f"interval ({BOOTSTRAP_RESAMPLES} resamples of the test examples, seed {seed}; the average resamples "
         "every task at once). **Bold**: resolved, the interval excludes 0; otherwise the test set cannot tell "
-        "the two apart.",
+        "the two apart."
+        + (f" Rows `({BESIDE})`: the same for accuracy, beside the task's metric (not averaged)." if accuracy else ""),
         "",
-        "| task | n | " + " | ".join(f"udr - {b}" for b in baselines) + " |",
+        "| task | n | " + " | ".join(f"{who[1]} - {b}" for b in baselines) + " |",
         "| --- | ---: | " + " | ".join("---:" for _ in baselines) + " |",
     ]
     for task in tasks:
-        cells = [comparison[b][0][task].markdown() for b in baselines]
-        lines.append(f"| {task} | {results[COMPARED][task]['n']} | " + " | ".join(cells) + " |")
-    lines.append(f"| **average, {scope}** |  | " + " | ".join(comparison[b][1].markdown() for b in baselines) + " |")
+        n = results[compared][task]["n"]
+        lines.append(
+            f"| {task} | {n} | " + " | ".join(comparison[b].per_task[task].markdown() for b in baselines) + " |"
+        )
+        if task in accuracy:
+            cells = [comparison[b].accuracy[task][2].markdown() for b in baselines]
+            lines.append(f"| {task} ({BESIDE}) | {n} | " + " | ".join(cells) + " |")
+    lines.append(
+        f"| **average, {scope}** |  | " + " | ".join(comparison[b].average.markdown() for b in baselines) + " |"
+    )
     lines.append("")
     return "\n".join(lines)

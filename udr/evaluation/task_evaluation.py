@@ -27,7 +27,7 @@ from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.evaluation.bootstrap import score_interval
 from udr.evaluation.icl import assemble
-from udr.evaluation.metrics import metric_result
+from udr.evaluation.metrics import label_share, metric_result
 from udr.lm.loading import load_causal_lm
 from udr.lm.predict import GreedyGenerator, predict_choices
 from udr.lm.prompt import PromptBuilder
@@ -120,6 +120,9 @@ class TaskEvaluation:
         self.generation = task.generation
         self.split, self.rows = split, rows
         self.pool = {int(r["id"]): (r["input"], r["target"]) for r in pool.select("id", "input", "target").to_dicts()}
+        # Each pool row's gold label (the index of its answer among its choices), for `label_share`.
+        has_labels = not self.generation and "label" in pool.columns
+        self.labels = dict(zip(pool["id"].to_list(), pool["label"].to_list())) if has_labels else None
         self.builder = PromptBuilder(lm.tokenizer, task, instruction, cfg.context)
 
         want = cfg.candidates if self.generation else max([cfg.max_demos, *self.shots()])
@@ -211,6 +214,8 @@ class TaskEvaluation:
         result["seconds"] = round(time.perf_counter() - start, 2)
         result["demos_mean"] = float(np.mean([len(p.demo_ids) for p in prompts]))
         result["prompt_tokens_mean"] = float(np.mean([len(p.token_ids) for p in prompts]))
+        if self.labels is not None:
+            result["label_share"] = label_share([p.demo_ids for p in prompts], self.rows, self.labels)
         if bar is not None:
             bar.remove_task(job)
         return result, prompts, texts
@@ -248,15 +253,18 @@ def evaluate_task(
     shots: bool = True,
     fingerprint: str | None = None,
     save_as: str | None = None,
+    encoder: dict | None = None,
     write_to: ResultFiles | None = None,
     started: float | None = None,
 ) -> dict:
     """In-context learning on `rows` of `task` (of `split`) with `retriever`'s demonstrations from `pool`,
     under the name `method`: the result at the configured demonstration count, with the shots plot's counts
     where `shots` and the task and method are the plot's; written with every prediction to `write_to` where
-    given. The result records `fingerprint` (the learned model the retriever reads) and `save_as` (the
-    name it is saved under) where given; its total seconds count from `started` (time.perf_counter(),
-    default now: e.g. before the data was read and the retriever built)."""
+    given. The result records `fingerprint` (the learned model the retriever reads), `save_as` (the
+    name it is saved under) and `encoder` (what an `encoder:SPEC` method read) where given, and for
+    classification and multiple choice `label_share` (the share of demonstrations carrying the query's gold
+    label, :func:`udr.evaluation.metrics.label_share`); its total seconds count from `started`
+    (time.perf_counter(), default now: e.g. before the data was read and the retriever built)."""
     cfg = setup.evaluate
     start = time.perf_counter() if started is None else started
     ev = task_evaluation(lm, method, task, pool, rows, retriever, setup, split)
@@ -288,6 +296,8 @@ def evaluate_task(
         result["model"] = fingerprint
     if save_as is not None:
         result["saved_as"] = save_as
+    if encoder is not None:
+        result["encoder"] = encoder
     if write_to is not None:
         write_predictions(write_to.predictions, ev, prompts, texts)
         write_json_atomic(write_to.result, result)

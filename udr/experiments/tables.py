@@ -149,12 +149,20 @@ def transfer_table(rows: list[tuple[str, str, dict[str, float] | None]], tasks, 
     return markdown_table(header, cells)
 
 
-def compare_table(a: str, b: str, rows: list[tuple[str, int, float, float, object]], average) -> str:
-    """`udr exp compare`'s table: per task n, each side's graded score and a - b with its 95% interval
-    (`rows`: task, n, score a, score b, Interval), then the average over the tasks."""
-
-    cells = [[t, str(n), f"{sa:.1f}", f"{sb:.1f}", iv.markdown()] for t, n, sa, sb, iv in rows]
-    mean_a = sum(r[2] for r in rows) / len(rows)
-    mean_b = sum(r[3] for r in rows) / len(rows)
-    cells.append(["**average**", "", f"{mean_a:.1f}", f"{mean_b:.1f}", average.markdown()])
+def compare_table(a: str, b: str, versus, results: dict[str, dict]) -> str:
+    """`udr exp compare`'s table (`versus`: :class:`udr.project.saved_evaluations.Versus`, `results`: A's
+    {task: result}): per task n, each side's score and a - b with its 95% interval, then the average over
+    the tasks. A task compared by another metric than its own is named with that metric, `task (accuracy)`,
+    as is the row of accuracy beside a label task's other metric (not in the average)."""
+    cells = []
+    for t, iv in versus.per_task.items():
+        n, own, (sa, sb) = str(results[t]["n"]), results[t]["metric"], versus.scores[t]
+        label = t if versus.metrics[t] == own else f"{t} ({versus.metrics[t]})"
+        cells.append([label, n, f"{sa:.1f}", f"{sb:.1f}", iv.markdown()])
+        if t in versus.accuracy:
+            acc_a, acc_b, acc = versus.accuracy[t]
+            cells.append([f"{t} (accuracy)", n, f"{acc_a:.1f}", f"{acc_b:.1f}", acc.markdown()])
+    mean_a = sum(sa for sa, _ in versus.scores.values()) / len(versus.scores)
+    mean_b = sum(sb for _, sb in versus.scores.values()) / len(versus.scores)
+    cells.append(["**average**", "", f"{mean_a:.1f}", f"{mean_b:.1f}", versus.average.markdown()])
     return markdown_table(["task", "n", a, b, f"{a} − {b}"], cells)

@@ -6,7 +6,13 @@ file's folder (:class:`udr.paths.Paths`), so its prepared data, scores, models, 
 live in the workspace, and the project's pipeline (`dvc status`, `dvc repro`, `metrics/<method>/`) is
 untouched. Its `models/base`, `models/final` and `models/epr` are links to the project's, so the
 workspace starts from the project's models without a copy, and `udr evaluate -m udr` there evaluates
-the project's trained UDR (embedding the new pool on the fly).
+the project's trained UDR (embedding the new pool on the fly). A separate test file (`--test`) becomes the
+declaration's `data.test`, so `udr prepare` takes it as the test split instead of carving one.
+
+Paths the workspace writes (its data mirror, its model links) are relative to the workspace where they
+lie inside the project, else absolute; either way as the project names them, symbolic links not
+resolved (:func:`workspace_path`), so a path never climbs out of the project and back through a link's
+target.
 
 Imports of yaml, udr.config and the udr.data modules (pydantic) are inside the functions that use them, to keep the
 start of `udr` and of its commands light.
@@ -44,6 +50,7 @@ class Workspace:
     label: str
     rows: int
     labels: int
+    test_rows: int | None = None
 
 
 def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], option: str, source: Path) -> str:
@@ -57,15 +64,30 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], o
     raise UdrError(f"give {option} COLUMN: none of {source}'s columns ({listed(columns)}) is one udr guesses")
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def workspace_path(target: Path, project_root: Path, folder: Path) -> str:
+    """How the workspace `folder` names `target` (a path of the project, `project_root`-relative or
+    absolute): relative to `folder` where both lie inside the project, else absolute. Computed on the
+    paths as named (`..` folded, symbolic links not resolved), so a linked data folder keeps its name."""
+    root = os.path.abspath(project_root)
+    where = os.path.abspath(os.path.join(root, target))
+    here = os.path.abspath(folder)
+    if _inside(where, root) and _inside(here, root):
+        return Path(os.path.relpath(where, here)).as_posix()
+    return Path(where).as_posix()
+
+
 def workspace_params(project_raw: dict, project_root: Path, folder: Path, name: str, caps: dict) -> dict:
     """The project's params with only `name` as task (prepared with `caps`), no unseen tasks, shots curve
-    nor experiments beside, its own scoring budget, and the data mirror's path rebased onto `folder`."""
+    nor experiments beside, its own scoring budget, and the data mirror's path as `folder` names it
+    (:func:`workspace_path`)."""
     raw = copy.deepcopy(project_raw)
     data = raw.setdefault("data", {})
     source = Path(data.get("source_dir", "../shared/data"))
-    if not source.is_absolute():
-        source = Path(os.path.relpath((project_root / source).resolve(), folder.resolve()))
-    data["source_dir"] = source.as_posix()
+    data["source_dir"] = workspace_path(source, project_root, folder) if not source.is_absolute() else source.as_posix()
     data["tasks_dir"] = "data/tasks"
     raw.setdefault("prepare", {})["tasks"] = {name: caps}
     evaluate = raw.setdefault("evaluate", {})
@@ -89,10 +111,13 @@ def init_workspace(
     metric: str | None = None,
     max_train: int = 1000,
     max_test: int = 200,
+    test_source: Path | None = None,
+    validation: int | None = None,
 ) -> Workspace:
-    """Write `folder` (it must not exist) for the classification task `name` over the data file `source`:
-    `data/tasks/<name>.yaml` and a copy of the file beside it, `params.yaml` (:func:`workspace_params`),
-    and links to the project's models; written beside, then renamed into place."""
+    """Write `folder` (it must not exist) for the classification task `name` over the data file `source`
+    (and `test_source`, its test split, read with the same columns): `data/tasks/<name>.yaml` and a copy
+    of the file(s) beside it, `params.yaml` (:func:`workspace_params`; `validation`: rows carved from the
+    train rows to choose settings on), and links to the project's models; written beside, then renamed."""
     import yaml
 
     from udr.config import settings_from_mapping
@@ -123,34 +148,44 @@ def init_workspace(
         raise UdrError(
             f"--label: column '{label_column}' of {source} holds {len(labels)} value: a task needs 2 or more"
         )
+    test_records = _test_records(Path(test_source), name, input_column, label_column, labels) if test_source else None
     data_file = f"{name}{Path(source).suffix.lower()}"
+    files = {"train": data_file}
+    if test_source is not None:
+        files["test"] = f"{name}-test{Path(test_source).suffix.lower()}"
     declaration = {
         "kind": "classification",
         "instruction": instruction or f"{label_column.replace('_', ' ').capitalize()} of the text: ",
-        "data": {"train": data_file},
+        "data": files,
         "input": input_column,
         "label": label_column,
         **({"metric": metric} if metric else {}),
     }
     project_raw = load_yaml((settings.root / settings.params_file).read_text(encoding="utf-8"), "params file") or {}
-    caps = {"max_train": max_train, "max_test": max_test}
+    caps = {"max_train": max_train, "max_test": max_test, **({"validation": validation} if validation else {})}
     folder.parent.mkdir(parents=True, exist_ok=True)
     with building_dir(folder) as tmp:
         tasks_dir = tmp / "data" / "tasks"
         tasks_dir.mkdir(parents=True)
         shutil.copyfile(source, tasks_dir / data_file)
-        text = f"# Declared by `udr init-task {name}` over {Path(source).name}; see docs/tasks.md.\n"
+        over = Path(source).name + (f" (test: {Path(test_source).name})" if test_source is not None else "")
+        if test_source is not None:
+            shutil.copyfile(test_source, tasks_dir / files["test"])
+        text = f"# Declared by `udr init-task {name}` over {over}; see docs/tasks.md.\n"
         write_text_atomic(tasks_dir / f"{name}.yaml", text + yaml.safe_dump({name: declaration}, sort_keys=False))
         task = parse_declarations({name: declaration}, tasks_dir, f"{name}.yaml")[name]
         check_columns(task, records, str(source))
+        if test_records is not None:
+            check_columns(task, test_records, str(test_source))
         raw = workspace_params(project_raw, settings.root, folder, name, caps)
         settings_from_mapping(raw, root=tmp)  # a params file that loads, before anything is in place
         header = f"# The workspace of task {name} (`udr init-task`), from {settings.params_file}.\n"
         write_text_atomic(tmp / "params.yaml", header + yaml.safe_dump(raw, sort_keys=False))
         (tmp / "models").mkdir()
         for model in LINKED_MODELS:
-            target = settings.root / "models" / model
-            (tmp / "models" / model).symlink_to(os.path.relpath(target.resolve(), (folder / "models").resolve()))
+            (tmp / "models" / model).symlink_to(
+                workspace_path(Path("models") / model, settings.root, folder / "models")
+            )
     return Workspace(
         folder,
         folder / "params.yaml",
@@ -159,4 +194,27 @@ def init_workspace(
         label_column,
         len(records),
         len(labels),
+        len(test_records) if test_records is not None else None,
     )
+
+
+def _test_records(
+    path: Path, name: str, input_column: str, label_column: str, labels: set[str]
+) -> list[tuple[int, dict]]:
+    """The rows of the test file `path`, which must have the main file's input and label columns and no
+    label the main file lacks (the task answers with the train split's labels)."""
+    from udr.data.sources import read_records
+
+    records = read_records(path, name)
+    if not records:
+        raise UdrError(f"--test: data file {path} has no rows")
+    columns = [str(c) for c in records[0][1]]
+    for option, column in (("--input", input_column), ("--label", label_column)):
+        if column not in columns:
+            raise UdrError(f"--test: no column '{column}' ({option}) in {path} (its columns: {listed(columns)})")
+    unseen = sorted({str(r.get(label_column)).strip() for _, r in records} - labels)
+    if unseen:
+        raise UdrError(
+            f"--test: label(s) {listed(map(repr, unseen))} of {path} never occur in {label_column!r} of the --from file"
+        )
+    return records

@@ -8,18 +8,28 @@ Outputs, per method and task:
   prompt tokens, and for the shots plot's tasks and methods the score at each demonstration count;
 - ``data/predictions/<method>/<task>.parquet``: id, prediction, gold, the demonstration ids in prompt
   order, prompt tokens: every result can be inspected.
+
+``-m encoder:SPEC`` (any encoder folder or hub id, :func:`udr.evaluation.baselines.load_encoder_method`)
+writes under its --save-as name, or its folder's, as a named evaluation does.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import astuple
 from pathlib import Path
 
 from udr.config import Split
 from udr.data.prepare import read_prepared
 from udr.errors import UdrError
-from udr.evaluation.baselines import check_method
-from udr.evaluation.saved_names import check_saved_name
+from udr.evaluation.baselines import (
+    EncoderMethod,
+    check_method,
+    encoder_retriever,
+    encoder_spec,
+    load_encoder_method,
+)
+from udr.evaluation.saved_names import check_saved_name, encoder_saved_name
 from udr.evaluation.task_evaluation import LanguageModel, evaluate_task
 from udr.project.evaluation import (
     check_prepared_caps,
@@ -28,6 +38,7 @@ from udr.project.evaluation import (
     learned_model_fingerprint,
     method_retriever,
     result_files,
+    retriever_setup,
 )
 
 
@@ -41,6 +52,7 @@ def run_evaluate(
     limit: int | None = None,
     model: Path | None = None,
     save_as: str | None = None,
+    instruction: bool = False,
 ) -> dict[str, dict]:
     """`udr evaluate`: in-context learning with `method`'s demonstrations on each task's `split` (test;
     validation: the rows `udr prepare` set aside to choose settings on) for `tasks` (default
@@ -50,8 +62,15 @@ def run_evaluate(
     `data/predictions-validation/...`); returns {task: result}. With `limit`, a quick look: the split's
     first `limit` rows, nothing written; with `model`, that bi-encoder (epr, udr) instead of the
     pipeline's, nothing written either, unless `save_as` names the result (written as the method
-    `save_as` would be, for `udr exp compare`)."""
+    `save_as` would be, for `udr exp compare`). `encoder:SPEC`: that encoder (a folder or hub id) as a
+    dense retriever, saved as `save_as` or its folder's name; `instruction`: the task instruction leads
+    its texts."""
     check_method(method)  # before loading the LM
+    spec = encoder_spec(method)
+    if instruction and spec is None:
+        raise UdrError(f"--instruction goes with -m encoder:FOLDER, not {method}")
+    if spec is not None and save_as is None and limit is None:
+        save_as = encoder_saved_name(spec, lambda n: astuple(result_files(settings, n, "x", split)))
     if save_as is not None:
         files = result_files(settings, save_as, "x", split)
         check_saved_name(save_as, (files.result, files.predictions))
@@ -62,6 +81,7 @@ def run_evaluate(
             raise UdrError(f"--model goes with -m epr or -m udr (a trained bi-encoder), not {method}")
         if not Path(model).is_dir():
             raise UdrError(f"missing model {model}: give a trained udr bi-encoder directory")
+    encoder = load_encoder_method(spec, instruction) if spec is not None else None
     lm = language_model(settings)
     if not tasks:
         tasks = settings.evaluation_tasks()
@@ -80,6 +100,7 @@ def run_evaluate(
             model=model,
             fingerprint=fingerprint,
             save_as=save_as,
+            encoder=encoder,
         )
         for name in tasks
     }
@@ -114,20 +135,25 @@ def evaluate_project_task(
     model: Path | None = None,
     fingerprint: str | None = None,
     save_as: str | None = None,
+    encoder: EncoderMethod | None = None,
 ) -> dict:
-    """One task of `udr evaluate` (with `model`, that bi-encoder's): writes its result and predictions (not
-    with `limit`, the first `limit` rows only, a quick look, nor with `model` unless `save_as` names them),
+    """One task of `udr evaluate` (with `model`, that bi-encoder's; with `encoder`, that encoder's): writes
+    its result and predictions (not with `limit`, the first `limit` rows only, a quick look, nor with `model`
+    unless `save_as` names them),
     returns the result. A learned method's result names its model's fingerprint (`model`; `fingerprint`
     when the caller has it), so a model card finds the results of its own model."""
     start = time.perf_counter()
     pool, rows = load_task(settings, name, split, limit)
-    retriever = method_retriever(settings, method, name, pool, progress=progress, model_dir=model)
+    if encoder is not None:
+        retriever = encoder_retriever(encoder, settings.task(name), pool, retriever_setup(settings), progress)
+    else:
+        retriever = method_retriever(settings, method, name, pool, progress=progress, model_dir=model)
     if method in ("epr", "udr"):
         fingerprint = fingerprint or learned_model_fingerprint(settings, method, model)
     saved = limit is None and (model is None or save_as is not None)
     return evaluate_task(
         lm,
-        method,
+        "encoder" if encoder is not None else method,
         settings.task(name),
         pool,
         rows,
@@ -138,6 +164,7 @@ def evaluate_project_task(
         shots=limit is None,
         fingerprint=fingerprint,
         save_as=save_as,
+        encoder=encoder.record if encoder is not None else None,
         write_to=result_files(settings, save_as or method, name, split) if saved else None,
         started=start,
     )

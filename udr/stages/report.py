@@ -3,7 +3,9 @@ table metrics/results.md (tasks x methods with averages per kind of task, as the
 UDR's difference from each baseline with its paired bootstrap 95% interval (per task and on the
 average, from the saved predictions), and the score-vs-demonstrations plot (metrics/plots/shots.png
 + one CSV per task for DVC plots). The unseen tasks (evaluate.unseen_tasks: never scored, never
-trained on) get their own tables, as the paper's Table 5, and stay out of the main averages.
+trained on) get their own tables, as the paper's Table 5, and stay out of the main averages. In a
+workspace (no dvc.yaml), each run saved with `udr evaluate --save-as NAME` is a column of the tables and
+gets a table of its own against every method (summary.json: `named`).
 
 Imports of udr.config (pydantic) are inside the functions that use them, to keep the start of `udr` and of its
 commands light.
@@ -17,8 +19,8 @@ from udr.errors import UdrError
 from udr.evaluation.comparisons import COMPARED, checked_result
 from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
 from udr.evaluation.shots_plot import shots_table, write_shots_plot
-from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown
-from udr.project.saved_evaluations import udr_versus_baselines
+from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown, task_summary
+from udr.project.saved_evaluations import compare_saved, named_runs, udr_versus_baselines
 from udr.util.files import read_json_object, write_json_atomic, write_text_atomic
 from udr.util.machine import machine_kind
 from udr.util.readers import read_json
@@ -42,23 +44,37 @@ def _load_results(settings) -> dict[str, dict[str, dict]]:
 
 def _summary(results: dict[str, dict[str, dict]], averages: dict, comparison: dict, shots: dict) -> dict:
     summary = {
-        "tasks": {
-            m: {
-                t: {"metric": r["metric"], "score": r["score"], "graded": r["graded"]["score"], "n": r["n"]}
-                for t, r in by_task.items()
-            }
-            for m, by_task in results.items()
-        },
-        "averages": averages,
+        "tasks": {m: {t: task_summary(r) for t, r in by_task.items()} for m, by_task in results.items()},
+        "averages": {m: averages[m] for m in results},
         "shots": {t: {m: {str(n): s for n, s in v.items()} for m, v in by_m.items()} for t, by_m in shots.items()},
-        f"{COMPARED}_minus": {
-            b: {"tasks": {t: iv.to_dict() for t, iv in per_task.items()}, "all": average.to_dict()}
-            for b, (per_task, average) in comparison.items()
-        },
+        f"{COMPARED}_minus": {b: v.to_dict() for b, v in comparison.items()},
     }
     if not shots:
         del summary["shots"]
     return summary
+
+
+def _part(settings, results: dict, named: dict, shots: dict, scope: str, heading: str, **text) -> tuple[dict, str]:
+    """The summary and Markdown of one scope's results: the table (named runs as columns), UDR against each
+    baseline, and each named run against every method."""
+    both = {**results, **named}
+    averages = kind_averages(both)
+    comparison = udr_versus_baselines(settings, results)
+    summary = _summary(results, averages, comparison, shots)
+    markdown = results_markdown(both, averages, scope=scope, **text) + "\n"
+    title = f"## {COMPARED.upper()} {heading}"
+    markdown += comparison_markdown(comparison, results, settings.seed, title=title, scope=scope)
+    versus = compare_saved(settings, both, [(n, m) for n in named for m in results]) if named else {}
+    for name, by_task in named.items():
+        against = {m: versus[name, m] for m in results}
+        summary.setdefault("named", {})[name] = {
+            "tasks": {t: task_summary(r) for t, r in by_task.items()},
+            "averages": averages[name],
+            "minus": {m: v.to_dict() for m, v in against.items()},
+        }
+        title = f"## {name} {heading.replace('baseline', 'method')}"
+        markdown += "\n" + comparison_markdown(against, named, settings.seed, title=title, scope=scope, compared=name)
+    return summary, markdown
 
 
 def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, dict]:
@@ -133,28 +149,19 @@ def run_report(settings) -> dict:
     reports = score_reports(settings)
     machines = result_machines(results, reports)
     seen, unseen = _split_unseen(settings, results)
+    named_seen, named_unseen = _split_unseen(settings, named_runs(settings, settings.evaluation_tasks()))
     shots = shots_table(seen)
     summary: dict = {}
     markdown = ""
     if next(iter(seen.values())):
-        averages = kind_averages(seen)
-        comparison = udr_versus_baselines(settings, seen)
-        summary = _summary(seen, averages, comparison, shots)
-        markdown = results_markdown(seen, averages) + "\n" + comparison_markdown(comparison, seen, settings.seed)
+        summary, markdown = _part(settings, seen, named_seen, shots, "all tasks", "against each baseline")
     if next(iter(unseen.values())):
-        averages = kind_averages(unseen)
-        comparison = udr_versus_baselines(settings, unseen)
-        summary["unseen"] = _summary(unseen, averages, comparison, {})
-        title, scope = "# Unseen tasks", "unseen tasks"
-        markdown += "\n" if markdown else ""
-        markdown += results_markdown(unseen, averages, title=title, intro=UNSEEN_INTRO, scope=scope) + "\n"
-        markdown += comparison_markdown(
-            comparison,
-            unseen,
-            settings.seed,
-            title=f"## {COMPARED.upper()} against each baseline, unseen tasks",
-            scope=scope,
+        text = {"title": "# Unseen tasks", "intro": UNSEEN_INTRO}
+        part, more = _part(
+            settings, unseen, named_unseen, {}, "unseen tasks", "against each baseline, unseen tasks", **text
         )
+        summary["unseen"] = part
+        markdown += ("\n" if markdown else "") + more
     if summary:
         summary["machines"] = machines
         markdown += f"\nMade on: {'; '.join(machines) or 'not recorded'} (from the result files).\n"

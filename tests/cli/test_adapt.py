@@ -1,0 +1,96 @@
+"""`udr adapt` end to end on tiny models: a project that has run its pipeline, then a labelled CSV with its
+own column names and a separate test file, to a recommendation table and an exported retriever, with the
+project's pipeline left as it was."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from tests.conftest import write_csv_task, write_params
+from tests.tiny_models import save_tiny_encoder, save_tiny_lm
+
+
+def write_user_csv(path, data_dir, lines: slice) -> None:
+    """Rows of the mirror's subjectivity data under a user's own column names."""
+    rows = (data_dir / "subj" / "train.jsonl").read_text().splitlines()[lines][:50]
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["utterance", "kind", "id"])
+        for i, line in enumerate(rows):
+            row = json.loads(line)
+            writer.writerow([row["text"], row["label"], i])
+
+
+@pytest.mark.slow
+def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export(run_cli, tmp_path, data_dir):
+    from udr.lm.models import resolve_model
+
+    root = tmp_path / "project"
+    root.mkdir()
+    write_csv_task(root / "data" / "tasks", data_dir, "reviews", rows=40)
+    write_params(
+        root,
+        {"reviews": {"max_train": 24, "max_test": 6}},
+        data_dir,
+        candidates={"k": 3},
+        score={"queries_per_task": 6, "batch_tokens": 2048, "dtype": "fp32"},
+        encoder={"max_query_length": 48, "max_demo_length": 64},
+        train={"batch_size": 3, "micro_batch": 3, "epochs_first": 1, "warmup_steps": 0, "candidates_per_query": 3},
+        mine={"k": 3, "batch_size": 8},
+        evaluate={"context": 300, "max_demos": 2, "batch_tokens": 1024, "shots_tasks": [], "dtype": "fp32"},
+    )
+    resolve_model(str(save_tiny_lm(tmp_path / "tiny-lm")), root / "models" / "base" / "lm", kind="lm")
+    resolve_model(str(save_tiny_encoder(tmp_path / "tiny-enc")), root / "models" / "base" / "encoder", kind="encoder")
+
+    def udr(*args: str) -> tuple[str, str]:
+        code, out, err = run_cli(list(args), root)
+        assert code == 0, f"udr {' '.join(args)}: {err}"
+        return out, err
+
+    def one_line_error(args: list[str]) -> str:
+        run_cli([], root)  # what came before is not this command's
+        code, _, err = run_cli(args, root)
+        assert code == 1 and len(err.strip().splitlines()) == 1, err
+        return err
+
+    assert "make run" in one_line_error(["adapt", "opinion", "--from", str(tmp_path / "none.csv")])  # no rates yet
+    for stage in (["prepare"], ["candidates"], ["score"], ["train"], ["train", "--epr"], ["index"]):
+        udr(*stage)
+    for method in ("random", "bm25", "sbert"):
+        udr("evaluate", "--method", method)
+    before = {p: p.read_bytes() for p in (root / "metrics").rglob("*") if p.is_file()}
+
+    write_user_csv(tmp_path / "mine.csv", data_dir, slice(0, None, 160))
+    write_user_csv(tmp_path / "mine-test.csv", data_dir, slice(1, None, 641))
+    args = ["adapt", "opinion", "--from", str(tmp_path / "mine.csv"), "--test", str(tmp_path / "mine-test.csv")]
+    args += ["--input", "utterance", "--label", "kind", "--validation", "10", "--queries", "6"]
+    out, err = udr(*args, "--export", str(tmp_path / "winner"))
+
+    assert "plan: score 6 queries (18 pairs)" in err and "minutes" in err, err
+    ws = root / "workspaces" / "opinion"
+    report = json.loads((ws / "metrics" / "adapt.json").read_text())
+    methods = [row["method"] for row in report["validation"]]
+    assert methods == ["random", "bm25", "sbert", "epr", "udr", "adapted"]
+    assert all(row["n"] == 10 for row in report["validation"])
+    sbert_row = next(row for row in report["validation"] if row["method"] == "sbert")
+    assert sbert_row["versus_sbert"] is None
+    assert all(
+        row["versus_sbert"]["low"] <= row["versus_sbert"]["high"]
+        for row in report["validation"]
+        if row is not sbert_row
+    )
+    choice = report["choice"]["method"]
+    assert choice in methods and choice != "random"
+    tested = [row["method"] for row in report["test"]]
+    assert tested[0] == choice and {"sbert", "bm25"} <= set(tested) and all(r["n"] == 13 for r in report["test"])
+    assert "Recommended" in out and (ws / "metrics" / "adapt.md").is_file()
+    assert set(report["seconds"]) >= {"prepare", "score", "train", "validate adapted", f"test {choice}", "export"}
+    if choice != "bm25":
+        assert (tmp_path / "winner").is_dir() and any((tmp_path / "winner").iterdir())
+    # the project's own pipeline is as it was
+    assert {p: p.read_bytes() for p in (root / "metrics").rglob("*") if p.is_file()} == before
+
+    assert "already exists" in one_line_error(args)  # the workspace exists: nothing replaced

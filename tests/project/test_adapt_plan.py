@@ -1,0 +1,94 @@
+"""`udr adapt`'s pure parts: the plan and its budget, the recommendation rule, the report."""
+
+from __future__ import annotations
+
+import pytest
+
+from udr.errors import UdrError
+from udr.evaluation.bootstrap import Interval
+from udr.project.adapt import (
+    CANDIDATES,
+    MIN_QUERIES,
+    Outcome,
+    Rates,
+    default_validation,
+    plan_adaptation,
+    recommend,
+)
+
+RATES = Rates(score_tokens_per_s=1000.0, eval_seconds_per_token=0.001, train_seconds_per_step=0.5, machine="cpu x")
+
+
+def plan(**overrides):
+    options = dict(
+        row_tokens=40.0,
+        pool_rows=1000,
+        validation_rows=200,
+        test_rows=300,
+        queries=256,
+        candidates=10,
+        max_demos=8,
+        context=512,
+        batch_size=16,
+        epochs=3,
+        test_methods=("recommended", "sbert", "bm25"),
+    )
+    return plan_adaptation(RATES, **{**options, **overrides})
+
+
+def test_the_plan_counts_the_work_and_prices_it_at_the_recorded_rates():
+    p = plan()
+    assert (p.queries, p.pairs, p.train_steps) == (256, 2560, 48)
+    assert p.seconds["score"] == pytest.approx(2560 * 80 / 1000)
+    assert p.seconds["train"] == pytest.approx(24.0)
+    prompt = min(512, 9 * 40)
+    assert p.seconds["evaluate"] == pytest.approx((len(CANDIDATES) * 200 + 3 * 300) * prompt * 0.001)
+    assert "about" in p.describe() and "cpu x" in p.describe()
+
+
+def test_a_minutes_budget_cuts_the_scored_queries_until_the_estimate_fits():
+    full = plan(queries=1000)
+    minutes = (full.seconds["evaluate"] + 0.5 * (full.seconds["score"] + full.seconds["train"])) / 60
+    cut = plan(queries=1000, minutes=minutes)
+    assert MIN_QUERIES <= cut.queries < 1000
+    assert cut.total_seconds <= minutes * 60 + 1e-6
+    assert plan(queries=1000, minutes=10_000).queries == 1000
+
+
+def test_a_budget_the_evaluations_alone_exceed_is_one_line_naming_what_to_cut():
+    with pytest.raises(UdrError, match="evaluations alone") as err:
+        plan(minutes=1)
+    assert "\n" not in str(err.value)
+
+
+def test_a_pool_smaller_than_the_queries_scores_each_row_once():
+    p = plan(pool_rows=100, queries=256)
+    assert (p.queries, p.pairs) == (100, 1000)
+
+
+def test_validation_rows_default_to_a_fifth_of_the_train_rows_within_bounds():
+    assert default_validation(1500, True, 0.2) == 200
+    assert default_validation(500, True, 0.2) == 100
+    assert default_validation(500, False, 0.2) == 80
+    assert default_validation(100, False, 0.2) == 40
+
+
+def test_a_retriever_displaces_sbert_only_when_resolved_above_it():
+    scores = {"random": 50.0, "bm25": 80.0, "sbert": 85.0, "udr": 88.0, "adapted": 90.0}
+    level = {m: Interval(scores[m] - 85.0, -1.0, 6.0) for m in scores if m != "sbert"}
+    choice = recommend(scores, level, 200)
+    assert choice.method == "sbert" and "no retriever is resolved above SBERT" in choice.reason
+    resolved = {**level, "adapted": Interval(5.0, 1.5, 8.5)}
+    assert recommend(scores, resolved, 200).method == "adapted"
+    assert recommend({"random": 99.0, "sbert": 60.0, "bm25": 50.0}, {}, 10).method == "sbert"
+
+
+def test_the_report_marks_the_recommendation_and_shows_the_intervals():
+    rows = [
+        {"method": "sbert", "score": 85.0, "n": 200, "versus_sbert": None},
+        {"method": "adapted", "score": 90.0, "n": 200, "versus_sbert": Interval(5.0, 1.5, 8.5).to_dict()},
+    ]
+    outcome = Outcome("news", "accuracy", {}, rows, {"method": "adapted", "reason": "r"}, [], None, {})
+    text = outcome.markdown()
+    assert "| adapted ← recommended | 90.0 | +5.0 [+1.5, +8.5] |" in text
+    assert "| sbert | 85.0 |  |" in text and "Recommended: **adapted**" in text

@@ -1,0 +1,215 @@
+"""`udr adapt`: a user's labelled file to the best demonstration retriever for their task. The command wires
+the project's stages together in a new workspace, step by step (:mod:`udr.project.adapt` says which and
+decides the plan, the recommendation and the report).
+
+Imports of rich, udr.config, udr.data, udr.evaluation, udr.project, udr.retriever and udr.stages are inside
+the functions that use them, to keep `udr`'s start (`udr --help`) light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from udr.cli.app import ParamsOpt, SetOpt, app, console, load, show_progress
+from udr.util.files import shown_path
+
+ADAPTED = "adapted"  # udr.project.adapt.ADAPTED, named here so that the module loads without it
+
+
+def evaluate_candidate(settings, task: str, method: str, split: str, *, progress: bool) -> None:
+    """`method` (a candidate of udr.project.adapt) on `split`, saved under its name; skipped where saved
+    already (a run resumed)."""
+    from udr.stages.evaluate import run_evaluate
+
+    if settings.paths.method_metrics(method, task, split).is_file():
+        return
+    if method == ADAPTED:
+        model = settings.root / "models" / ADAPTED
+        run_evaluate(settings, "udr", tasks=[task], split=split, model=model, save_as=ADAPTED, progress=progress)
+    else:
+        run_evaluate(settings, method, tasks=[task], split=split, progress=progress)
+
+
+def train_adapted(settings, *, progress: bool) -> Path:
+    """UDR trained on the task's feedback from the project's UDR into the workspace's `models/adapted`
+    (kept where a finished run left it)."""
+    from udr.retriever.encoder import SETTINGS_NAME
+    from udr.stages.train import run_train_stage
+
+    out = settings.root / "models" / ADAPTED
+    if not (out / SETTINGS_NAME).is_file():
+        run_train_stage(settings, 0, init=settings.paths.final_model, out=out, progress=progress)
+    return out
+
+
+def run_adapt(project_settings, request, *, say, progress: bool = True):
+    """`udr adapt`: the steps of :mod:`udr.project.adapt` in a new workspace `request.folder`; returns the
+    outcome, also written to the workspace's `metrics/adapt.json` and `metrics/adapt.md`."""
+    from udr.config import load_settings
+    from udr.data.prepare import read_prepared
+    from udr.data.sources import read_records
+    from udr.evaluation.bootstrap import Interval
+    from udr.project import adapt
+    from udr.project.workspace import init_workspace
+    from udr.stages.candidates import run_candidates
+    from udr.stages.prepare import run_prepare
+    from udr.stages.score import run_score
+
+    r = request
+    rates = adapt.recorded_rates(project_settings)  # before anything is written
+    rows = len(read_records(r.source, r.name))
+    test_fraction = project_settings.prepare.test_fraction
+    validation = r.validation or adapt.default_validation(rows, r.test is not None, test_fraction)
+    ws = init_workspace(
+        project_settings,
+        r.name,
+        r.source,
+        r.folder,
+        input_column=r.input_column,
+        label_column=r.label_column,
+        instruction=r.instruction,
+        metric=r.metric,
+        max_train=r.max_train,
+        max_test=r.max_test,
+        test_source=r.test,
+        validation=validation,
+    )
+    say(f"workspace {ws.folder}: task {r.name}, input '{ws.input}', label '{ws.label}' ({ws.labels} labels)")
+    settings = load_settings(ws.params)
+    steps = adapt.Steps(say)
+    steps.run("prepare", run_prepare, settings, r.name)
+    counts = {s: len(read_prepared(settings.root, r.name, s)) for s in ("train", "validation", "test")}
+    test_methods = adapt.CANDIDATES[1:] if r.test_all else ("recommended", "sbert", "bm25")
+    plan = adapt.plan_adaptation(
+        rates,
+        row_tokens=adapt.row_tokens(settings, r.name),
+        pool_rows=counts["train"],
+        validation_rows=counts["validation"],
+        test_rows=counts["test"],
+        queries=r.queries,
+        candidates=settings.candidates.k,
+        max_demos=settings.evaluate.max_demos,
+        context=settings.evaluate.context,
+        batch_size=settings.train.batch_size,
+        epochs=settings.train.epochs_first,
+        test_methods=test_methods,
+        minutes=r.minutes,
+    )
+    say(plan.describe())
+    if plan.queries != settings.score.queries_per_task:
+        adapt.set_workspace_params(ws.params, "score", {"queries_per_task": plan.queries})
+        settings = load_settings(ws.params)
+    steps.run("candidates", run_candidates, settings, r.name, progress=progress)
+    steps.run("score", run_score, settings, r.name, 0, progress=progress)
+    steps.run("train", train_adapted, settings, progress=progress)
+    for method in adapt.CANDIDATES:
+        steps.run(f"validate {method}", evaluate_candidate, settings, r.name, method, "validation", progress=progress)
+    checked = adapt.comparison_rows(settings, r.name, adapt.CANDIDATES, "validation")
+    versus = {
+        row["method"]: Interval(**{k: row["versus_sbert"][k] for k in ("difference", "low", "high")})
+        for row in checked
+        if row["versus_sbert"] is not None
+    }
+    choice = adapt.recommend({row["method"]: row["score"] for row in checked}, versus, counts["validation"])
+    say(f"recommended: {choice.method}: {choice.reason}")
+    tested = list(dict.fromkeys(adapt.CANDIDATES[1:] if r.test_all else (choice.method, "sbert", "bm25")))
+    for method in tested:
+        steps.run(f"test {method}", evaluate_candidate, settings, r.name, method, "test", progress=progress)
+    exported = steps.run("export", adapt.export_winner, settings, choice.method, r.export or ws.folder / "export")
+    outcome = adapt.Outcome(
+        task=r.name,
+        metric=settings.task(r.name).metric,
+        plan={**asdict(plan), "total_seconds": plan.total_seconds},
+        validation=checked,
+        choice=asdict(choice),
+        test=adapt.comparison_rows(settings, r.name, tested, "test"),
+        export=exported,
+        seconds=steps.seconds,
+    )
+    adapt.write_outcome(ws.folder, outcome)
+    return outcome
+
+
+@app.command("adapt")
+def adapt_cmd(
+    name: Annotated[str, typer.Argument(help="The task's name (1-64 letters, digits, _ . -).")],
+    from_: Annotated[
+        Path, typer.Option("--from", help="Labelled rows: a .csv, .tsv, .jsonl or .parquet file.", show_default=False)
+    ],
+    test: Annotated[
+        Path | None,
+        typer.Option(
+            "--test", help="Test rows of the same columns (default: a seeded share of --from).", show_default=False
+        ),
+    ] = None,
+    input_column: Annotated[str | None, typer.Option("--input", help="The input column (default: guessed).")] = None,
+    label_column: Annotated[str | None, typer.Option("--label", help="The label column (default: guessed).")] = None,
+    instruction: Annotated[
+        str | None, typer.Option("--instruction", help="What UDR and the LM read before each input.")
+    ] = None,
+    metric: Annotated[str | None, typer.Option("--metric", help="accuracy (default) or macro_f1.")] = None,
+    validation: Annotated[
+        int | None,
+        typer.Option(
+            "--validation",
+            min=10,
+            help="Rows carved from --from to choose on (default: a fifth, 40-200).",
+            show_default=False,
+        ),
+    ] = None,
+    queries: Annotated[int, typer.Option("--queries", min=1, help="Train rows whose candidates the LM scores.")] = 256,
+    minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--minutes", min=1, help="A time budget: fewer scored queries until the estimate fits.", show_default=False
+        ),
+    ] = None,
+    max_train: Annotated[int, typer.Option("--max-train", min=1, help="Pool rows kept.")] = 1000,
+    max_test: Annotated[int, typer.Option("--max-test", min=1, help="Test rows kept.")] = 300,
+    test_all: Annotated[
+        bool, typer.Option("--test-all", help="Every retriever on test, not only the recommended and the baselines.")
+    ] = False,
+    folder: Annotated[
+        Path | None, typer.Option("--dir", help="The workspace (default: workspaces/NAME).", show_default=False)
+    ] = None,
+    export: Annotated[
+        Path | None,
+        typer.Option("--export", help="Where the winner goes (default: the workspace's export/).", show_default=False),
+    ] = None,
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = None,
+) -> None:
+    """Find the best demonstration retriever for your labelled data: a workspace, the LM's feedback on a few
+    hundred rows, UDR adapted to them, every retriever compared on validation rows with paired intervals,
+    the recommended one tested and exported."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from udr.project.adapt import AdaptRequest
+
+    settings = load(params, set_)
+    request = AdaptRequest(
+        name=name,
+        source=from_,
+        folder=folder if folder is not None else settings.root / "workspaces" / name,
+        test=test,
+        input_column=input_column,
+        label_column=label_column,
+        instruction=instruction,
+        metric=metric,
+        validation=validation,
+        queries=queries,
+        minutes=minutes,
+        max_train=max_train,
+        max_test=max_test,
+        export=export,
+        test_all=test_all,
+    )
+    out = console()
+    outcome = run_adapt(settings, request, say=out.print, progress=show_progress())
+    Console().print(Markdown(outcome.markdown()))
+    out.print(f"written: {shown_path(request.folder, Path.cwd())}/metrics/adapt.md and adapt.json")

@@ -1,0 +1,338 @@
+"""`udr adapt`'s decisions: from a user's labelled file to the best demonstration retriever for their task,
+with the evidence. The command (:mod:`udr.cli.adapt`) runs a workspace (:mod:`udr.project.workspace`)
+through a short sequence of named steps, each one of the project's own stages run inside it, so the default
+pipeline is left as it is:
+
+1. plan: the work and its time, from this project's recorded rates (:func:`plan_adaptation`), cut to the budget;
+2. feedback: BM25 candidates and the LM's scores of `queries` of the task's train rows;
+3. adapt: UDR trained on that feedback from the project's UDR (`models/final`);
+4. validate: every candidate retriever (:data:`CANDIDATES`) on the validation rows, paired with SBERT;
+5. choose: the retriever recommended (:func:`recommend`), decided on validation only;
+6. test: the recommended retriever and the baselines on the test rows, once;
+7. export: the winner, ready for `udr retrieve`, Python, LangChain and DSPy.
+
+Imports of transformers, yaml, udr.data, udr.serving, udr.project.saved_evaluations and udr.util (readers,
+safe_yaml) are inside the functions that use them, to keep the start of `udr` light.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from udr.errors import UdrError
+from udr.util.files import building_dir, write_text_atomic
+
+# The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
+# UDR trained on the task's own feedback; `udr` and `epr` are the project's models, never trained on it.
+CANDIDATES = ("random", "bm25", "sbert", "epr", "udr", "adapted")
+ADAPTED = "adapted"
+# The retriever a recommendation has to beat, resolved, on validation: the general encoder, no training.
+REFERENCE = "sbert"
+# Scored queries are never cut below this by a minutes budget: fewer do not train (notebook: feedback curve).
+MIN_QUERIES = 64
+REPORT_NAME = "adapt.json"
+
+
+@dataclass(frozen=True)
+class Rates:
+    """This project's recorded speeds: LM scoring tokens/s, evaluation seconds per prompt token, training
+    seconds per step, and the machine they were measured on."""
+
+    score_tokens_per_s: float
+    eval_seconds_per_token: float
+    train_seconds_per_step: float
+    machine: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The work of one `udr adapt` and its estimated seconds per step."""
+
+    queries: int
+    pairs: int
+    train_steps: int
+    validation_rows: int
+    test_rows: int
+    test_methods: tuple[str, ...]
+    seconds: dict[str, float] = field(default_factory=dict)
+    machine: str = ""
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    def describe(self) -> str:
+        minutes = self.total_seconds / 60
+        parts = ", ".join(f"{k} {v / 60:.1f}" for k, v in self.seconds.items())
+        return (
+            f"plan: score {self.queries} queries ({self.pairs} pairs), train {self.train_steps} steps, evaluate "
+            f"{len(CANDIDATES)} retrievers on {self.validation_rows} validation rows and {len(self.test_methods)} "
+            f"on {self.test_rows} test rows: about {minutes:.0f} minutes ({parts}; at the rates this project "
+            f"recorded on {self.machine or 'an unknown machine'})"
+        )
+
+
+def recorded_rates(project_settings) -> Rates:
+    """The project's speeds from its own stage reports (`metrics/score/round0/*.json`, the methods' results,
+    `metrics/train/round0/summary.json`); a project that has not run its pipeline is a one-line error."""
+    from udr.util.readers import read_json
+
+    paths = project_settings.paths
+    score_files = sorted(paths.score_report(0, t) for t in project_settings.task_names())
+    scored = [read_json(p, "score report", "run `udr score`") for p in score_files if p.is_file()]
+    results = [
+        read_json(paths.method_metrics(m, t, "test"), "result", "run `udr evaluate`")
+        for m in ("random", "bm25", "sbert")
+        for t in project_settings.evaluation_tasks()
+        if paths.method_metrics(m, t, "test").is_file()
+    ]
+    results = [r for r in results if r.get("kind") != "generation" and r.get("prompt_tokens_mean")]
+    train = paths.train_log("round0") / "summary.json"
+    if not scored or not results or not train.is_file():
+        raise UdrError(
+            "udr adapt estimates its time from this project's own runs: run `make run` (or `dvc repro`) first"
+        )
+    trained = read_json(train, "training summary", "run `udr train`")
+    tokens = sum(r["tokens"] for r in scored if r.get("scored"))
+    seconds = sum(r["seconds"] for r in scored if r.get("scored"))
+    prompt_tokens = sum(r["n"] * r["prompt_tokens_mean"] for r in results)
+    return Rates(
+        score_tokens_per_s=tokens / seconds if seconds else 1000.0,
+        eval_seconds_per_token=sum(r["seconds"] for r in results) / prompt_tokens,
+        train_seconds_per_step=trained["seconds"] / max(trained["steps"], 1),
+        machine=str(results[0].get("machine", "")),
+    )
+
+
+def plan_adaptation(
+    rates: Rates,
+    *,
+    row_tokens: float,
+    pool_rows: int,
+    validation_rows: int,
+    test_rows: int,
+    queries: int,
+    candidates: int,
+    max_demos: int,
+    context: int,
+    batch_size: int,
+    epochs: int,
+    test_methods: Sequence[str],
+    minutes: float | None = None,
+) -> Plan:
+    """The work of a run and its seconds per step; with `minutes`, the scored queries cut (not below
+    :data:`MIN_QUERIES`) until the estimate fits, a one-line error where the evaluations alone do not.
+    `row_tokens`: the mean tokens of one demonstration (input and answer) with the LM's tokenizer."""
+    prompt_tokens = min(context, (max_demos + 1) * row_tokens)
+    evaluations = (len(CANDIDATES) * validation_rows + len(test_methods) * test_rows) * prompt_tokens
+    fixed = {"evaluate": evaluations * rates.eval_seconds_per_token}
+
+    def plan(q: int) -> Plan:
+        q = min(q, pool_rows)
+        pairs = q * min(candidates, max(pool_rows - 1, 0))
+        steps = max(1, -(-q * epochs // batch_size))
+        seconds = {
+            "score": pairs * 2 * row_tokens / rates.score_tokens_per_s,
+            "train": steps * rates.train_seconds_per_step,
+            **fixed,
+        }
+        return Plan(q, pairs, steps, validation_rows, test_rows, tuple(test_methods), seconds, rates.machine)
+
+    chosen = plan(queries)
+    if minutes is None or chosen.total_seconds <= minutes * 60:
+        return chosen
+    if fixed["evaluate"] > minutes * 60:
+        raise UdrError(
+            f"--minutes {minutes:g}: the evaluations alone take about {fixed['evaluate'] / 60:.0f} minutes here; "
+            "give fewer --validation rows, a smaller test file, or more minutes"
+        )
+    room = minutes * 60 - fixed["evaluate"] - plan(0).seconds["train"]
+    per_query = (plan(queries).seconds["score"] + plan(queries).seconds["train"] - plan(0).seconds["train"]) / max(
+        chosen.queries, 1
+    )
+    fitted = max(MIN_QUERIES, int(room / per_query)) if per_query > 0 else queries
+    return plan(min(queries, fitted))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The retriever recommended on validation and why."""
+
+    method: str
+    reason: str
+
+
+def recommend(scores: dict[str, float], versus_reference: dict[str, object], n: int) -> Choice:
+    """The recommended retriever from validation `scores` ({method: score}) and each method's paired
+    Interval against :data:`REFERENCE`: the best-scoring one (random is never recommended), where its
+    interval against SBERT is resolved above zero; SBERT otherwise, the general encoder, as no other
+    retriever is shown to be better on these `n` rows."""
+    ranked = sorted((m for m in scores if m != "random"), key=lambda m: scores[m], reverse=True)
+    if not ranked:
+        raise UdrError("nothing to recommend: no retriever was evaluated")
+    best = ranked[0]
+    if best == REFERENCE:
+        return Choice(REFERENCE, f"SBERT scores highest on the {n} validation rows")
+    interval = versus_reference[best]
+    shown = f"{best} − sbert {interval.difference:+.1f} [{interval.low:+.1f}, {interval.high:+.1f}]"
+    if interval.low > 0:
+        return Choice(best, f"{best} is resolved above SBERT on the {n} validation rows ({shown})")
+    return Choice(
+        REFERENCE,
+        f"no retriever is resolved above SBERT on the {n} validation rows (best: {shown}); "
+        "SBERT needs no training and keeps its generality",
+    )
+
+
+@dataclass
+class Outcome:
+    """What a run found: the plan, validation and test tables (rows of method, score, interval against
+    SBERT), the choice, the export, and the seconds each step took."""
+
+    task: str
+    metric: str
+    plan: dict
+    validation: list[dict]
+    choice: dict
+    test: list[dict]
+    export: str | None
+    seconds: dict[str, float]
+
+    def markdown(self) -> str:
+        lines = [f"## udr adapt: {self.task} ({self.metric})", ""]
+        for title, rows in (("validation", self.validation), ("test", self.test)):
+            if not rows:
+                continue
+            n = rows[0]["n"]
+            lines += [f"**{title}** ({n} rows; paired 95% intervals against SBERT)", ""]
+            lines += ["| retriever | score | − sbert |", "| --- | ---: | ---: |"]
+            for r in rows:
+                diff = r.get("versus_sbert")
+                shown = "" if diff is None else f"{diff['difference']:+.1f} [{diff['low']:+.1f}, {diff['high']:+.1f}]"
+                mark = " ← recommended" if r["method"] == self.choice["method"] else ""
+                lines.append(f"| {r['method']}{mark} | {r['score']:.1f} | {shown} |")
+            lines.append("")
+        lines.append(f"Recommended: **{self.choice['method']}**: {self.choice['reason']}.")
+        if self.export:
+            lines.append(f"Exported to {self.export}.")
+        return "\n".join(lines) + "\n"
+
+
+def comparison_rows(settings, task: str, methods: Sequence[str], split: str) -> list[dict]:
+    """One row per method: its saved score on `split` and its paired bootstrap interval against SBERT."""
+    from udr.project.saved_evaluations import saved_comparisons, saved_results
+
+    others = [m for m in methods if m != REFERENCE]
+    intervals = saved_comparisons(settings, others, REFERENCE, [task], split) if others else {}
+    rows = []
+    for m in methods:
+        result = saved_results(settings, m, [task], split)[task]
+        interval = intervals[m][0][0].to_dict() if m in intervals else None
+        rows.append({"method": m, "score": result["score"], "n": result["n"], "versus_sbert": interval})
+    return rows
+
+
+def write_outcome(folder: Path, outcome: Outcome) -> tuple[Path, Path]:
+    """`metrics/adapt.json` and `metrics/adapt.md` in the workspace, each written beside and renamed."""
+    out = folder / "metrics"
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / REPORT_NAME, json.dumps(asdict(outcome), indent=2) + "\n")
+    write_text_atomic(out / "adapt.md", outcome.markdown())
+    return out / REPORT_NAME, out / "adapt.md"
+
+
+class Steps:
+    """Times named steps and reports each as it ends (`say`: where one-line progress goes)."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.seconds: dict[str, float] = {}
+
+    def run(self, name: str, fn: Callable, *args, **kwargs):
+        start = time.perf_counter()
+        value = fn(*args, **kwargs)
+        self.seconds[name] = round(time.perf_counter() - start, 1)
+        self.say(f"{name}: done in {self.seconds[name] / 60:.1f} min")
+        return value
+
+
+def row_tokens(settings, task: str, sample: int = 200) -> float:
+    """Mean LM tokens of one demonstration (input and answer) over the first `sample` pool rows."""
+    from transformers import AutoTokenizer
+
+    from udr.data.prepare import read_prepared
+
+    rows = read_prepared(settings.root, task, "train").head(sample).to_dicts()
+    tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"), trust_remote_code=False)
+    texts = [f"{r['input']} {r['target']}" for r in rows]
+    return sum(len(ids) for ids in tokenizer(texts)["input_ids"]) / max(len(texts), 1) + 4
+
+
+def default_validation(rows: int, test_given: bool, test_fraction: float) -> int:
+    """Validation rows carved from the train rows when the user names none: a fifth of them, 40 to 200."""
+    train = rows if test_given else int(rows * (1 - test_fraction))
+    return max(40, min(200, train // 5))
+
+
+def export_winner(settings, method: str, target: Path) -> str:
+    """The recommended retriever written to `target`: a trained bi-encoder (adapted, udr, epr) as a
+    sentence-transformers export with its model card; SBERT as a copy of the base encoder (already a
+    sentence-transformers model). BM25 has no weights to export: the line says so."""
+    from udr.serving.export import check_export_target, export_sentence_transformers
+    from udr.serving.model_card import card_tasks, model_card
+
+    if method in ("bm25", "random"):
+        return f"{method} has no model to export: retrieve with it through `udr evaluate -m {method}`'s own code"
+    out = check_export_target(target)
+    if method == REFERENCE:
+        with building_dir(out) as tmp:
+            shutil.copytree(settings.paths.base_model("encoder").resolve(), tmp, dirs_exist_ok=True)
+        return f"{target} (the base encoder, a sentence-transformers model)"
+    model_dir = {
+        ADAPTED: settings.root / "models" / ADAPTED,
+        "udr": settings.paths.final_model,
+        "epr": settings.paths.epr_model,
+    }[method]
+    card = model_card(settings, model_dir, str(target))
+    export_sentence_transformers(model_dir, out, card_tasks(settings, model_dir), card)
+    return f"{target} (sentence-transformers, with its model card)"
+
+
+def set_workspace_params(params_file: Path, section: str, values: dict) -> None:
+    """Update one section of a workspace's params file (the plan's budget), written beside and renamed, so
+    that later `udr` commands there run with what this run used."""
+    import yaml
+
+    from udr.util.safe_yaml import load_yaml
+
+    text = params_file.read_text(encoding="utf-8")
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    raw = load_yaml(text, "params file") or {}
+    raw.setdefault(section, {}).update(values)
+    write_text_atomic(params_file, header + yaml.safe_dump(raw, sort_keys=False))
+
+
+@dataclass(frozen=True)
+class AdaptRequest:
+    """What the user asked `udr adapt` for (the command's options)."""
+
+    name: str
+    source: Path
+    folder: Path
+    test: Path | None = None
+    input_column: str | None = None
+    label_column: str | None = None
+    instruction: str | None = None
+    metric: str | None = None
+    validation: int | None = None
+    queries: int = 256
+    minutes: float | None = None
+    max_train: int = 1000
+    max_test: int = 300
+    export: Path | None = None
+    test_all: bool = False

@@ -255,3 +255,91 @@ def test_own_pool_in_any_format_a_declaration_reads(cli, tmp_path, suffix):
     (tmp_path / "pool.xlsx").write_text("x")
     code, _, err = cli("retrieve", "a fine film", "--pool", str(tmp_path / "pool.xlsx"), *common)
     assert code == 1 and "unsupported format '.xlsx'" in err
+
+
+def _write_pool(path, rows: list[dict]) -> None:
+    """`rows` as a pool file of `path`'s format (JSON lines with a blank line between the first two rows)."""
+    import polars as pl
+
+    if path.suffix == ".jsonl":
+        lines = [json.dumps(r) + "\n" for r in rows]
+        path.write_text(lines[0] + "\n" + "".join(lines[1:]))
+    elif path.suffix == ".parquet":
+        pl.DataFrame(rows).write_parquet(path)
+    else:
+        pl.DataFrame(rows).write_csv(path, separator="\t" if path.suffix == ".tsv" else ",")
+
+
+def _served_rows(out: str) -> dict[int, tuple[str, str]]:
+    return {x["pool_id"]: (x["input"], x["output"]) for x in map(json.loads, out.splitlines())}
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_pool_ids_are_row_positions_at_every_entry_point(cli, served, tmp_path):
+    """The same row has the same pool id, its 0-based position in the pool as given, whether the rows come
+    as a list, or as a CSV, TSV, JSON-lines (a blank line is no row) or parquet file, from the command line
+    or from Python."""
+    from udr import Retriever
+
+    rows = [{"input": f"a film, take {i}", "target": f"verdict {i}"} for i in range(5)]
+    want = {i: (r["input"], r["target"]) for i, r in enumerate(rows)}
+    instruction = "Sentiment: "
+    for suffix in (".csv", ".tsv", ".jsonl", ".parquet"):
+        path = tmp_path / f"pool{suffix}"
+        _write_pool(path, rows)
+        code, out, err = cli(
+            "retrieve", "a fine film", "--pool", str(path), "--instruction", instruction, "-k", "5", "--json"
+        )
+        assert code == 0, err
+        assert _served_rows(out) == want, suffix
+        own = Retriever.from_pool(path, instruction=instruction, root=served, cache_dir=tmp_path / "c")
+        assert {d.pool_id: (d.input, d.output) for d in own.retrieve("a fine film", k=5)} == want, suffix
+    listed = Retriever.load(root=served, cache_dir=tmp_path / "c")
+    name = listed.add_pool(rows, instruction=instruction)
+    assert {d.pool_id: (d.input, d.output) for d in listed.retrieve("a fine film", task=name, k=5)} == want
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_pool_columns_are_named_as_init_task_names_them(cli, served, tmp_path):
+    """--input-column / --target-column (alias --label-column) read a pool whose columns have other names,
+    in any format, from the command line and from Python; without them, or naming a column the file lacks,
+    one line names the file's columns and the options."""
+    from udr import Retriever
+
+    rows = [{"utterance": f"card {i} was declined", "intent": f"intent {i}", "source": "app"} for i in range(4)]
+    want = {i: (r["utterance"], r["intent"]) for i, r in enumerate(rows)}
+    common = ("--instruction", "Intent of the message: ", "-k", "4", "--json")
+    for suffix in (".csv", ".parquet"):
+        path = tmp_path / f"banking{suffix}"
+        _write_pool(path, rows)
+        for target_option in ("--target-column", "--label-column"):
+            args = ("--pool", str(path), "--input-column", "utterance", target_option, "intent", *common)
+            code, out, err = cli("retrieve", "my card got declined", *args)
+            assert code == 0, err
+            assert _served_rows(out) == want
+        own = Retriever.from_pool(
+            path,
+            instruction="Intent of the message: ",
+            input_column="utterance",
+            target_column="intent",
+            root=served,
+            cache_dir=tmp_path / "c",
+        )
+        assert {d.pool_id: (d.input, d.output) for d in own.retrieve("my card", k=4)} == want
+    path = tmp_path / "banking.csv"
+    code, _, err = cli("retrieve", "my card", "--pool", str(path), *common)
+    assert code == 1 and err.count("\n") == 1, err
+    assert "missing field 'input' (its columns: utterance, intent, source)" in err
+    assert "--input-column and --target-column" in err
+    code, _, err = cli("retrieve", "my card", "--pool", str(path), "--input-column", "text", *common)
+    assert code == 1 and err.count("\n") == 1
+    assert f"--input-column: no column 'text' in {path} (its columns: utterance, intent, source)" in err
+    code, _, err = cli("retrieve", "my card", "--task", "sst2", "--input-column", "utterance")
+    assert code == 1 and "--input-column goes with --pool" in err
+    # A registered task's shape with other column names: sst2's labels read from the file's own columns.
+    reviews = tmp_path / "reviews.csv"
+    _write_pool(reviews, [{"review": f"film {i}", "stars": ("negative", "positive")[i % 2]} for i in range(4)])
+    args = ("--pool", str(reviews), "--task", "sst2", "--input-column", "review", "--label-column", "stars")
+    code, out, err = cli("retrieve", "a fine film", *args, "-k", "4", "--json")
+    assert code == 0, err
+    assert {x["output"] for x in map(json.loads, out.splitlines())} == {"It was terrible .", "It was great ."}

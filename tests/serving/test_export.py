@@ -177,3 +177,105 @@ def test_the_export_prints_no_progress_bars_in_a_log(served, real_model, tmp_pat
     assert done.returncode == 0, done.stderr
     printed = (done.stdout + done.stderr).strip().splitlines()
     assert printed[-1].startswith("exported ") and not [line for line in printed if "%|" in line], printed
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_an_export_carries_its_pools_and_serves_them_from_anywhere(
+    run_cli, served, real_model, exported, tmp_path, monkeypatch
+):
+    """`udr retrieve -t TASK --model EXPORT` serves the pools the export carries, outside any project, as the
+    model it was exported from does in its project; a task it lacks is one line naming its pools and the fix."""
+    from udr import Retriever
+    from udr.paths import Paths
+
+    monkeypatch.setenv("UDR_CACHE_DIR", str(tmp_path / "cache"))
+    meta = json.loads((exported / "udr_export.json").read_text())
+    assert meta["pools"] == sorted(SERVED_TASKS)
+    for name in SERVED_TASKS:  # the prepared rows, byte for byte; no embeddings (a few KB per task here)
+        assert (exported / "pools" / f"{name}.parquet").read_bytes() == Paths(served).prepared(
+            name, "train"
+        ).read_bytes()
+    assert not (exported / "index").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    original = Retriever.load(real_model, root=served, cache_dir=tmp_path / "a")
+    for name in SERVED_TASKS:
+        query = _queries(served, name, 1)[0]
+        code, out, err = run_cli(
+            ["retrieve", query, "-t", name, "--model", str(exported), "-k", "4", "--json"], elsewhere
+        )
+        assert code == 0, err
+        want = [d.pool_id for d in original.retrieve(query, task=name, k=4)]
+        assert [json.loads(line)["pool_id"] for line in out.splitlines()] == want
+    assert Retriever.load(exported, root=elsewhere, cache_dir=tmp_path / "b").tasks() == sorted(SERVED_TASKS)
+    code, _, err = run_cli(["retrieve", "my card was declined", "-t", "banking", "--model", str(exported)], elsewhere)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "carries no pool of task 'banking' (its pools: break, sst2)" in err
+    assert "--pool FILE" in err and "`udr export DIR -t banking`" in err
+
+
+def test_export_task_option_chooses_the_pools(run_cli, served, real_model, tmp_path):
+    """-t exports those tasks' prompts and pools; a task with no pool to carry is refused in one line; an
+    indexed model folder's export carries the folder's own pools."""
+    out = tmp_path / "only-sst2"
+    code, printed, err = run_cli(["export", str(out), "--model", str(real_model), "-t", "sst2"], served)
+    assert code == 0, err
+    meta = json.loads((out / "udr_export.json").read_text())
+    assert list(meta["tasks"]) == ["sst2"] and meta["pools"] == ["sst2"]
+    assert sorted(p.name for p in (out / "pools").iterdir()) == ["sst2.parquet", "tasks.json"]
+    assert "1 task prompts, 1 pools" in err
+    code, _, err = run_cli(["export", str(tmp_path / "x"), "--model", str(real_model), "-t", "trec"], served)
+    assert code == 1 and "task 'trec' has no pool to export" in err and "udr prepare -t trec" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+    final = served / "models" / "final"
+    indexed = tmp_path / "indexed"
+    code, _, err = run_cli(["export", str(indexed)], served)
+    assert code == 0, err
+    for name in SERVED_TASKS:
+        assert (indexed / "pools" / f"{name}.parquet").read_bytes() == (
+            final / "pools" / f"{name}.parquet"
+        ).read_bytes()
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_an_own_pools_ids_are_the_rows_a_sentence_transformers_export_scores(
+    run_cli, served, exported, tmp_path, monkeypatch
+):
+    """The same CSV row has one pool id from `udr retrieve --pool` and from Python, and it is the row's
+    position in the list a sentence-transformers user encodes: the ranking of the export's
+    `encode_document` over the rows names the same rows."""
+    import csv
+
+    from sentence_transformers import SentenceTransformer
+
+    from udr import Retriever
+    from udr.serving.pools import own_task
+
+    monkeypatch.setenv("UDR_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [
+        ("How many singers do we have?", "SELECT count(*) FROM singer"),
+        ("What is the maximum capacity of all stadiums?", "SELECT max(capacity) FROM stadium"),
+        ("Show the names of stadiums with a capacity above 5000.", "SELECT name FROM stadium WHERE capacity > 5000"),
+        ("List every concert held in 2014.", "SELECT * FROM concert WHERE year = 2014"),
+        ("What is the average age of all singers?", "SELECT avg(age) FROM singer"),
+    ]
+    path = tmp_path / "sql.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([("question", "sql"), *rows])
+    instruction, query = "Translate the question into SQL: ", "How many stadiums hold more than 10000 people?"
+    columns = ("--input-column", "question", "--target-column", "sql", "--instruction", instruction)
+    code, out, err = run_cli(
+        ["retrieve", query, "--pool", str(path), *columns, "--model", str(exported), "-k", "3", "--json"], tmp_path
+    )
+    assert code == 0, err
+    got = [json.loads(line) for line in out.splitlines()]
+    assert all(rows[x["pool_id"]] == (x["input"], x["output"]) for x in got)
+    own = Retriever.from_pool(
+        path, instruction=instruction, input_column="question", target_column="sql", model=exported, root=tmp_path
+    )
+    assert [d.pool_id for d in own.retrieve(query, k=3)] == [x["pool_id"] for x in got]
+    model = SentenceTransformer(str(exported), device="cpu")
+    task = own_task(instruction)
+    docs = model.encode_document([task.render(x, y) for x, y in rows], prompt=instruction, convert_to_numpy=True)
+    scores = model.similarity(model.encode_query([query], prompt=instruction), docs).numpy()[0]
+    assert [int(i) for i in np.argsort(-scores, kind="stable")[:3]] == [x["pool_id"] for x in got]

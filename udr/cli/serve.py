@@ -55,7 +55,8 @@ def retrieve_cmd(
         Path | None,
         typer.Option(
             "--model",
-            help="A udr bi-encoder directory (default: models/final, the pipeline's final model)",
+            help="A udr bi-encoder directory, or a `udr export` of one (default: models/final, the pipeline's "
+            "final model)",
             show_default=False,
         ),
     ] = None,
@@ -76,6 +77,21 @@ def retrieve_cmd(
     ] = None,
     instruction: Annotated[
         str | None, typer.Option("--instruction", help="The task instruction of your own pool (default: --task's).")
+    ] = None,
+    input_column: Annotated[
+        str | None,
+        typer.Option(
+            "--input-column", help="The --pool file's input column (default: input, or --task's).", show_default=False
+        ),
+    ] = None,
+    target_column: Annotated[
+        str | None,
+        typer.Option(
+            "--target-column",
+            "--label-column",
+            help="The --pool file's target (or label) column (default: target, or --task's).",
+            show_default=False,
+        ),
     ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     params: Annotated[
@@ -102,8 +118,13 @@ def retrieve_cmd(
         raise UdrError("give one QUERY or --input FILE (not both)")
     if output_file is not None and input_file is None:
         raise UdrError("--output goes with --input (a batch); a single query prints to the terminal")
-    if instruction is not None and pool is None:
-        raise UdrError("--instruction goes with --pool (your own demonstrations)")
+    for option, value in (
+        ("--instruction", instruction),
+        ("--input-column", input_column),
+        ("--target-column", target_column),
+    ):
+        if value is not None and pool is None:
+            raise UdrError(f"{option} goes with --pool (your own demonstrations)")
     if output_file is not None:
         output_file = check_output_path(output_file)  # resolved, before the model loads and the queries run
         if output_file.resolve() == input_file.resolve():
@@ -123,7 +144,9 @@ def retrieve_cmd(
         watched = show_progress()
         retriever = Retriever.load(model, params=params, device=device, progress=watched, search=search)
         if pool is not None:
-            task = retriever.add_pool(pool, instruction=instruction, task=task)
+            task = retriever.add_pool(
+                pool, instruction=instruction, task=task, input_column=input_column, target_column=target_column
+            )
         if input_file is not None:
             from udr.serving.query_file import read_queries, retrieve_lines
 
@@ -210,11 +233,22 @@ def export_cmd(
         str | None,
         typer.Option("--name", help="How the model card's snippets load it (default: OUT_DIR); e.g. a hub id."),
     ] = None,
+    tasks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--task",
+            "-t",
+            help="Export this task's prompt and pool (repeatable; default: the model folder's pools, "
+            "else the project's prepared tasks).",
+            show_default=False,
+        ),
+    ] = None,
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = None,
 ) -> None:
-    """Export the trained retriever for other tools, with a model card written from the model's own record."""
-    from udr.serving.export import EXPORT_FORMATS, check_export_target, export_sentence_transformers
+    """Export the trained retriever for other tools, with its tasks' pools and a model card written from the
+    model's own record."""
+    from udr.serving.export import EXPORT_FORMATS, check_export_target, export_pools, export_sentence_transformers
     from udr.serving.model_card import card_tasks, model_card
 
     if format_ not in EXPORT_FORMATS:
@@ -222,9 +256,18 @@ def export_cmd(
     target = check_export_target(out_dir)  # resolved, before the model card reads the run
     settings = load(params, set_)
     model_dir = model or settings.paths.final_model
-    card = model_card(settings, model_dir, name or str(out_dir))
-    meta = export_sentence_transformers(model_dir, target, card_tasks(settings, model_dir), card)
+    chosen = card_tasks(settings, model_dir, tasks)
+    pools = export_pools(model_dir, chosen, lambda t: settings.paths.prepared(t, "train"))
+    for task_name in tasks or ():
+        if task_name not in pools:
+            raise UdrError(
+                f"task '{task_name}' has no pool to export: the model folder carries none and the project has "
+                f"not prepared it; run `udr prepare -t {task_name}` first"
+            )
+    card = model_card(settings, model_dir, name or str(out_dir), chosen)
+    meta = export_sentence_transformers(model_dir, target, chosen, card, pools)
     shown = os.path.relpath(model_dir) if Path(model_dir).is_absolute() else model_dir
     console().print(
-        f"exported {shown} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, model card)"
+        f"exported {shown} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, "
+        f"{len(pools)} pools, model card)"
     )

@@ -174,12 +174,16 @@ class Retriever:
         instruction: str | None = None,
         task: str | None = None,
         model: Path | str | None = None,
+        input_column: str | None = None,
+        target_column: str | None = None,
         **load_options,
     ) -> Retriever:
-        """A retriever over your own demonstrations (records, or a JSON-lines file), with the model
-        at `model` (default: the pipeline's final model); see :meth:`add_pool`."""
+        """A retriever over your own demonstrations (records, or a file), with the model at `model`
+        (default: the pipeline's final model); see :meth:`add_pool`."""
         retriever = cls.load(model, **load_options)
-        retriever.add_pool(records, instruction=instruction, task=task)
+        retriever.add_pool(
+            records, instruction=instruction, task=task, input_column=input_column, target_column=target_column
+        )
         return retriever
 
     def add_pool(
@@ -189,22 +193,27 @@ class Retriever:
         instruction: str | None = None,
         task: str | None = None,
         name: str | None = None,
+        input_column: str | None = None,
+        target_column: str | None = None,
     ) -> str:
         """Serve your own demonstrations; returns the name to retrieve them by.
 
-        records: dicts, or the path of a JSON-lines file, in a task's row shape when `task` names one
-        (built-in, or declared by the project at `root`; its pipeline pool is then replaced by yours)
-        and in the generation shape ``{"input", "target"}`` otherwise. instruction: the task
-        instruction UDR reads with every demonstration (and query); required unless `task` is given.
-        name: what to call the pool (default: `task`, or "own").
+        records: dicts, or the path of a file (.jsonl, .csv, .tsv or .parquet), in a task's row shape when
+        `task` names one (built-in, or declared by the project at `root`; its pipeline pool is then replaced
+        by yours) and in the generation shape ``{"input", "target"}`` otherwise. input_column /
+        target_column: the columns holding the input and the target (or label) where they have other names.
+        instruction: the task instruction UDR reads with every demonstration (and query); required unless
+        `task` is given. name: what to call the pool (default: `task`, or "own"). A row's pool id is its
+        0-based position in `records` (a file's n-th data row: a CSV header is no row).
         """
-        from udr.serving.pools import file_pool, own_task, records_pool
+        from udr.serving.pools import Columns, file_pool, own_task, records_pool
 
         spec = own_task(instruction, like=task, name=name, registry=self.registry if task else None)
+        columns = Columns(input_column, target_column)
         if isinstance(records, (str, Path)):
-            pool = file_pool(Path(records), spec)
+            pool = file_pool(Path(records), spec, columns)
         else:
-            pool = records_pool(records, spec)
+            pool = records_pool(records, spec, columns=columns)
         served = self._serve(pool)  # embed now, so errors and the cost come here, before anything is replaced
         self._served[pool.name] = served
         self._pools[pool.name] = pool
@@ -373,8 +382,23 @@ class Retriever:
                 self._check_carried_pool(task)
                 self._pools[task] = pool
             else:
+                self._check_exported(task)
                 self._pools[task] = prepared_pool(self.root, task, self.project)
         return task
+
+    def _check_exported(self, task: str) -> None:
+        """A one-line error where the model is a `udr export` that carries no pool of `task` and the project
+        at `root` has none either: the tasks it carries, and how to add one."""
+        from udr.retriever.encoder import EXPORT_NAME
+
+        if not (self.model_dir / EXPORT_NAME).is_file() or Paths(self.root).prepared(task, "train").is_file():
+            return
+        carried = ", ".join(self.model_pools) or "none"
+        raise UdrError(
+            f"the export {self.model_dir} carries no pool of task '{task}' (its pools: {carried}): give the "
+            f"task's demonstrations with --pool FILE (Python: add_pool), or export it again with "
+            f"`udr export DIR -t {task}` in the project that prepared {task}"
+        )
 
     def _check_carried_pool(self, task: str) -> None:
         """A one-line error where the project at `root` prepared `task` again since `udr index` copied its
@@ -445,7 +469,9 @@ def _download(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.md"]))
+        return Path(
+            snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.md", "*.parquet"])
+        )
     except Exception as exc:  # offline, unknown repo, auth: all one line
         raise UdrError(
             f"missing model {repo_id}: no local folder of that name, and the hub did not give it "

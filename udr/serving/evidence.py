@@ -35,8 +35,8 @@ BASE_METHOD = "sbert"
 # The key of the summary's comparisons: "<compared method>_minus" ({baseline: {"tasks": ..., "all": interval}}).
 MINUS = "_minus"
 CARD = "README.md"  # an export's model card
-# The card's list of every task trained on, as udr.serving.model_card writes it: "...; scored queries per
-# task: sst2 100, trec 100."; else its table rows "| sst2 | trained on (100 scored queries) | ...".
+# The card's lists of the tasks each training behind the model trained on, as udr.serving.model_card writes
+# them: "...; scored queries per task: sst2 100, trec 100."; else its table rows "| sst2 | trained on (100 ...".
 CARD_QUERIES = re.compile(r"scored queries per task: (.+?)\.?\s*$")
 CARD_ROW = re.compile(r"^\|\s*([^|]+?)\s*\|\s*trained on \(")
 # Side files the note reads: whatever goes wrong with one of them leaves its part of the note out.
@@ -104,13 +104,15 @@ def _card_tasks(card: Path) -> tuple[str, ...] | None:
         lines = card.read_text(encoding="utf-8").splitlines() if card.is_file() else []
     except (OSError, UnicodeDecodeError):
         return None
+    names: dict[str, None] = {}  # every training's line: an inherited training's tasks and this one's
     for line in lines:
         found = CARD_QUERIES.search(line)
         if found:
-            names = [item.rsplit(" ", 1)[0].strip() for item in found.group(1).split(", ")]
-            names = [n for n in names if n]
-            if names:
-                return tuple(names)
+            names.update(
+                (n, None) for n in (item.rsplit(" ", 1)[0].strip() for item in found.group(1).split(", ")) if n
+            )
+    if names:
+        return tuple(names)
     rows = [m.group(1) for m in map(CARD_ROW.match, lines) if m]
     return tuple(rows) or None
 

@@ -8,6 +8,11 @@ a named prompt, so ``model.encode_query(x, prompt_name=task)`` reads what E_q re
 task's template. `udr_export.json` beside it records udr's own settings and the tasks' templates, so
 :meth:`udr.Retriever.load` reads the export back without sentence-transformers installed.
 
+The export carries its tasks' pools as a udr model folder does (`pools/<task>.parquet`, the prepared train
+rows, and `pools/tasks.json`, the declarations of tasks not built in), so `udr retrieve -t TASK --model
+EXPORT` serves them from anywhere. It carries no pool embeddings (they are bound to the model folder's
+files): the first retrieval from a task embeds its pool, and the on-disk cache keeps it.
+
 Imports of sentence_transformers (the `sentence-transformers` extra) and transformers are inside the functions that
 use them, to keep the start of `udr` and of its commands light.
 """
@@ -99,11 +104,49 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, card: str) -> dict:
+def export_pools(model_dir: Path, tasks: dict, prepared) -> dict[str, Path]:
+    """{task: pool file} of the pools an export of `model_dir` carries for `tasks` ({name: Task}): the copy
+    the model folder carries (`udr index`), else the project's prepared train split (`prepared(name)`: its
+    path); a task with neither is carried by no pool (the export serves it from --pool rows only)."""
+    from udr.paths import Paths
+
+    out = {}
+    for name in tasks:
+        for path in (Paths.model_pool(model_dir, name), prepared(name)):
+            if path is not None and Path(path).is_file():
+                out[name] = Path(path)
+                break
+    return out
+
+
+def _write_pools(folder: Path, model_dir: Path, tasks: dict, pools: dict[str, Path]) -> None:
+    """The pools `pools` and the declarations of their tasks that are not built in, in `folder` (an export
+    being built), laid out as in a udr model folder."""
+    from udr.paths import Paths
+    from udr.retriever.index import read_model_declarations
+
+    if not pools:
+        return
+    carried = read_model_declarations(model_dir)
+    declared = {}
+    for name, source in pools.items():
+        target = Paths.model_pool(folder, name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        declaration = carried.get(name) or tasks[name].declaration
+        if declaration is not None:
+            declared[name] = declaration
+    Paths.model_tasks(folder).write_text(json_text(declared))
+
+
+def export_sentence_transformers(
+    model_dir: Path, out_dir: Path, tasks: dict, card: str, pools: dict[str, Path] | None = None
+) -> dict:
     """Write the export of the udr bi-encoder at `model_dir` to `out_dir` (atomically: built beside it,
-    then swapped in): the sentence-transformers model, `udr_export.json` and the model card `card`
-    (README.md). `tasks`: {name: Task} whose instructions become named prompts. Returns the metadata.
-    `out_dir` must be new, empty, or an earlier export (:func:`check_export_target`)."""
+    then swapped in): the sentence-transformers model, `udr_export.json`, the model card `card` (README.md)
+    and the pools `pools` ({task: prepared pool file}, :func:`export_pools`). `tasks`: {name: Task} whose
+    instructions become named prompts. Returns the metadata. `out_dir` must be new, empty, or an earlier
+    export (:func:`check_export_target`)."""
     clash = sorted(set(tasks) & set(RESERVED_PROMPT_NAMES))
     if clash:
         raise UdrError(
@@ -123,6 +166,7 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
         # Which prompt goes where: E_q reads the instruction only with query_instruction (see udr.retriever.encoder).
         "query_prompts": bool(settings.instruction and settings.query_instruction),
         "document_prompts": bool(settings.instruction),
+        "pools": sorted(pools or {}),
     }
     out_dir = check_export_target(out_dir)
     ours = (EXPORT_META,), "an earlier udr export"
@@ -131,6 +175,7 @@ def export_sentence_transformers(model_dir: Path, out_dir: Path, tasks: dict, ca
         for folder in ROUTE_DIRS.values():
             if not (tmp / folder / "config.json").is_file():
                 raise UdrError(f"unexpected sentence-transformers layout: no {folder}/config.json in the export")
+        _write_pools(tmp, Path(model_dir), tasks, pools or {})
         (tmp / EXPORT_META).write_text(json_text(meta))
         (tmp / "README.md").write_text(card)
     return meta

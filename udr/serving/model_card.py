@@ -85,31 +85,48 @@ def _pool_rows(settings, model_dir: Path, name: str) -> str:
     return str(kept)
 
 
-def card_tasks(settings, model_dir: Path) -> dict:
-    """{name: Task} the card and the export's prompts describe: the tasks whose pools the model folder
-    carries (`udr index`), else the project's."""
-    from udr.serving.pools import model_tasks
+def card_tasks(settings, model_dir: Path, names: list[str] | None = None) -> dict:
+    """{name: Task} the card and the export's prompts describe: `names` (as the model folder or the project
+    declares them), else the tasks whose pools the model folder carries (`udr index`), else the project's."""
+    from udr.serving.pools import model_pool_tasks, model_tasks
 
-    return model_tasks(model_dir) or {n: settings.task(n) for n in settings.prepared_task_names()}
+    carried = model_tasks(model_dir)
+    if names:
+        return {n: carried[n] if n in carried else settings.task(n) for n in dict.fromkeys(names)}
+    pooled = model_pool_tasks(model_dir)
+    if pooled:
+        return {n: carried[n] if n in carried else settings.task(n) for n in pooled}
+    return carried or {n: settings.task(n) for n in settings.prepared_task_names()}
 
 
 def _task_rows(settings, model_dir: Path, tasks: dict, record: dict | None) -> list[str]:
+    """The table of tasks: those the export carries, then any the model was trained on that it does not
+    carry (an initial model's tasks, say), each with its role: trained on (in this training, or inherited
+    from the model training started from), or served only."""
     trained = trained_tasks(record) if record else {}
+    split = len(trainings(record)) > 1 if record else False
+    own = _queries(trainings(record)[-1]) if record else {}
     rows = [
         "| task | role | kind | instruction | template | pool (rows) | source |",
         "| --- | --- | --- | --- | --- | ---: | --- |",
     ]
-    for name, task in tasks.items():
+    for name in [*tasks, *(t for t in trained if t not in tasks)]:
         if record is None:
             role = "in the project (training not recorded)"
         elif name in trained:
-            role = f"trained on ({trained[name]} scored queries)"
+            where = (", this training" if name in own else ", inherited") if split else ""
+            role = f"trained on ({trained[name]} scored queries{where})"
         else:
             role = "served, never trained on"
+        task = tasks.get(name) or settings.registry.get(name)
+        if task is None:
+            rows.append(f"| {name} | {role} | ? | ? | ? | not carried | not declared in this project |")
+            continue
         template = task.template.replace("\t", "\\t")
+        pool = _pool_rows(settings, model_dir, name) if name in tasks else "not carried"
         rows.append(
-            f"| {name} | {role} | {task.kind} | `{task.instruction}` | `{template}` | "
-            f"{_pool_rows(settings, model_dir, name)} | {task.source.describe()} |"
+            f"| {name} | {role} | {task.kind} | `{task.instruction}` | `{template}` | {pool} | "
+            f"{task.source.describe()} |"
         )
     return rows
 
@@ -125,6 +142,55 @@ def _examples(settings, model_dir: Path, task: str) -> list[tuple[str, str]]:
     return [("a query", "an answer"), ("a demonstration", "its answer")]
 
 
+def trainings(record: dict) -> list[list[dict]]:
+    """The trainings behind a model, first to last, each its runs (records without their `init`) first to
+    last. A run continues the training of the run before it where it is that run's next round, of the same
+    method from the same params file; otherwise it started a new training from that run's model (`udr train
+    --init`, e.g. the shipped model trained further on a new task), whose training is then inherited."""
+    out: list[list[dict]] = []
+    for run in rounds(record):
+        last = out[-1][-1] if out else None
+        if last is not None and (
+            run.get("method") == last.get("method")
+            and run.get("params_file") == last.get("params_file")
+            and run.get("round") == last.get("round", -2) + 1
+        ):
+            out[-1].append(run)
+        else:
+            out.append([run])
+    return out
+
+
+def _queries(runs: list[dict]) -> dict[str, int]:
+    """{task: scored queries} of a training's runs, the latest run's counts first."""
+    out: dict[str, int] = {}
+    for run in reversed(runs):
+        for task, n in (run.get("tasks") or {}).items():
+            out.setdefault(task, n)
+    return out
+
+
+def _run_line(run: dict, label: str) -> str:
+    t = run["train"]
+    what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
+    frozen = t.get("freeze_demo_encoder", False)  # records older than the setting lack it
+    return (
+        f"{label}{what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
+        f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` "
+        f"(lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query, batch "
+        f"{t['batch_size']}, lr {t['lr']}, seed {run['seed']}" + ("; E_d frozen (only E_q learned)." if frozen else ".")
+    )
+
+
+def _feedback(runs: list[dict]) -> str:
+    last = runs[-1]
+    queries = ", ".join(f"{t} {n}" for t, n in _queries(runs).items())
+    return (
+        f"`{last['models']['lm']}` scored {last['candidates']['k']} candidates per train query; scored queries "
+        f"per task: {queries}."
+    )
+
+
 def _model_lines(record: dict | None, encoder) -> list[str]:
     head = f"({encoder.pooling} pooling, {encoder.similarity} similarity); " + (
         "one encoder for queries and demonstrations."
@@ -137,24 +203,22 @@ def _model_lines(record: dict | None, encoder) -> list[str]:
             "- **Training**: not recorded in the model folder (no udr_record.json: a model made by an older udr "
             "or by hand), so the tasks below are those of the project it was exported from.",
         ]
-    queries = ", ".join(f"{t} {n}" for t, n in trained_tasks(record).items())
-    lines = [
-        f"- **Base encoder**: `{_base_encoder(record)}` {head}",
-        f"- **Feedback LM**: `{record['models']['lm']}` scored {record['candidates']['k']} candidates per train "
-        f"query; scored queries per task: {queries}.",
-    ]
-    for run in rounds(record):
-        t = run["train"]
-        what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
-        frozen = t.get("freeze_demo_encoder", False)  # records older than the setting lack it
+    lines = [f"- **Base encoder**: `{_base_encoder(record)}` {head}"]
+    *inherited, own = trainings(record)
+    if not inherited:
+        lines.append(f"- **Feedback LM**: {_feedback(own)}")
+        return [*lines, *(_run_line(run, "- **Training, ") for run in own)]
+    for i, runs in enumerate(inherited):
+        which = f" {i + 1} of {len(inherited)}" if len(inherited) > 1 else ""
         lines.append(
-            f"- **Training, {what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
-            f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` "
-            f"(lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query, batch "
-            f"{t['batch_size']}, lr {t['lr']}, seed {run['seed']}"
-            + ("; E_d frozen (only E_q learned)." if frozen else ".")
+            f"- **Inherited training{which}** (the model training started from, as its record says): "
+            f"feedback LM {_feedback(runs)}"
         )
-    return lines
+        lines += [_run_line(run, "  - **") for run in runs]
+    lines.append(
+        f"- **This training** (started from the model above, with `udr train --init`): feedback LM {_feedback(own)}"
+    )
+    return [*lines, *(_run_line(run, "  - **") for run in own)]
 
 
 def _saved_evaluations(settings) -> list[tuple[str, str]]:
@@ -220,7 +284,7 @@ def _score(result: dict) -> str:
     return f"{score:.1f}" if isinstance(score, (int, float)) else "?"
 
 
-def model_card(settings, model_dir: Path, where: str) -> str:
+def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None) -> str:
     """The README.md of an export of the bi-encoder at `model_dir`, written from the model's own record
     (what it was trained on and how), the pools it carries and the project's evaluations of this very
     model; `where` is how its usage snippets name the export (a path or a hub id)."""
@@ -228,7 +292,7 @@ def model_card(settings, model_dir: Path, where: str) -> str:
 
     encoder = BiEncoder.load_settings(model_dir)
     record = read_record(model_dir)
-    tasks = card_tasks(settings, model_dir)
+    tasks = tasks or card_tasks(settings, model_dir)
     first = next(iter(tasks))
     first_task = tasks[first]
     example = _examples(settings, model_dir, first)

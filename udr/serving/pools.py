@@ -5,8 +5,9 @@ the copy of it that `udr index` puts in the model folder, ``pools/<task>.parquet
 records, for tasks UDR never saw in training. Own records follow the row shapes
 of the task registry (:mod:`udr.data.tasks`): with a registered task named, that task's shape (sst2:
 ``{"text", "label"}``); without one, the generation shape ``{"input": ..., "target": ...}``.
-Pool ids are the prepared ids for pipeline pools and 0-based line (or list) positions for own
-records.
+Pool ids are the prepared ids for pipeline pools and, for own records, the record's 0-based position in
+the pool as given: the list index, or the n-th data row of a file (a CSV or TSV header, or a blank JSON line,
+is no row), whatever the entry point (`udr retrieve --pool`, `add_pool`, `from_pool`, an export's pool).
 
 Imports of polars, udr.config and udr.data.declarations (pydantic) are inside the functions that use them, to keep
 `from udr import Retriever` and `udr retrieve` light.
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.data.prepare import read_prepared
-from udr.data.sources import FILE_FORMATS, distinct_rows, normalize_rows, read_records
+from udr.data.sources import FILE_FORMATS, Rows, distinct_rows, normalize_rows, read_records
 from udr.data.tasks import BuiltinSource, Generation, Task, get_task
 from udr.errors import UdrError
 from udr.paths import Paths
@@ -156,16 +157,94 @@ def own_task(
     )
 
 
-def records_pool(records: Iterable[dict], task: Task, *, where: str = "records", numbered: bool = False) -> Pool:
-    """A pool of own records read with `task`'s row shape, each distinct (input, output) once. `numbered`:
-    `records` are (line number, record) pairs (from a file); otherwise ids are list positions."""
+@dataclass(frozen=True)
+class Columns:
+    """Which columns of own records hold the input and the target (the label, or the answer): None keeps
+    the task's own (the generation shape's `input` and `target`; a registered task's, e.g. sst2's `text`
+    and `label`). `udr retrieve --input-column / --target-column`, `add_pool(input_column=, target_column=)`."""
+
+    input: str | None = None
+    target: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.input is not None or self.target is not None
+
+
+OPTIONS = {"input": "--input-column", "target": "--target-column"}
+
+
+def _task_fields(task: Task) -> dict[str, str | None]:
+    """The record fields `task` reads its input and its target from ({"input": ..., "target": ...}); None
+    where it reads several (an input format over several columns)."""
+    norm = task.normalize
+    inputs = [column for field, column in getattr(norm, "columns", ()) if field == "input"]
+    target = getattr(norm, "target_field", None) or getattr(norm, "label_field", None)
+    return {"input": inputs[0] if len(inputs) == 1 else None, "target": target}
+
+
+def _with_columns(pairs: list[tuple[int, dict]], task: Task, columns: Columns, where: str) -> list[tuple[int, dict]]:
+    """`pairs` with the columns `columns` names copied into the fields `task` reads; a column the first
+    record lacks is a one-line error naming the columns there are. Without `columns`, the first record
+    lacking a field the task reads is that error, with the options that name other columns."""
+    fields = _task_fields(task)
+    first = pairs[0][1] if pairs else {}
+    shown = ", ".join(map(str, first)) or "none"
+    if not columns:
+        wanted = [c for _, c in getattr(task.normalize, "columns", ())]
+        missing = [c for c in wanted if c not in first]
+        if pairs and missing:
+            raise UdrError(
+                f"{where}:{pairs[0][0] + 1}: malformed row for task {task.name}: missing field '{missing[0]}' "
+                f"(its columns: {shown}); name your input and target columns with {OPTIONS['input']} and "
+                f"{OPTIONS['target']} (Python: input_column=, target_column=)"
+            )
+        return pairs
+    renames = {}
+    for side, column in (("input", columns.input), ("target", columns.target)):
+        if column is None:
+            continue
+        if fields[side] is None:
+            raise UdrError(
+                f"{OPTIONS[side]}: task {task.name} reads its {side} from several columns; rename your file's "
+                "columns to its own instead"
+            )
+        if column not in first:
+            raise UdrError(f"{OPTIONS[side]}: no column '{column}' in {where} (its columns: {shown})")
+        renames[fields[side]] = column
+    out = []
+    for line, record in pairs:
+        record = dict(record)
+        for field, column in renames.items():
+            if column in record:
+                record[field] = record[column]
+            else:  # missing here: the row is malformed, not read from another column of that name
+                record.pop(field, None)
+        out.append((line, record))
+    return out
+
+
+def records_pool(
+    records: Iterable[dict],
+    task: Task,
+    *,
+    where: str = "records",
+    numbered: bool = False,
+    columns: Columns | None = None,
+) -> Pool:
+    """A pool of own records read with `task`'s row shape (its input and target read from `columns` where
+    given), each distinct (input, output) once. `numbered`: `records` are (line number, record) pairs from
+    a file, the line number naming a malformed row; otherwise list items. Either way a row's pool id is its
+    0-based position among the records."""
     pairs = list(records) if numbered else list(enumerate(records))
     for lineno, record in pairs:
         if not isinstance(record, dict):
             raise UdrError(
                 f"{where}:{lineno + 1}: malformed row: expected an object (dict), got {type(record).__name__}"
             )
-    rows = distinct_rows(normalize_rows(task, pairs, where))  # a repeated record is served once
+    pairs = _with_columns(pairs, task, columns or Columns(), where)
+    rows = normalize_rows(task, pairs, where)  # ids: the line numbers, which name a malformed row
+    position = {line: i for i, (line, _) in enumerate(pairs)}
+    rows = distinct_rows(Rows([position[line] for line in rows.ids], rows.examples))  # a repeat is served once
     if not rows.examples:
         raise UdrError(f"{where}: no demonstrations (the pool is empty)")
     return Pool(
@@ -177,12 +256,12 @@ def records_pool(records: Iterable[dict], task: Task, *, where: str = "records",
     )
 
 
-def file_pool(path: Path, task: Task) -> Pool:
+def file_pool(path: Path, task: Task, columns: Columns | None = None) -> Pool:
     """A pool from a file of own records in any format task declarations read (.jsonl, .csv, .tsv,
-    .parquet); a malformed row fails with file:line."""
+    .parquet; the reader `udr init-task` and declared tasks use); a malformed row fails with file:line."""
     path = Path(path)
     if not path.is_file():
         raise UdrError(f"pool file not found: {path}")
     if path.suffix.lower() not in FILE_FORMATS:
         raise UdrError(f"pool file {path}: unsupported format '{path.suffix}' (use {', '.join(FILE_FORMATS)})")
-    return records_pool(read_records(path, task.name), task, where=str(path), numbered=True)
+    return records_pool(read_records(path, task.name), task, where=str(path), numbered=True, columns=columns)

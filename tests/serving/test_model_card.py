@@ -1,0 +1,102 @@
+"""udr.serving.model_card: a model trained further from a trained model (`udr train --init`, e.g. the shipped
+model on a new task) has a card that tells the training it inherited (the initial model's record: its tasks
+and rounds) from this training's (its tasks and steps), and names every task trained on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+TRAIN = {"loss": "rank", "loss_lambda": 0.5, "candidates_per_query": 4, "batch_size": 4, "lr": 1e-3}
+
+
+def _trained_with(params_file: str, lm: str) -> dict:
+    return {
+        "params_file": params_file,
+        "project": "../..",
+        "seed": 1,
+        "models": {"lm": lm, "encoder": "tiny-encoder"},
+        "candidates": {"k": 4},
+        "train": TRAIN,
+    }
+
+
+def _train(folder, init, round_: int, params_file: str, lm: str, queries: dict, steps: int) -> None:
+    """What `udr train` writes beside a model it trained from `init`: its record."""
+    from udr.retriever.record import trained_model_record, write_record
+
+    folder.mkdir(parents=True)
+    summary = SimpleNamespace(queries=queries, steps=steps, loss_start=2.0, loss_end=1.0)
+    write_record(
+        folder, trained_model_record("udr", round_, _trained_with(params_file, lm), summary, init, "tiny-encoder")
+    )
+
+
+@pytest.fixture
+def chained(served, tmp_path):
+    """The served project's indexed model, recorded as trained twice: the shipped training (rounds 0 and 1
+    on sst2 and trec, from params.yaml) and then, from that model, round 0 of a new training on break
+    (params-news.yaml)."""
+    from udr.retriever.record import read_record, write_record
+
+    root = tmp_path / "proj"
+    shutil.copytree(served, root)
+    models = root / "models"
+    _train(models / "r0", models / "base" / "encoder", 0, "params.yaml", "shipped-lm", {"sst2": 6, "trec": 5}, 11)
+    _train(models / "r1", models / "r0", 1, "params.yaml", "shipped-lm", {"sst2": 6}, 12)
+    _train(models / "news", models / "r1", 0, "params-news.yaml", "news-lm", {"break": 8}, 13)
+    write_record(models / "final", read_record(models / "news"))
+    return root
+
+
+def test_the_card_tells_inherited_training_from_this_training(chained, tmp_path):
+    from udr.config import load_settings
+    from udr.serving.evidence import model_training
+    from udr.serving.model_card import model_card
+
+    card = model_card(load_settings(chained / "params.yaml"), chained / "models" / "final", "me/udr")
+    lines = card.splitlines()
+    inherited = lines.index(next(x for x in lines if x.startswith("- **Inherited training** (")))
+    this = lines.index(next(x for x in lines if x.startswith("- **This training** (")))
+    assert inherited < this
+    assert (
+        "feedback LM `shipped-lm` scored 4 candidates per train query; scored queries per task: sst2 6, trec 5."
+        in (lines[inherited])
+    )
+    assert lines[inherited + 1].startswith("  - **round 0** (from `params.yaml`): 11 steps")
+    assert lines[inherited + 2].startswith("  - **round 1** (from `params.yaml`): 12 steps")
+    assert "feedback LM `news-lm` scored 4 candidates per train query; scored queries per task: break 8." in lines[this]
+    assert lines[this + 1].startswith("  - **round 0** (from `params-news.yaml`): 13 steps")
+    assert sum("round 0**" in line for line in lines) == 2 and "Training, round" not in card
+    # Every task trained on is named, with the training it came from; a task not carried says so.
+    assert "| break | trained on (8 scored queries, this training) | generation |" in card
+    assert "| sst2 | trained on (6 scored queries, inherited) | classification |" in card
+    assert any(
+        x.startswith("| trec | trained on (5 scored queries, inherited) |") and "| not carried |" in x for x in lines
+    )
+    # An export without a record reads every training's tasks from the card.
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "udr_export.json").write_text("{}")
+    (export / "README.md").write_text(card)
+    assert set(model_training(export).tasks) == {"sst2", "trec", "break"}
+
+
+def test_one_training_of_several_rounds_is_not_inherited(chained):
+    """The rounds of one training (round 1 continuing round 0 from the same params file) stay one training."""
+    from udr.config import load_settings
+    from udr.retriever.record import read_record, write_record
+    from udr.serving.model_card import model_card
+
+    final = chained / "models" / "final"
+    write_record(final, read_record(chained / "models" / "r1"))
+    card = model_card(load_settings(chained / "params.yaml"), final, "me/udr")
+    assert "Inherited" not in card and "This training" not in card
+    assert "- **Training, round 0** (from `params.yaml`): 11 steps" in card
+    assert "- **Training, round 1** (from `params.yaml`): 12 steps" in card
+    assert "scored queries per task: sst2 6, trec 5." in card
+    assert "| sst2 | trained on (6 scored queries) | classification |" in card
+    assert json.loads((final / "udr_record.json").read_text())["round"] == 1

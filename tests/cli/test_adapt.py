@@ -90,6 +90,15 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export(run
     assert set(report["seconds"]) >= {"prepare", "score", "train", "validate adapted", f"test {choice}", "export"}
     if choice != "bm25":
         assert (tmp_path / "winner").is_dir() and any((tmp_path / "winner").iterdir())
+    # a trained winner is exported with the task's pool: the export serves the task by name
+    from udr.config import load_settings
+    from udr.project.adapt import export_winner
+
+    line = export_winner(load_settings(ws / "params.yaml"), "opinion", "adapted", tmp_path / "adapted-export")
+    assert "pool of opinion" in line
+    query = ["retrieve", "a quiet film about grief", "-t", "opinion", "--model", str(tmp_path / "adapted-export")]
+    out, _ = udr(*query, "-k", "2", "--json")
+    assert len([json.loads(row) for row in out.splitlines()]) == 2
     # the project's own pipeline is as it was
     assert {p: p.read_bytes() for p in (root / "metrics").rglob("*") if p.is_file()} == before
 

@@ -119,7 +119,9 @@ def run_adapt(project_settings, request, *, say, progress: bool = True):
     tested = list(dict.fromkeys(adapt.CANDIDATES[1:] if r.test_all else (choice.method, "sbert", "bm25")))
     for method in tested:
         steps.run(f"test {method}", evaluate_candidate, settings, r.name, method, "test", progress=progress)
-    exported = steps.run("export", adapt.export_winner, settings, choice.method, r.export or ws.folder / "export")
+    exported = steps.run(
+        "export", adapt.export_winner, settings, r.name, choice.method, r.export or ws.folder / "export"
+    )
     outcome = adapt.Outcome(
         task=r.name,
         metric=settings.task(r.name).metric,

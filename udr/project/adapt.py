@@ -279,11 +279,12 @@ def default_validation(rows: int, test_given: bool, test_fraction: float) -> int
     return max(40, min(200, train // 5))
 
 
-def export_winner(settings, method: str, target: Path) -> str:
+def export_winner(settings, task: str, method: str, target: Path) -> str:
     """The recommended retriever written to `target`: a trained bi-encoder (adapted, udr, epr) as a
-    sentence-transformers export with its model card; SBERT as a copy of the base encoder (already a
-    sentence-transformers model). BM25 has no weights to export: the line says so."""
-    from udr.serving.export import check_export_target, export_sentence_transformers
+    sentence-transformers export carrying `task`'s pool, with its model card (`udr retrieve -t TASK --model
+    TARGET` serves it); SBERT as a copy of the base encoder (already a sentence-transformers model). BM25
+    has no weights to export: the line says so."""
+    from udr.serving.export import check_export_target, export_pools, export_sentence_transformers
     from udr.serving.model_card import card_tasks, model_card
 
     if method in ("bm25", "random"):
@@ -298,9 +299,11 @@ def export_winner(settings, method: str, target: Path) -> str:
         "udr": settings.paths.final_model,
         "epr": settings.paths.epr_model,
     }[method]
-    card = model_card(settings, model_dir, str(target))
-    export_sentence_transformers(model_dir, out, card_tasks(settings, model_dir), card)
-    return f"{target} (sentence-transformers, with its model card)"
+    chosen = card_tasks(settings, model_dir, [task])
+    pools = export_pools(model_dir, chosen, lambda name: settings.paths.prepared(name, "train"))
+    card = model_card(settings, model_dir, str(target), chosen)
+    export_sentence_transformers(model_dir, out, chosen, card, pools)
+    return f"{target} (sentence-transformers with the pool of {task} and its model card)"
 
 
 def set_workspace_params(params_file: Path, section: str, values: dict) -> None:

@@ -19,8 +19,21 @@ the reference has done the same fraction of its work; each scorer's time is the 
 batches), so load from other processes on a shared machine falls on both alike. `--sequential`
 runs them back to back per task instead.
 
+`--compare packed` sets udr's two engines against each other instead, on the same pairs and in the
+same precision: the padded engine (`score.engine=padded`, length-bucketed padded batches of
+`--batch-tokens`: before) and the packed one (`score.engine=packed`, padding-free rows of
+`--packed-tokens`, FlexAttention on CUDA: after), both through `score_items` with shared prefixes as
+the score stage runs them. Each task's pairs run once untimed through the packed engine (its
+attention compiles there) and through a few pairs of the padded one; then each engine is timed
+`--repeats` times (alternating which goes first), the best counting. The table has each engine's
+tokens/s (and MFU with `--mfu`), their ratio, and the largest difference of their scores, which
+must stay under 1e-3 in fp32 and under `score.check_tolerance` (0.25) in bf16 (else exit 1, after
+the table). `--pairs-per-task 0` takes every candidate pair of each task (steady state on a GPU).
+
     .venv/bin/python benchmarks/scoring.py                 # SmolLM2-135M, CPU, fp32
     .venv/bin/python benchmarks/scoring.py --device cuda --dtype bf16 --random-llama-1b --mfu
+    .venv/bin/python benchmarks/scoring.py --compare packed --device cuda --dtype bf16 --mfu --pairs-per-task 0 \
+        --batch-tokens 8192 --packed-tokens 32768
 """
 
 from __future__ import annotations
@@ -42,14 +55,15 @@ from udr.paths import Paths  # noqa: E402
 
 DEFAULT_TASKS = ("sst2", "comv", "break", "e2e")
 FP32_TOLERANCE = 1e-3
+BF16_TOLERANCE = 0.25  # score.check_tolerance: how far the shipped feedback's recomputed sample may move
 
 
 # ---------------------------------------------------------------- workload
 
 
 def sample_pairs(root: Path, task: str, n: int, seed: int) -> list[tuple[int, int]]:
-    """A seeded sample of n (query_id, candidate_id) pairs of a task's round-0 candidates, in
-    (query_id, candidate_id) order (the order the score stage works in)."""
+    """A seeded sample of n (query_id, candidate_id) pairs of a task's round-0 candidates (n <= 0: all),
+    in (query_id, candidate_id) order (the order the score stage works in)."""
     import polars as pl
 
     cands = (
@@ -58,7 +72,8 @@ def sample_pairs(root: Path, task: str, n: int, seed: int) -> list[tuple[int, in
         .sort(["query_id", "candidate_id"])
     )
     rng = np.random.default_rng([seed, zlib.crc32(task.encode())])
-    pick = np.sort(rng.choice(len(cands), size=min(n, len(cands)), replace=False))
+    n = len(cands) if n <= 0 else min(n, len(cands))
+    pick = np.sort(rng.choice(len(cands), size=n, replace=False))
     sub = cands[pick.tolist()]
     return list(zip(sub["query_id"].to_list(), sub["candidate_id"].to_list()))
 
@@ -226,6 +241,138 @@ def measure(
     return scores, stats, udr_seconds, ref
 
 
+# ---------------------------------------------------------------- padded against packed
+
+
+ENGINE_HEADERS = [
+    "task",
+    "kind",
+    "pairs",
+    "workload tokens (prompt+gold)",
+    "padded s",
+    "packed s",
+    "padded tok/s",
+    "packed tok/s",
+    "speed-up packed/padded",
+    "padded pad",
+    "packed pad",
+    "max abs diff",
+]
+
+
+def time_engines(padded, packed, items, generation: bool, batch_tokens: int, device, repeats: int, packed_first: bool):
+    """Both engines on `items` through `score_items` (shared prefixes on, as the stage runs them):
+    ({engine: (scores, BatchStats, best seconds)}). Untimed first: every pair through the packed
+    engine (its compiled attention meets every row length it will see) and a few through the padded one."""
+    from udr.feedback.scoring import score_items
+
+    scorers = {"padded": padded, "packed": packed}
+    score_items(packed, items, generation, batch_tokens)
+    score_items(padded, items[: min(4, len(items))], generation, batch_tokens)
+    best = {}
+    for rep in range(repeats):
+        order = ["packed", "padded"] if (rep % 2 == 0) == packed_first else ["padded", "packed"]
+        for name in order:
+            (scores, stats), seconds = timed(
+                lambda s=scorers[name]: score_items(s, items, generation, batch_tokens), device
+            )
+            if name not in best or seconds < best[name][2]:
+                best[name] = (scores, stats, seconds)
+    return best
+
+
+def compare_engines(args, project, model, tok, vocab, n_params, peak, device, pad_id) -> int:
+    """`--compare packed`: the table of the padded engine (before) against the packed one (after)."""
+    from udr.lm.packed import PackedScorer
+    from udr.lm.scorer import LMScorer
+
+    bf16 = args.dtype == "bf16"
+    padded = LMScorer(model, bf16=bf16, pad_id=pad_id)
+    packed = PackedScorer(model, bf16=bf16, pad_id=pad_id, row_tokens=args.packed_tokens, attention=args.attention)
+    tolerance = BF16_TOLERANCE if bf16 else FP32_TOLERANCE
+    rows, digests, worst = [], [], 0.0
+    total = {"pairs": 0, "tokens": 0, "padded": 0.0, "packed": 0.0, "pad": [0, 0], "kpad": [0, 0]}
+    for k, name in enumerate(t.strip() for t in args.tasks.split(",") if t.strip()):
+        pairs = sample_pairs(project, name, args.pairs_per_task, args.seed)
+        task, generation, items = build_items(project, name, tok, pairs, vocab)
+        ntok = workload_tokens(items)
+        best = time_engines(padded, packed, items, generation, args.batch_tokens, device, args.repeats, k % 2 == 0)
+        (p_scores, p_stats, p_s), (k_scores, k_stats, k_s) = best["padded"], best["packed"]
+        diff = float(np.max(np.abs(p_scores - k_scores))) if len(items) else 0.0
+        worst = max(worst, diff)
+        print(
+            f"# {name}: {len(items)} pairs, {ntok} tokens, padded {p_s:.2f}s, packed {k_s:.2f}s "
+            f"({packed.attention} attention), max|diff| {diff:.2e}",
+            file=sys.stderr,
+        )
+        digests.append(f"{name} {file_digest(Paths(project).candidates(0, name))}")
+        rows.append(_engine_row(name, task.kind, len(items), ntok, p_s, k_s, p_stats, k_stats, diff, n_params, peak))
+        total["pairs"] += len(items)
+        total["tokens"] += ntok
+        total["padded"] += p_s
+        total["packed"] += k_s
+        for key, st in (("pad", p_stats), ("kpad", k_stats)):
+            total[key][0] += st.tokens
+            total[key][1] += st.padded
+    from udr.lm.scorer import BatchStats
+
+    rows.append(
+        _engine_row(
+            "total",
+            "",
+            total["pairs"],
+            total["tokens"],
+            total["padded"],
+            total["packed"],
+            BatchStats(*total["pad"]),
+            BatchStats(*total["kpad"]),
+            worst,
+            n_params,
+            peak,
+        )
+    )
+    headers = ENGINE_HEADERS + (["padded MFU", "packed MFU"] if peak else [])
+    print(fmt_table(headers, rows, args.markdown))
+    print(
+        f"\ntokens/s = workload tokens (prompt + gold answer per pair) / seconds, the same numerator for both; "
+        f"pad = padding tokens / all tokens the engine ran; speed-up = padded s / packed s. dtype {args.dtype}; "
+        f"padded: batch_tokens {args.batch_tokens}; packed: rows of {packed.capacity} tokens, {packed.attention} "
+        f"attention; shared prefixes on; timing: best of {args.repeats}, after an untimed run"
+        + (
+            f"; MFU = 2 x {n_params / 1e6:.0f}M params x workload tokens / s / {peak / 1e12:.0f} TFLOP/s measured "
+            f"bf16 peak"
+            if peak
+            else ""
+        )
+        + f". Workload: seed {args.seed}, {args.pairs_per_task or 'all'} pairs/task from data/candidates/round0 "
+        f"(sha256[:12]: {', '.join(digests)})."
+    )
+    if not worst < tolerance:
+        print(f"padded and packed scores differ by {worst:.3g} (>= {tolerance}) in {args.dtype}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _engine_row(name, family, pairs, ntok, p_s, k_s, p_stats, k_stats, diff, n_params, peak):
+    row = [
+        name,
+        family,
+        pairs,
+        ntok,
+        f"{p_s:.2f}",
+        f"{k_s:.2f}",
+        f"{ntok / p_s:.0f}",
+        f"{ntok / k_s:.0f}",
+        f"{p_s / k_s:.2f}x",
+        f"{p_stats.padding_fraction:.1%}",
+        f"{k_stats.padding_fraction:.1%}",
+        f"{diff:.1e}",
+    ]
+    if peak:
+        row += [f"{2 * n_params * ntok / p_s / peak:.1%}", f"{2 * n_params * ntok / k_s / peak:.1%}"]
+    return row
+
+
 # ---------------------------------------------------------------- models and timing
 
 
@@ -306,7 +453,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--project", type=Path, default=REPO, help="project root (its prepared data and candidates)")
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated task names")
-    ap.add_argument("--pairs-per-task", type=int, default=64)
+    ap.add_argument("--pairs-per-task", type=int, default=64, help="0: every candidate pair of each task")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--batch-tokens", type=int, default=1024, help="udr scorer's token budget per batch")
     ap.add_argument("--ref-batch-size", type=int, default=8, help="reference scorer's sequences per batch")
@@ -332,7 +479,24 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="time each task this many times; report the best")
     ap.add_argument("--mfu", action="store_true", help="on cuda: model FLOPs utilisation against a measured bf16 peak")
     ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    ap.add_argument(
+        "--compare",
+        choices=("reference", "packed"),
+        default="reference",
+        help="reference: udr's scorer against the published code's route; packed: udr's padded engine "
+        "(before) against its packed engine (after)",
+    )
+    ap.add_argument(
+        "--packed-tokens", type=int, default=0, help="--compare packed: tokens per packed row (default: --batch-tokens)"
+    )
+    ap.add_argument(
+        "--attention",
+        choices=("auto", "flex", "sdpa"),
+        default="auto",
+        help="--compare packed: the packed rows' attention (auto: flex on cuda, sdpa with dense masks elsewhere)",
+    )
     args = ap.parse_args(argv)
+    args.packed_tokens = args.packed_tokens or args.batch_tokens
     project = args.project
     if args.model is None:
         args.model = project / "models" / "base" / "lm"
@@ -361,7 +525,8 @@ def main(argv=None) -> int:
     udr = LMScorer(model, bf16=args.dtype == "bf16", pad_id=pad_id)
     print(
         f"# model: {'random Llama-style' if args.random_llama_1b else args.model} "
-        f"({n_params / 1e6:.1f}M params), device {args.device}, udr dtype {args.dtype}, reference fp32, "
+        f"({n_params / 1e6:.1f}M params), device {args.device}, udr dtype {args.dtype}, "
+        f"{'padded against packed' if args.compare == 'packed' else 'reference fp32'}, "
         f"torch threads {torch.get_num_threads()}, loaded in {time.perf_counter() - t_load:.1f}s",
         file=sys.stderr,
     )
@@ -373,6 +538,9 @@ def main(argv=None) -> int:
             print(f"# measured bf16 matmul peak: {peak / 1e12:.1f} TFLOP/s", file=sys.stderr)
         else:
             print("# --mfu: only measured on cuda; skipped", file=sys.stderr)
+
+    if args.compare == "packed":
+        return compare_engines(args, project, model, tok, vocab, n_params, peak, device, pad_id)
 
     rows, total = (
         [],

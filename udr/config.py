@@ -33,9 +33,11 @@ CandidateField = Literal["paper", "input", "target"]
 ScoreInstruction = Literal["none", "prefix"]
 Dtype = Literal["auto", "fp32", "bf16"]
 Device = Literal["auto", "cpu", "cuda"]
-LossMode = Literal["paper", "published", "distill"]
+LossMode = Literal["paper", "published", "distill", "anchored"]
 LOSS_MODES: tuple[str, ...] = get_args(LossMode)
 Sampling = Literal["uniform", "published", "epr"]
+Feedback = Literal["lm", "labels", "lm+labels"]
+FEEDBACKS: tuple[str, ...] = get_args(Feedback)
 Order = Literal["ascending", "descending", "random"]
 Pooling = Literal["cls", "mean"]
 Similarity = Literal["dot", "cosine"]
@@ -102,6 +104,11 @@ class ScoreSettings(_Strict):
         description="Run a candidate's demonstration once for all its queries in a shard and score them on its "
         "key/value cache (false: every pair its own prompt forward).",
     )
+    engine: Literal["auto", "padded", "packed"] = Field(
+        "auto",
+        description="padded: length-bucketed padded batches; packed: padding-free rows of batch_tokens tokens, "
+        "each pair attending to its own tokens only (Llama-style LMs); auto: packed on CUDA, padded on CPU.",
+    )
     max_length: int = Field(
         1024, ge=16, description="Longest prompt + answer in tokens; longer prompts keep their end."
     )
@@ -166,7 +173,9 @@ class TrainSettings(_Strict):
     loss: LossMode = Field(
         "paper",
         description="paper: lambda*L_rank + (1-lambda)*L_ib; published: 4*L_rank + L_ib; "
-        "distill: lambda*KL(p_LM || p_retriever) + (1-lambda)*L_ib over the LM's scores (LLM-R).",
+        "distill: lambda*KL(p_LM || p_retriever) + (1-lambda)*L_ib over the LM's scores (LLM-R); "
+        "anchored: lambda*L_anchor + (1-lambda)*L_ib, L_anchor the pairwise loss of top-T vs bottom-T "
+        "candidates relative to the initial encoder's similarities (SeDPO; anchor_beta, anchor_top).",
     )
     loss_lambda: float = Field(0.2, ge=0.0, le=1.0, description="lambda (the paper: 0.8).")
     distill_temperature: float = Field(
@@ -174,6 +183,26 @@ class TrainSettings(_Strict):
         gt=0.0,
         description="loss distill: tau of p_LM = softmax(z / tau), z the LM scores standardised per query over "
         "its whole scored list (so tau is in standard deviations, the same for classification and generation).",
+    )
+    anchor_beta: float = Field(
+        1.0,
+        gt=0.0,
+        description="loss anchored: beta of -log sigmoid(beta * ((s_w - s_ref,w) - (s_l - s_ref,l))), in the "
+        "similarities' units (dot products; cosine ones times cosine_scale).",
+    )
+    anchor_top: int = Field(
+        3,
+        ge=1,
+        description="loss anchored: T, each query brings its T best and T worst candidates by LM score (fewer "
+        "where its list is shorter than 2T) and every (best, worst) pair is one term; replaces "
+        "candidates_per_query and sampling.",
+    )
+    feedback: Feedback = Field(
+        "lm",
+        description="What ranks each query's candidates: lm (the LM's scores); labels (classification and "
+        "multiple choice: 1 where a candidate's label is the query's gold label, else 0, ties in candidate "
+        "list order); lm+labels (same-label candidates first, then the LM's order). Generation tasks keep "
+        "the LM's scores under every value.",
     )
     freeze_demo_encoder: bool = Field(
         True,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One run of udr's CUDA path on a lent GPU machine, from the kit that benchmarks/gpu/kit.py packs:
-# install the kit's wheels beside the machine's own packages, then the pipeline end to end on real
-# weights (models, BM25 candidates, LM scoring and training under torchrun, the index, evaluation of
-# UDR against BM25), then throughput and MFU (scoring, evaluation forwards), then a markdown table.
+# install the kit's wheels beside the machine's own packages, the models and BM25 candidates, then
+# scoring's throughput and MFU before and after (the padded engine against the packed one, on
+# SmolLM2-135M and on a random 853M Llama), then the pipeline end to end on real weights (LM scoring
+# and training under torchrun, the index, evaluation of UDR against BM25), then the evaluation
+# forwards' throughput, then a markdown table.
 # Every step is timed and bounded by what is left of --budget; a failing step is recorded and the run
 # goes on with the steps that do not need it. What finished is written to --out ($OUT on the device):
 # gpu-run.md (the table), steps.jsonl (one record per step), run.log (every step's output).
@@ -128,13 +130,32 @@ fi
 UDR=("$PY" -m udr.cli)
 TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node=1 --standalone -m udr.cli)
 small=$("$PY" -c "import json,sys; print(int(json.load(open(sys.argv[1]))['small']))" "$KIT/index.json")
-if ((small)); then ROWS=(--rows 4 --gen-rows 2); PAIRS=8; else ROWS=(--rows 0 --gen-rows 0); PAIRS=256; fi
+# Scoring's before / after: PAIRS of each task's candidate pairs (the default kit has 1280 a task).
+if ((small)); then ROWS=(--rows 4 --gen-rows 2); PAIRS=8; else ROWS=(--rows 0 --gen-rows 0); PAIRS=640; fi
 TASKS=$("$PY" -c "import sys, yaml; print(','.join(yaml.safe_load(open(sys.argv[1]))['prepare']['tasks']))" "$P")
 
-# ---------------------------------------------------------------- the CUDA path end to end
+# ---------------------------------------------------------------- models, candidates
 step models 30 "${UDR[@]}" models -p "$P"
 step candidates 20 "${UDR[@]}" candidates -p "$P"
-step score-torchrun 60 "${TORCHRUN[@]}" score -r 0 -p "$P"
+
+# ---------------------------------------------------------------- scoring before / after
+# The padded engine (before) against the packed one (after) on the same pairs, same machine, bf16;
+# first, so that the table survives a pipeline that runs out of budget. Each step is capped.
+if ((BENCH)); then
+    DT=(--dtype bf16)
+    MFU=() BT=()
+    [[ $DEVICE == cuda ]] && MFU=(--mfu) BT=(--batch-tokens 8192 --packed-tokens 32768)
+    CMP=(--compare packed --tasks "$TASKS" --pairs-per-task "$PAIRS" --markdown)
+    ok candidates && ok models && step bench-scoring 45 --cap 100 --table "$PY" benchmarks/scoring.py --project "$PROJECT" \
+        --device "$DEVICE" "${DT[@]}" "${MFU[@]}" "${BT[@]}" "${CMP[@]}"
+    [[ $DEVICE == cuda ]] && ok candidates && ok models && step bench-scoring-llama-1b 60 --cap 100 --table "$PY" benchmarks/scoring.py \
+        --project "$PROJECT" --device cuda --dtype bf16 --mfu --random-llama-1b "${BT[@]}" "${CMP[@]}"
+fi
+
+# ---------------------------------------------------------------- the CUDA path end to end
+# score.engine auto: the packed engine on CUDA; where it fails, the padded one, so the pipeline goes on.
+step score-torchrun 60 "${TORCHRUN[@]}" score -r 0 -p "$P" ||
+    step score-torchrun-padded 60 "${TORCHRUN[@]}" score -r 0 -p "$P" -S score.engine=padded
 step train-torchrun 60 "${TORCHRUN[@]}" train -r 0 -p "$P"
 step index 20 "${UDR[@]}" index -p "$P"
 step evaluate-bm25 30 "${UDR[@]}" evaluate -m bm25 -p "$P"
@@ -150,16 +171,9 @@ print("|" + " --- |" * len(keys))
 print("| " + " | ".join(str(s[k]) for k in keys) + " |")
 EOF
 
-# ---------------------------------------------------------------- throughput and MFU
+# ---------------------------------------------------------------- evaluation forwards: throughput and MFU
 if ((BENCH)); then
-    DT=(--dtype bf16)
-    MFU=() BT=()
-    [[ $DEVICE == cuda ]] && MFU=(--mfu) BT=(--batch-tokens 8192)
-    ok candidates && ok models && step bench-scoring 45 --cap 90 --table "$PY" benchmarks/scoring.py --project "$PROJECT" \
-        --device "$DEVICE" "${DT[@]}" "${MFU[@]}" "${BT[@]}" --tasks "$TASKS" --pairs-per-task "$PAIRS" --markdown
-    [[ $DEVICE == cuda ]] && ok candidates && ok models && step bench-scoring-llama-1b 60 --cap 90 --table "$PY" benchmarks/scoring.py \
-        --project "$PROJECT" --device cuda --dtype bf16 --mfu --random-llama-1b "${BT[@]}" --tasks "$TASKS" --pairs-per-task "$PAIRS" --markdown
-    ok models && step bench-evaluation 45 --cap 120 --table "$PY" benchmarks/gpu/forwards.py --project "$PROJECT" \
+    ok models && step bench-evaluation 45 --cap 90 --table "$PY" benchmarks/gpu/forwards.py --project "$PROJECT" \
         --device "$DEVICE" "${DT[@]}" "${ROWS[@]}" --markdown
 fi
 

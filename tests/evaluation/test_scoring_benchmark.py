@@ -28,3 +28,18 @@ def test_the_gpu_model_and_peak_run_on_a_cpu():
     assert round(sum(p.numel() for p in model.parameters()) / 1e6) == 853  # as benchmarks/README.md says
     assert model.config.num_key_value_heads == 8 and not model.config.tie_word_embeddings
     assert peak_bf16_flops(torch.device("cpu"), n=32, reps=2) > 0
+
+
+def test_the_padded_engine_against_the_packed_one(evaluated, capsys):
+    """`--compare packed` (the GPU kit's before / after): both engines on every candidate pair, their
+    tokens/s and ratio, and scores that agree (fp32: under 1e-3, else exit 1)."""
+    args = ["--project", str(evaluated), "--tasks", "sst2,break", "--pairs-per-task", "0", "--compare", "packed"]
+    assert main([*args, "--batch-tokens", "512", "--packed-tokens", "1024", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    table = markdown_table(out)
+    assert set(table) == {"sst2", "break", "total"}
+    assert int(table["total"][2]) == int(table["sst2"][2]) + int(table["break"][2]) > 10
+    assert table["total"][8].endswith("x") and float(table["total"][8][:-1]) > 0
+    assert float(table["total"][11]) < 1e-3  # max abs diff of the two engines' scores
+    assert table["total"][10] == "0.0%"  # the packed engine pads nothing on a CPU (dense masks)
+    assert "packed: rows of 1024 tokens, sdpa attention" in out

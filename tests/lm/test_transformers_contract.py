@@ -69,3 +69,23 @@ def test_a_dynamic_cache_is_made_from_a_config_with_one_layer_per_decoder_layer(
     cache = DynamicCache(config=config)
     assert isinstance(getattr(cache, "layers", None), list) and len(cache.layers) == 3, "DynamicCache.layers changed"
     assert "layer_idx" in _params(cache.update), "DynamicCache.update lost layer_idx"
+
+
+def test_an_attention_without_a_mask_function_gets_no_mask():
+    """ragged.py and packed.py register attentions with no mask function: the decoder must then build
+    no mask (packed.py's rows would otherwise get a dense causal mask of their whole length)."""
+    import torch
+    from transformers import LlamaConfig
+    from transformers.masking_utils import create_causal_mask
+
+    from udr.lm.kv_cache import cache_keyword
+    from udr.lm.packed import PACKED, _packed_attention
+    from udr.lm.ragged import attention_implementation
+
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32)
+    config._attn_implementation = "sdpa"
+    with attention_implementation(config, PACKED, _packed_attention):
+        embeds = torch.zeros(1, 5, 16)
+        kwargs = {"attention_mask": None, "position_ids": None, cache_keyword(): None}
+        assert create_causal_mask(config=config, inputs_embeds=embeds, **kwargs) is None
+    assert config._attn_implementation == "sdpa"

@@ -29,8 +29,9 @@ from udr.errors import UdrError
 from udr.feedback.scores_file import ScoresManifest, check_finite, inputs_hash
 from udr.feedback.scoring import rank_within_query, score_items
 from udr.lm.loading import load_causal_lm, read_provenance
+from udr.lm.packed import make_scorer
 from udr.lm.prompt import PromptBuilder
-from udr.lm.scorer import BatchStats, LMScorer
+from udr.lm.scorer import BatchStats
 from udr.paths import round_label
 from udr.util.distributed import Distributed, resolve_lm_precision
 from udr.util.files import check_output_path, file_sha256, remove, write_json_atomic, write_parquet_atomic
@@ -158,7 +159,7 @@ def _fingerprint(setup: ScoringSetup, work: ScoreWork, dtype: str) -> dict:
         "todo": len(work.todo),
         "shard_pairs": setup.score.shard_pairs,
         "shard_order": ["candidate_id", "query_id"],
-        "score": setup.score.model_dump(exclude={"batch_tokens", "device"}),
+        "score": setup.score.model_dump(exclude={"batch_tokens", "device", "engine"}),
         "seed": setup.seed,
     }
 
@@ -183,7 +184,9 @@ def score_shards(
     device = torch.device(f"cuda:{dist.local_rank}" if device_type == "cuda" else "cpu")
     model, tokenizer = load_causal_lm(setup.lm_dir)
     model.to(device)
-    scorer = LMScorer(model, bf16=dtype == "bf16", pad_id=tokenizer.pad_token_id or 0)
+    scorer = make_scorer(
+        cfg.engine, model, bf16=dtype == "bf16", pad_id=tokenizer.pad_token_id or 0, batch_tokens=cfg.batch_tokens
+    )
     rows = {r["id"]: r for r in work.train.iter_rows(named=True)}
     instruction = work.task.instruction if cfg.instruction == "prefix" else None
     builder = PromptBuilder(tokenizer, work.task, instruction, cfg.max_length)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from udr.lm.packed import PackedScorer
 from udr.lm.scorer import BatchStats, LMScorer, ScoringItem, group_batches, length_batches, prefix_groups
 
 
@@ -32,7 +33,7 @@ def pair_score(logps: Sequence[float], gold: int, generation: bool, n_gold_token
 
 
 def score_items(
-    scorer: LMScorer,
+    scorer: LMScorer | PackedScorer,
     items: Sequence[ScoringItem],
     generation: bool,
     batch_tokens: int,
@@ -43,7 +44,8 @@ def score_items(
 
     With `share_prefixes`, items of the same candidate run its demonstration once
     (:meth:`LMScorer.score_groups`); `BatchStats.tokens` then counts the tokens run, fewer than the
-    items' own. The other items run in length-bucketed batches."""
+    items' own. The other items run in length-bucketed batches; with a :class:`PackedScorer`, every
+    item runs in its packed rows (`batch_tokens` tokens each) instead."""
     scores = np.empty(len(items), dtype=np.float64)
     total = BatchStats()
 
@@ -56,6 +58,11 @@ def score_items(
             on_batch(stats)
 
     groups, plain = prefix_groups(items, batch_tokens) if share_prefixes else ([], list(range(len(items))))
+    if isinstance(scorer, PackedScorer):
+        logps, stats = scorer.score(items, groups, on_row=on_batch)
+        for i, (it, lp) in enumerate(zip(items, logps)):
+            scores[i] = pair_score(lp, it.gold, generation, len(it.continuations[it.gold]))
+        return scores, stats
     for batch in group_batches(items, groups, batch_tokens):
         values, stats = scorer.score_groups([[items[i] for i in groups[g]] for g in batch])
         record([i for g in batch for i in groups[g]], [v for vs in values for v in vs], stats)

@@ -167,7 +167,7 @@ def _packed_forward(decoder, ids, mask, positions, layer_mask, cache):
     index = mask.reshape(-1).nonzero().squeeze(1)
     token = _layout.set(_Layout(batch, width, index, layer_mask, cache))
     try:
-        with _attention_implementation(decoder.config, RAGGED):
+        with attention_implementation(decoder.config, RAGGED, _ragged_attention):
             packed = decoder(
                 input_ids=ids.reshape(-1)[index][None],
                 position_ids=positions.reshape(-1)[index][None],
@@ -203,18 +203,16 @@ def _ragged_attention(module, query, key, value, attention_mask, **kwargs):
 
 
 @contextmanager
-def _attention_implementation(config, name: str):
-    _register()
+def attention_implementation(config, name: str, function):
+    """Within the block, `config`'s layers attend with `function`, registered in transformers'
+    attention interface as `name` (a name without a mask function: the decoder builds no mask)."""
+    from transformers import AttentionInterface
+
+    if name not in AttentionInterface._global_mapping:
+        AttentionInterface.register(name, function)
     before = config._attn_implementation
     config._attn_implementation = name
     try:
         yield
     finally:
         config._attn_implementation = before
-
-
-def _register() -> None:
-    from transformers import AttentionInterface
-
-    if RAGGED not in AttentionInterface._global_mapping:
-        AttentionInterface.register(RAGGED, _ragged_attention)

@@ -142,6 +142,22 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, device, left: bool
     return ids.to(device), mask.to(device)
 
 
+def head_log_probs(head, softcap, hidden, targets):
+    """log p(target) from hidden states (N, d) at the positions that predict the targets (N,): the LM
+    head (`head`, with the model's final logit `softcap` or None) on those positions only."""
+    import torch
+
+    # The head runs in fp32 even under bf16 autocast: it is applied only at scored positions, so
+    # this is cheap, and bf16 logits cost up to ~0.04 in log-likelihood (measured on CPU).
+    with torch.autocast(hidden.device.type, enabled=False):
+        logits = torch.nn.functional.linear(
+            hidden.float(), head.weight.float(), None if head.bias is None else head.bias.float()
+        )
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+
+
 class LMScorer:
     """Summed log-likelihoods of continuations after prompts, with a causal LM (transformers)."""
 
@@ -167,16 +183,7 @@ class LMScorer:
 
     def _logprobs(self, hidden, targets):
         """log p(target) from hidden states at the positions that predict them (LM head on those only)."""
-        torch = self._torch
-        # The head runs in fp32 even under bf16 autocast: it is applied only at scored positions, so
-        # this is cheap, and bf16 logits cost up to ~0.04 in log-likelihood (measured on CPU).
-        with torch.autocast(self.device.type, enabled=False):
-            logits = torch.nn.functional.linear(
-                hidden.float(), self.head.weight.float(), None if self.head.bias is None else self.head.bias.float()
-            )
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
+        return head_log_probs(self.head, self.softcap, hidden, targets)
 
     def score_batch(self, items: Sequence[ScoringItem]) -> tuple[list[list[float]], BatchStats]:
         """Summed log p(continuation | prompt) for every continuation of every item."""

@@ -4,7 +4,9 @@ LambdaRank), the in-batch negative loss over every candidate of the batch (:clas
 with one positive and one hard negative per query is DPR's / EPR's contrastive loss), and their
 combination (:class:`UDRLoss`), either as the paper writes it, lambda * L_rank + (1 - lambda) * L_ib,
 or as the published KaiLv69/UDR code computes it, 4 * L_rank + L_ib. A third mode distils the LM's
-scores instead of its ranks (:class:`DistillLoss`, LLM-R's KL loss), and the in-batch loss can run over
+scores instead of its ranks (:class:`DistillLoss`, LLM-R's KL loss), a fourth learns the LM's preferred
+(winner, loser) pairs relative to the initial encoder (:class:`AnchoredLoss`, SeDPO's anchored pairwise
+loss), and the in-batch loss can run over
 a task's whole pool of cached demonstration embeddings instead of the batch (:class:`PoolInBatchLoss`
 over :class:`PoolNegatives`, for a frozen E_d). Similarities are dot products of query and candidate
 embeddings (times `scale`, for cosine similarities); losses are computed in float32 (or float64 if given)
@@ -193,6 +195,66 @@ class DistillLoss(nn.Module):
         return kl.sum(dim=1).mean()
 
 
+class AnchoredLoss(nn.Module):
+    """An anchored pairwise preference loss: each (winner, loser) pair of a query's candidates pulls the
+    retriever's similarity margin above the reference encoder's (the frozen initial one).
+
+    Args:
+        beta: beta > 0, the scale of the margins inside the sigmoid (in the similarities' units: a
+            larger beta saturates sooner, keeping the retriever nearer the reference).
+
+    Inputs:
+        sim: FloatTensor (B, l), ``sim[b, j] = sim(x_b, z_bj)`` by the trained retriever.
+        ref_sim: FloatTensor (B, l), the same similarities by the reference encoder (targets: no gradient
+            reaches them); the same units as ``sim``.
+        pairs: BoolTensor (B, l, l), ``pairs[b, i, j]`` True where candidate i of query b is preferred to
+            its candidate j (a winner over a loser); values of ``sim`` and ``ref_sim`` outside every pair
+            are ignored.
+
+    Output: a scalar,
+
+        L_anchor = mean_{(b, w, l) in pairs}  -log sigma( beta * ((s_bw - s_ref,bw) - (s_bl - s_ref,bl)) ),
+
+    the mean over all the batch's pairs (0, with a zero gradient, where there are none). ``-log sigma`` is
+    computed as softplus(-.). At the reference itself (sim = ref_sim) every pair gives log 2; raising a
+    winner's similarity (or lowering a loser's) relative to the reference lowers it, and only the margin
+    gained over the reference counts, so pairs the reference already orders well pull no harder.
+
+    Reference: the anchored pairwise (DPO-style) preference loss of SeDPO (NeurIPS 2025); Rafailov et
+    al., "Direct Preference Optimization" (NeurIPS 2023), whose log-probability ratios to a frozen
+    reference are here similarity differences to the initial encoder's.
+    """
+
+    def __init__(self, beta: float) -> None:
+        super().__init__()
+        if not (isinstance(beta, int | float) and math.isfinite(beta) and beta > 0):
+            raise UdrError(f"bad parameter beta: must be a finite number > 0, got {beta!r}")
+        self.beta = float(beta)
+
+    def forward(self, sim: Tensor, ref_sim: Tensor, pairs: Tensor) -> Tensor:
+        if sim.dim() != 2 or ref_sim.shape != sim.shape:
+            raise ValueError(
+                f"AnchoredLoss: sim and ref_sim must both be (B, l), got {tuple(sim.shape)} and {tuple(ref_sim.shape)}"
+            )
+        b, l = sim.shape
+        if pairs.shape != (b, l, l):
+            raise ValueError(f"AnchoredLoss: pairs must be (B, l, l) = {(b, l, l)}, got {tuple(pairs.shape)}")
+        pairs = pairs.to(torch.bool)
+        dtype = _compute_dtype(sim)
+        zero = torch.zeros((), dtype=dtype, device=sim.device)
+        in_pair = pairs.any(dim=2) | pairs.any(dim=1)
+        # Candidates in no pair are zeroed first, so that whatever they hold reaches no loss and no gradient.
+        gain = torch.where(in_pair, sim.to(dtype) - ref_sim.detach().to(dtype), zero)
+        if bool((~torch.isfinite(gain[in_pair])).any()):
+            raise UdrError("bad batch: every paired candidate needs finite similarities")
+        margin = gain[:, :, None] - gain[:, None, :]  # margin[b, i, j] = gain_i - gain_j
+        per_pair = torch.where(pairs, F.softplus(-self.beta * margin), zero)
+        count = pairs.sum()
+        if int(count) == 0:
+            return per_pair.sum()  # no pair: 0, connected to the graph
+        return per_pair.sum() / count
+
+
 class PoolNegatives(NamedTuple):
     """A task's whole pool as the in-batch loss's candidates (cached embeddings of a frozen E_d).
 
@@ -254,7 +316,8 @@ class PoolInBatchLoss(nn.Module):
 
 class LossParts(NamedTuple):
     """The training loss and its two parts (scalar tensors; ``total`` is the one to backpropagate).
-    ``rank`` holds L_rank, or L_KL in distill mode (the training log keeps the key ``rank`` for both)."""
+    ``rank`` holds L_rank, or L_KL in distill mode, L_anchor in anchored mode (the training log keeps the
+    key ``rank`` for all)."""
 
     total: Tensor
     rank: Tensor
@@ -270,10 +333,13 @@ class UDRLoss(nn.Module):
         mode: "paper": L = lambda * L_rank + (1 - lambda) * L_ib (the paper's formula);
             "published": L = 4 * L_rank + L_ib (what the published KaiLv69/UDR code computes);
             "distill": L = lambda * L_KL + (1 - lambda) * L_ib, L_KL = :class:`DistillLoss` of the
-            candidates' LM scores (so lambda = 1 is the KL alone).
+            candidates' LM scores (so lambda = 1 is the KL alone);
+            "anchored": L = lambda * L_anchor + (1 - lambda) * L_ib, L_anchor = :class:`AnchoredLoss` of
+            the candidates' similarities against the reference encoder's.
         scale: every similarity enters both losses multiplied by it, sim = scale * (q . z) (1 / temperature;
             1 for the paper's dot products, e.g. 20 for cosine similarities of L2-normalised embeddings).
         distill_temperature: tau of :class:`DistillLoss` (distill mode only, and required there).
+        anchor_beta: beta of :class:`AnchoredLoss` (anchored mode only, and required there).
 
     Inputs (forward):
         query_emb: FloatTensor (B, d), query embeddings.
@@ -283,9 +349,13 @@ class UDRLoss(nn.Module):
         scores: FloatTensor (B, l), the candidates' LM scores (distill mode only; see :class:`DistillLoss`).
         pool: optional :class:`PoolNegatives`: L_ib's softmax runs over the task's whole pool instead of
             the batch's candidates.
+        ref_sim: FloatTensor (B, l), the reference encoder's dot products of each query and candidate
+            (anchored mode only; times ``scale`` like the retriever's).
+        pairs: BoolTensor (B, l, l), the (winner, loser) pairs of :class:`AnchoredLoss` (anchored mode only).
 
     Output: :class:`LossParts` (total, rank, in_batch). With ``sim[b, j] = scale * query_emb[b] . cand_emb[b, j]``,
-    rank = :class:`RankLoss` (sim, ranks, mask) (distill mode: :class:`DistillLoss` (sim, scores, mask));
+    rank = :class:`RankLoss` (sim, ranks, mask) (distill mode: :class:`DistillLoss` (sim, scores, mask);
+    anchored mode: :class:`AnchoredLoss` (sim, scale * ref_sim, pairs));
     in_batch = :class:`InBatchLoss` over all B * l candidates of the batch (padded ones left out of the
     softmax), the positive of query b being its best-ranked real candidate (smallest rank, the first on
     ties); with ``pool``, :class:`PoolInBatchLoss` over the N pool rows instead (all but the query's own
@@ -296,7 +366,14 @@ class UDRLoss(nn.Module):
     section "Loss Function"; https://github.com/KaiLv69/UDR for the "published" weighting.
     """
 
-    def __init__(self, lambda_: float, mode: str, scale: float = 1.0, distill_temperature: float | None = None) -> None:
+    def __init__(
+        self,
+        lambda_: float,
+        mode: str,
+        scale: float = 1.0,
+        distill_temperature: float | None = None,
+        anchor_beta: float | None = None,
+    ) -> None:
         super().__init__()
         try:
             lam = float(lambda_)
@@ -315,6 +392,9 @@ class UDRLoss(nn.Module):
         if mode == "distill" and distill_temperature is None:
             raise UdrError("bad parameter distill_temperature: mode distill needs one")
         self.distill_loss = None if distill_temperature is None else DistillLoss(distill_temperature)
+        if mode == "anchored" and anchor_beta is None:
+            raise UdrError("bad parameter anchor_beta: mode anchored needs one")
+        self.anchored_loss = None if anchor_beta is None else AnchoredLoss(anchor_beta)
         self.in_batch_loss = InBatchLoss()
         self.pool_in_batch_loss = PoolInBatchLoss()
 
@@ -326,6 +406,8 @@ class UDRLoss(nn.Module):
         mask: Tensor | None = None,
         scores: Tensor | None = None,
         pool: PoolNegatives | None = None,
+        ref_sim: Tensor | None = None,
+        pairs: Tensor | None = None,
     ) -> LossParts:
         if (
             query_emb.dim() != 2
@@ -350,6 +432,14 @@ class UDRLoss(nn.Module):
         if self.mode == "distill" and (scores is None or scores.shape != (b, l)):
             got = None if scores is None else tuple(scores.shape)
             raise UdrError(f"bad batch: loss distill needs the candidates' LM scores, (B, l) = {(b, l)}, got {got}")
+        if self.mode == "anchored" and (
+            ref_sim is None or ref_sim.shape != (b, l) or pairs is None or pairs.shape != (b, l, l)
+        ):
+            got = [None if x is None else tuple(x.shape) for x in (ref_sim, pairs)]
+            raise UdrError(
+                f"bad batch: loss anchored needs reference similarities (B, l) and pairs (B, l, l), B, l = {b, l}, "
+                f"got {got[0]} and {got[1]}"
+            )
         if self.scale != 1.0:
             query_emb = query_emb * self.scale  # scales every similarity q . z below
 
@@ -359,6 +449,8 @@ class UDRLoss(nn.Module):
         sim = (query_emb[:, None, :] * cand_emb).sum(-1)
         if self.mode == "distill":
             rank = self.distill_loss(sim, scores, mask)
+        elif self.mode == "anchored":
+            rank = self.anchored_loss(sim, ref_sim * self.scale, pairs & mask[:, :, None] & mask[:, None, :])
         else:
             rank = self.rank_loss(sim, ranks, mask)
 

@@ -5,6 +5,8 @@ One recipe is chosen from the training settings when the trainer is built (:func
 - :class:`RankRecipe`: UDR's, the LM's ranking of l sampled candidates injected list-wise plus the
   in-batch loss (:class:`udr.retriever.losses.UDRLoss`, `train.loss` paper or published);
 - :class:`DistillRecipe`: the LM's scores distilled instead of its ranks (LLM-R's KL, `train.loss` distill);
+- :class:`AnchoredRecipe`: each query's T best against its T worst candidates, each pair's similarity
+  margin measured against the initial encoder's (SeDPO's anchored pairwise loss, `train.loss` anchored);
 - the EPR baseline is :class:`RankRecipe` on :func:`epr_train_settings`: one positive of the top 5 and
   one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone.
 
@@ -22,7 +24,7 @@ from torch import Tensor
 
 from udr.errors import UdrError
 from udr.retriever.losses import LossParts, PoolNegatives, UDRLoss, standardize
-from udr.retriever.sampling import sample_candidates
+from udr.retriever.sampling import anchor_positions, sample_candidates
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,63 @@ class DistillRecipe(Recipe):
         return teacher_scores(layout.picks, layout.width, layout.mask.device)
 
 
+class AnchoredRecipe(Recipe):
+    """SeDPO's anchored pairwise recipe: each query brings its `top` best and `top` worst candidates by LM
+    score (:func:`udr.retriever.sampling.anchor_positions`; fewer where its list is shorter than 2 * top),
+    every (best, worst) pair whose LM scores differ is one term of :class:`udr.retriever.losses.AnchoredLoss`,
+    L = lambda * L_anchor + (1 - lambda) * L_ib, L_ib's positive the LM's best candidate. The reference
+    similarities are the initial encoder's, computed once before training for every query's whole list
+    (:func:`udr.retriever.training.reference_similarities`) and set as `reference`: {(task, query id): the
+    dot products of the query and its candidates, in LM order}."""
+
+    def __init__(self, loss: UDRLoss, top: int) -> None:
+        super().__init__(loss, "anchored", 2 * top)
+        self.top = top
+        self.reference: dict[tuple[str, int], np.ndarray] | None = None
+
+    def sample(self, query, rng: np.random.Generator) -> list[int]:
+        return anchor_positions(len(query.candidate_ids), self.top)
+
+    def anchors(self, layout: CandidateLayout) -> tuple[Tensor, Tensor]:
+        """The sampled candidates' reference similarities (B, width) and their (winner, loser) pairs
+        (B, width, width): a query's winner (one of its `top` best) over a loser (one of its `top` worst)
+        where the winner's LM score is the higher."""
+        if self.reference is None:
+            raise UdrError("loss anchored: the reference similarities were not computed before training")
+        b, width = layout.mask.shape
+        ref = np.zeros((b, width))
+        pairs = np.zeros((b, width, width), dtype=bool)
+        for row, (sq, pos) in enumerate(layout.picks):
+            n = len(sq.candidate_ids)
+            values = self.reference.get((sq.task, sq.query_id))
+            if values is None or len(values) != n:
+                raise UdrError(f"loss anchored: no reference similarities for {sq.task} query {sq.query_id}")
+            if len(sq.candidate_scores) != n:
+                raise UdrError(f"missing scores: {sq.task} query {sq.query_id} has no LM score per candidate")
+            ref[row, : len(pos)] = [values[p] for p in pos]
+            t = min(self.top, n // 2)
+            for i, pi in enumerate(pos):
+                for j, pj in enumerate(pos):
+                    if pi < t and pj >= n - t and sq.candidate_scores[pi] > sq.candidate_scores[pj]:
+                        pairs[row, i, j] = True
+        device = layout.mask.device
+        return torch.tensor(ref, dtype=torch.float64, device=device), torch.tensor(pairs, device=device)
+
+    def __call__(
+        self, query_emb: Tensor, cand_emb: Tensor, layout: CandidateLayout, negatives: PoolNegatives | None = None
+    ) -> LossParts:
+        ref, pairs = self.anchors(layout)
+        return self.loss(query_emb, cand_emb, layout.ranks, layout.mask, None, negatives, ref_sim=ref, pairs=pairs)
+
+
 def recipe_for(cfg, scale: float) -> Recipe:
     """The recipe of the training settings `cfg` (a :class:`udr.config.TrainSettings`): its loss
-    (`loss`, `loss_lambda`, `distill_temperature`, every similarity times `scale`) and candidate sampling
-    (`sampling`, `candidates_per_query`; the epr scheme always 2)."""
+    (`loss`, `loss_lambda`, `distill_temperature`, `anchor_beta`, every similarity times `scale`) and
+    candidate sampling (`sampling`, `candidates_per_query`; the epr scheme always 2; loss anchored: the
+    `anchor_top` best and worst)."""
+    if cfg.loss == "anchored":
+        loss = UDRLoss(cfg.loss_lambda, cfg.loss, scale=scale, anchor_beta=cfg.anchor_beta)
+        return AnchoredRecipe(loss, cfg.anchor_top)
     loss = UDRLoss(cfg.loss_lambda, cfg.loss, scale=scale, distill_temperature=cfg.distill_temperature)
     candidates = 2 if cfg.sampling == "epr" else cfg.candidates_per_query
     recipe = DistillRecipe if cfg.loss == "distill" else RankRecipe
@@ -112,9 +167,11 @@ def epr_train_settings(cfg):
     positive of the top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone
     over the batch's candidates, two encoders both trained, and as many epochs as all of UDR's rounds
     together; the same batch, lr and the rest (Rubin et al., "Learning To Retrieve Prompts for In-Context
-    Learning", NAACL 2022)."""
+    Learning", NAACL 2022). EPR learns the LM's feedback (`feedback` lm whatever UDR's), and the anchored
+    loss's settings, which its loss never reads, are reset to their defaults."""
     epochs = cfg.epochs_first + cfg.epochs_later * len(cfg.later_rounds)
-    update = {"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs}
+    update = {"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs, "feedback": "lm"}
+    update |= {name: type(cfg).model_fields[name].default for name in ("anchor_beta", "anchor_top")}
     return cfg.model_copy(update={**update, "freeze_demo_encoder": False, "shared_encoder": False})
 
 

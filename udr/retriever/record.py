@@ -33,6 +33,20 @@ def write_record(model_dir: Path, record: dict) -> None:
     write_json_atomic(record_path(model_dir), record)
 
 
+def recorded_train_settings(cfg, **dump) -> dict:
+    """The train settings (a :class:`udr.config.TrainSettings`, dumped with `dump`) a model's record and its
+    resume fingerprint keep: all but where and how often it runs, the anchored loss's only with loss
+    anchored and the feedback only where not lm (so that a run of the settings that predate them records,
+    and resumes, as it did)."""
+    out = cfg.model_dump(exclude={"checkpoint_steps", "device"}, **dump)
+    if cfg.loss != "anchored":
+        out.pop("anchor_beta", None)
+        out.pop("anchor_top", None)
+    if cfg.feedback == "lm":
+        out.pop("feedback", None)
+    return out
+
+
 def trained_model_record(method: str, round_: int, trained_with: dict, summary, init: Path, base_spec: str) -> dict:
     """The record of a model just trained from `init` (`summary`: its TrainSummary): the method and round,
     `trained_with` (the params file, project and seed, and the models, candidates, score, encoder and train

@@ -61,6 +61,15 @@ def sample_candidates(n: int, l: int, scheme: str, rng: np.random.Generator) -> 
     return sorted(chosen)
 
 
+def anchor_positions(n: int, top: int) -> list[int]:
+    """Positions (0 = the LM's best) of the `top` best and `top` worst of n candidates in LM order, fewer of
+    each where n < 2 * top (n // 2: best and worst never overlap); loss anchored's candidates (no draw)."""
+    if n < 2:
+        raise UdrError("a query needs at least 2 scored candidates")
+    t = min(top, n // 2)
+    return [*range(t), *range(n - t, n)]
+
+
 def step_rng(seed: int, round_: int, step: int, purpose: str = "batch") -> np.random.Generator:
     # "train-it<N>": the label rounds had when the default run was recorded; kept so that the same seed
     # keeps giving the same training run.

@@ -34,13 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import torch
 
+from udr.errors import UdrError
 from udr.retriever.backward import GradCacheBackward, PlainBackward
 from udr.retriever.demo_encoders import FrozenDemoEncoder, TrainedDemoEncoder
 from udr.retriever.encoder import BiEncoder, demo_texts, query_text
 from udr.retriever.losses import LossParts
-from udr.retriever.recipes import CandidateLayout, Recipe, recipe_for
+from udr.retriever.recipes import AnchoredRecipe, CandidateLayout, Recipe, recipe_for
 from udr.retriever.sampling import TaskSampler, step_rng
 from udr.util.files import write_atomic, write_text_atomic
 from udr.util.progress import progress_bar
@@ -114,11 +116,17 @@ class Trainer:
         return self.recipe(q.float(), cand, layout, negatives)
 
 
-def training_queries(task, train, scores, encoder_settings) -> list[ScoredQuery]:
+def training_queries(
+    task, train, scores, encoder_settings, feedback: str = "lm", candidates: Path | None = None
+) -> list[ScoredQuery]:
     """A task's scored queries with their candidates as the encoders read them, in LM order: `scores`
     (query_id, candidate_id, score; sorted by query and rank) over the rows of `train`, the task's prepared
-    train split. A query with fewer than 2 candidates is left out."""
-
+    train split. A query with fewer than 2 candidates is left out. `feedback` (`train.feedback`) labels or
+    lm+labels: a classification or multiple-choice task's scores and order are its candidates' labels'
+    (:func:`label_feedback`, the list's order read from `candidates`, the round's candidates file); a
+    generation task, which has no labels, keeps the LM's."""
+    if feedback != "lm" and not task.generation:
+        scores = label_feedback(scores, train.select("id", "label"), pl.read_parquet(candidates), feedback)
     rows = {r["id"]: r for r in train.iter_rows(named=True)}
     queries = []
     for (qid,), group in scores.group_by(["query_id"], maintain_order=True):
@@ -138,6 +146,80 @@ def training_queries(task, train, scores, encoder_settings) -> list[ScoredQuery]
             )
         )
     return queries
+
+
+def label_feedback(scores, labels, order, feedback: str):
+    """A task's LM scores (query_id, candidate_id, score, rank; sorted by query and rank) re-scored and
+    re-ranked by the candidates' labels (`train.feedback`, for classification and multiple choice):
+
+    - labels: score = match + 0.01 * (1 - i / n), match 1 where the candidate's label equals the query's
+      gold label (else 0) and i the candidate's place (0 first) among the query's n scored candidates in
+      the candidate list's own order (`order`: the round's candidates file, query_id, candidate_id, rank:
+      BM25's rank in round 0, the mining retriever's in later rounds, where the candidates carried over
+      without a rank come last, by id): the label first, ties broken by that list (earlier: better), so
+      that the rank loss sees a full order; no LM score is read (the scores file only says which queries
+      and candidates);
+    - lm+labels: same-label candidates first, each group in the LM's order (ties in the LM's rank): score
+      = LM score + match * (the query's LM score range + 1).
+
+    `labels`: the task's prepared train split's id and label columns. Returns the frame with its score and
+    rank replaced, sorted by query and the new rank; other columns are kept."""
+    if feedback not in ("labels", "lm+labels"):
+        raise ValueError(f"label_feedback: feedback must be labels or lm+labels, got {feedback!r}")
+    label = dict(zip(labels["id"].to_list(), labels["label"].to_list()))
+    frame = scores.with_columns(
+        pl.col("query_id").replace_strict(label, return_dtype=pl.Int64).alias("_gold"),
+        pl.col("candidate_id").replace_strict(label, return_dtype=pl.Int64).alias("_label"),
+    ).with_columns((pl.col("_gold") == pl.col("_label")).cast(pl.Float64).alias("_match"))
+    if feedback == "labels":
+        # The list's order: by its rank, candidates without one (carried over from an earlier round) last.
+        place = (
+            order.sort(["query_id", "rank", "candidate_id"], nulls_last=True)
+            .select("query_id", "candidate_id", pl.int_range(pl.len()).over("query_id").alias("_order"))
+            .unique(["query_id", "candidate_id"], keep="first", maintain_order=True)
+        )
+        frame = frame.join(place, on=["query_id", "candidate_id"], how="left")
+        missing = frame.filter(pl.col("_order").is_null())
+        if len(missing):
+            q, c = missing.row(0, named=True)["query_id"], missing.row(0, named=True)["candidate_id"]
+            raise UdrError(f"train.feedback {feedback}: candidate {c} of query {q} is not in the candidate list")
+        frame = frame.with_columns(
+            (pl.col("_order").rank("ordinal").over("query_id").cast(pl.Float64) - 1).alias("_i"),
+            pl.len().over("query_id").cast(pl.Float64).alias("_n"),
+        ).with_columns((pl.col("_match") + 0.01 * (1 - pl.col("_i") / pl.col("_n"))).alias("_score"))
+        key = ["query_id", "_score"]
+    else:
+        spread = pl.col("score").max().over("query_id") - pl.col("score").min().over("query_id") + 1
+        frame = frame.with_columns((pl.col("score") + pl.col("_match") * spread).alias("_score"))
+        key = ["query_id", "_score", "rank"]
+    frame = frame.sort(key, descending=[False, True, False][: len(key)])
+    frame = frame.with_columns(
+        pl.col("_score").alias("score"),
+        (pl.int_range(pl.len()).over("query_id") + 1).cast(scores.schema["rank"]).alias("rank"),
+    )
+    return frame.select(scores.columns)
+
+
+def reference_similarities(encoder, data: Mapping[str, Sequence[ScoredQuery]], demos, batch_size: int) -> dict:
+    """The reference of loss anchored: {(task, query id): the dot products (float64, unscaled) of the query
+    and each of its candidates, in LM order} by `encoder` as it is (the one training starts from), without
+    dropout or gradient. The candidates' embeddings are a frozen E_d's cache (`demos`, a
+    :class:`FrozenDemoEncoder`), else E_d's own of each distinct candidate text; `batch_size` texts a batch."""
+    out = {}
+    for task, queries in data.items():
+        q = encoder.encode([sq.text for sq in queries], "query", batch_size=batch_size).astype(np.float64)
+        if isinstance(demos, FrozenDemoEncoder):
+            pool = demos.pools[task]
+            emb = pool.emb.detach().to("cpu", torch.float64).numpy()
+            rows = [[pool.row[c] for c in sq.candidate_ids] for sq in queries]
+        else:
+            texts = sorted({text for sq in queries for text in sq.candidate_texts})
+            at = {text: i for i, text in enumerate(texts)}
+            emb = encoder.encode(texts, "demo", batch_size=batch_size).astype(np.float64)
+            rows = [[at[text] for text in sq.candidate_texts] for sq in queries]
+        for sq, qv, r in zip(queries, q, rows):
+            out[(sq.task, sq.query_id)] = emb[r] @ qv
+    return out
 
 
 def round_schedule(cfg, round_: int, data: Mapping[str, Sequence]) -> tuple[TaskSampler, int]:
@@ -256,14 +338,27 @@ def train_steps(
     return True
 
 
-def resume_trainer(partial: Path, initial: Callable[[], BiEncoder], cfg, **options) -> Trainer:
+def resume_trainer(
+    partial: Path, initial: Callable[[], BiEncoder], cfg, *, queries: Mapping | None = None, **options
+) -> Trainer:
     """Step 2: :func:`build_trainer` (`cfg` and `options`: its arguments) for the bi-encoder of the
     checkpoint in `partial` where there is one, with its optimiser, schedule and loss history (a resumed
-    run), else for `initial()` (:mod:`udr.retriever.initial`)."""
+    run), else for `initial()` (:mod:`udr.retriever.initial`). Loss anchored: the reference similarities of
+    `queries` ({task: its ScoredQuery list}) by `initial()`, before any step (:func:`reference_similarities`)."""
     state_file = partial / "state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
     encoder = BiEncoder.load(partial / "encoder") if state is not None else initial()
     trainer = build_trainer(encoder, cfg, **options)
+    if isinstance(trainer.recipe, AnchoredRecipe):
+        if queries is None:
+            raise UdrError("loss anchored: the training queries are needed to compute the reference similarities")
+        # Fresh: the encoder has taken no step yet; resumed: the initial one again (a frozen E_d's cache is
+        # the initial E_d's either way).
+        reference = encoder if state is None else initial().share(cfg.shared_encoder).to(trainer.device)
+        with trainer.autocast():
+            trainer.recipe.reference = reference_similarities(
+                reference, queries, trainer.demos, options.get("pool_batch_size", 64)
+            )
     if state is not None:
         opt_state = torch.load(partial / "optimizer.pt", map_location=trainer.device, weights_only=True)
         trainer.optimizer.load_state_dict(opt_state["optimizer"])

@@ -27,7 +27,7 @@ from udr.paths import round_label
 from udr.retriever.encoder import SETTINGS_NAME
 from udr.retriever.initial import describe_init, initial_encoder
 from udr.retriever.recipes import epr_train_settings
-from udr.retriever.record import check_replace, trained_model_record, write_record
+from udr.retriever.record import check_replace, recorded_train_settings, trained_model_record, write_record
 from udr.retriever.train_log import TrainLog
 from udr.retriever.training import (
     ScoredQuery,
@@ -111,7 +111,7 @@ def run_train(
         "steps": steps,
         "seed": settings.seed,
         "tasks": tasks,
-        "train": cfg.model_dump(exclude={"checkpoint_steps", "device"}),
+        "train": recorded_train_settings(cfg),
         "encoder": settings.encoder.model_dump(),
         "scores": {t: file_sha256(settings.paths.scores(round_, t)) for t in tasks},
         "init": describe_init(Path(init)),
@@ -143,13 +143,15 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
     of n, so a file scored for more queries holds them); a file scored for fewer, or with another seed,
     is an error."""
     out: dict[str, list[ScoredQuery]] = {}
+    feedback = settings.train.feedback  # lm, or labels / lm+labels: the labels of a task with labels rank them
     for name in tasks:
         path = settings.paths.scores(round_, name)
         manifest, scores = load_scores(path, round_, name)
         train = read_prepared(settings.root, name, "train")
         wanted = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, path)
         scores = scores.filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
-        out[name] = training_queries(settings.task(name), train, scores, encoder_settings)
+        candidates = settings.paths.candidates(round_, name)
+        out[name] = training_queries(settings.task(name), train, scores, encoder_settings, feedback, candidates)
     return out
 
 
@@ -158,11 +160,12 @@ def build(
 ) -> Trainer:
     """Step 2: the round's trainer (:func:`udr.retriever.training.resume_trainer`) for the bi-encoder of the
     checkpoint in `partial` if there is one (with its optimiser, schedule and history), else of `init`
-    (:func:`udr.retriever.initial.initial_encoder`); with a frozen E_d, the training tasks' pools."""
-    cfg = settings.train
+    (:func:`udr.retriever.initial.initial_encoder`); the pools of a frozen E_d, the queries of loss anchored."""
+    cfg, tasks = settings.train, settings.training_tasks()
+    data = load_scored_queries(settings, tasks, round_, settings.encoder) if cfg.loss == "anchored" else None
     pools = None
     if cfg.freeze_demo_encoder:
-        pools = {t: (settings.task(t), read_prepared(settings.root, t, "train")) for t in settings.training_tasks()}
+        pools = {t: (settings.task(t), read_prepared(settings.root, t, "train")) for t in tasks}
     _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
     base_spec = str(settings.models.encoder)
     return resume_trainer(
@@ -177,6 +180,7 @@ def build(
         bf16=dtype == "bf16",
         pools=pools,
         pool_batch_size=settings.mine.batch_size,
+        queries=data,
     )
 
 
@@ -191,6 +195,6 @@ def training_record(settings, out: Path, *, method: str, round_: int, init: Path
         "candidates": settings.candidates.model_dump(mode="json"),
         "score": settings.score.model_dump(mode="json", exclude={"batch_tokens", "shard_pairs", "device"}),
         "encoder": settings.encoder.model_dump(mode="json"),
-        "train": settings.train.model_dump(mode="json", exclude={"checkpoint_steps", "device"}),
+        "train": recorded_train_settings(settings.train, mode="json"),
     }
     return trained_model_record(method, round_, trained_with, summary, init, str(settings.models.encoder))

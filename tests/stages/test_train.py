@@ -404,3 +404,16 @@ def test_grad_cache_refuses_a_frozen_demo_encoder(looped, tmp_path):
 
     with pytest.raises(UdrError, match="train.grad_cache.*freeze_demo_encoder"):
         _project(looped, tmp_path, "train.grad_cache=true", "train.freeze_demo_encoder=true")
+
+
+def test_a_pool_smaller_than_the_queries_asked_for_is_scored_and_trained_whole(tmp_path):
+    """A pool of fewer rows than score.queries_per_task has every row scored (the score stage's choice is a
+    slice of the seeded order); training and mining take them all instead of refusing the file."""
+    from udr.errors import UdrError
+    from udr.feedback.scores_file import ScoresManifest
+
+    manifest = ScoresManifest("copa", 0, 42, [5, 3, 9], 30, {}, "", "", "cpu")
+    assert manifest.chosen_queries(500, 42, tmp_path / "s.parquet", pool=3).tolist() == [3, 5, 9]
+    assert manifest.chosen_queries(2, 42, tmp_path / "s.parquet", pool=3).tolist() == [3, 5]
+    with pytest.raises(UdrError, match="holds the scores of 3 queries"):
+        manifest.chosen_queries(500, 42, tmp_path / "s.parquet", pool=4)

@@ -57,9 +57,11 @@ class ScoresManifest:
     def write(self, scores: Path) -> None:
         write_json_atomic(summary_file(scores), asdict(self))
 
-    def chosen_queries(self, n: int, seed: int, scores: Path) -> np.ndarray:
-        """The ids (sorted) of the n queries that `n` and `seed` choose, which the file holds when it was
-        scored for at least as many with the same seed; else a one-line UdrError naming `udr score`."""
+    def chosen_queries(self, n: int, seed: int, scores: Path, pool: int | None = None) -> np.ndarray:
+        """The ids (sorted) of the n queries that `n` and `seed` choose (every one of a `pool` of fewer rows),
+        which the file holds when it was scored for at least as many with the same seed; else a one-line
+        UdrError naming `udr score`."""
+        n = n if pool is None else min(n, pool)
         if seed != self.seed or n > len(self.queries):
             raise UdrError(
                 f"{scores} holds the scores of {len(self.queries)} queries chosen with seed {self.seed}; the params "

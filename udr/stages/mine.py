@@ -60,7 +60,7 @@ def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) ->
     if not scores.is_file():
         raise UdrError(f"missing scores {scores}: run `udr score --round {round_ - 1}` first")
     manifest = read_manifest(scores, round_ - 1, task_name)
-    queries = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, scores)
+    queries = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, scores, pool=len(pool))
     k = min(settings.mine.k, len(pool) - 1)
     if k < 1:
         raise UdrError(f"{task_name}: the pool has {len(pool)} rows, too few to mine from")

@@ -148,7 +148,7 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
         path = settings.paths.scores(round_, name)
         manifest, scores = load_scores(path, round_, name)
         train = read_prepared(settings.root, name, "train")
-        wanted = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, path)
+        wanted = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, path, pool=train.height)
         scores = scores.filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
         candidates = settings.paths.candidates(round_, name)
         out[name] = training_queries(settings.task(name), train, scores, encoder_settings, feedback, candidates)

@@ -236,3 +236,22 @@ def test_settings_or_export_metadata_that_do_not_parse_are_one_line_errors(tmp_p
     (folder / "udr_export.json").write_text(deep)
     with pytest.raises(UdrError, match=r"unreadable export metadata .*udr_export.json: maximum recursion"):
         BiEncoder.part_dirs(folder)
+
+
+def test_a_sentence_transformers_6_folder_is_read_as_it_says(tmp_path):
+    """sentence-transformers 6 writes the module types with a longer path and the Pooling mode as a name:
+    its mean pooling and Normalize module are read, not taken for a plain model's CLS and dot product."""
+    import json
+
+    from udr.retriever.encoder import base_pooling, base_similarity
+
+    (tmp_path / "1_Pooling").mkdir()
+    prefix = "sentence_transformers.sentence_transformer.modules"
+    modules = [
+        {"idx": 0, "path": "", "type": f"{prefix}.Transformer"},
+        {"idx": 1, "path": "1_Pooling", "type": f"{prefix}.Pooling"},
+        {"idx": 2, "path": "2_Normalize", "type": f"{prefix}.Normalize"},
+    ]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "mean"}))
+    assert (base_pooling(tmp_path), base_similarity(tmp_path)) == ("mean", "cosine")

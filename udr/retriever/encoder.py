@@ -81,7 +81,9 @@ def _sentence_transformers_module(model_dir: Path, kind: str) -> dict | None:
         return None
     try:
         entries = [e for e in json.loads(modules.read_text()) if isinstance(e, dict)]
-        return next((e for e in entries if str(e.get("type", "")).endswith(f"models.{kind}")), None)
+        # the module's class name ends its type: sentence_transformers.models.Pooling before version 6, a
+        # longer path after
+        return next((e for e in entries if str(e.get("type", "")).rsplit(".", 1)[-1] == kind), None)
     except (OSError, ValueError, TypeError, RecursionError):
         return None
 
@@ -98,6 +100,8 @@ def base_pooling(model_dir: Path) -> Pooling:
         return "cls"
     if not isinstance(config, dict):
         return "cls"
+    if config.get("pooling_mode") in ("mean", "cls"):  # sentence-transformers 6 names the mode
+        return config["pooling_mode"]
     if config.get("pooling_mode_mean_tokens"):
         return "mean"
     if config.get("pooling_mode_cls_token"):

@@ -100,3 +100,20 @@ def test_one_training_of_several_rounds_is_not_inherited(chained):
     assert "scored queries per task: sst2 6, trec 5." in card
     assert "| sst2 | trained on (6 scored queries) | classification |" in card
     assert json.loads((final / "udr_record.json").read_text())["round"] == 1
+
+
+def test_the_card_names_an_anchored_loss_its_feedback_and_an_interpolation(tmp_path):
+    from udr.retriever.record import trained_model_record
+    from udr.serving.model_card import _model_lines
+
+    anchored = {**TRAIN, "loss": "anchored", "anchor_beta": 1.0, "anchor_top": 3, "feedback": "lm+labels"}
+    trained = {**_trained_with("params.yaml", "lm"), "train": anchored}
+    summary = SimpleNamespace(queries={"sst2": 6}, steps=5, loss_start=2.0, loss_end=1.0)
+    record = trained_model_record("udr", 0, trained, summary, tmp_path / "base", "tiny-encoder")
+    record["interpolation"] = {"alpha": 0.5}
+    encoder = SimpleNamespace(pooling="mean", similarity="cosine", shared=False, base="tiny-encoder")
+    text = "\n".join(_model_lines(record, encoder))
+    assert "(lambda 0.5, beta 1.0), the 3 best against the 3 worst candidates, feedback `lm+labels`" in text
+    assert "interpolated with its initial encoder (WiSE-FT), alpha 0.5" in text
+    plain = "\n".join(_model_lines({**record, "interpolation": None}, encoder))
+    assert "WiSE-FT" not in plain

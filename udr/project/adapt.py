@@ -135,7 +135,7 @@ def plan_adaptation(
     def plan(q: int) -> Plan:
         q = min(q, pool_rows)
         pairs = q * min(candidates, max(pool_rows - 1, 0))
-        steps = max(1, -(-q * epochs // batch_size))
+        steps = max(1, int(-(-q * epochs // batch_size)))
         seconds = {
             "score": pairs * 2 * row_tokens / rates.score_tokens_per_s,
             "train": steps * rates.train_seconds_per_step,

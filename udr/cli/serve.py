@@ -112,6 +112,15 @@ def retrieve_cmd(
             "large pools and many queries).",
         ),
     ] = "exact",
+    encoder: Annotated[
+        str,
+        typer.Option(
+            "--encoder",
+            help="Which encoder serves: auto (UDR; the base encoder, as `udr evaluate -m sbert` reads it, for a "
+            "pool or task the model was not trained on where the project measured it better on unseen tasks), "
+            "udr, or base.",
+        ),
+    ] = "auto",
 ) -> None:
     """Retrieve demonstrations for a query (or a file of queries) with a trained retriever."""
     if (query is None) == (input_file is None):
@@ -138,11 +147,15 @@ def retrieve_cmd(
     from udr.retriever.search import check_diversity
 
     check_diversity(diversity)  # before the model loads
-    from udr.serving.api import Retriever
+    from udr.serving.api import Retriever, check_encoder_choice
+
+    check_encoder_choice(encoder)
 
     with _notes_on_stderr():  # a note on an untrained task: one line on stderr, before the results
         watched = show_progress()
-        retriever = Retriever.load(model, params=params, device=device, progress=watched, search=search)
+        retriever = Retriever.load(
+            model, params=params, device=device, progress=watched, search=search, encoder=encoder
+        )
         if pool is not None:
             task = retriever.add_pool(
                 pool, instruction=instruction, task=task, input_column=input_column, target_column=target_column

@@ -17,7 +17,13 @@ through the cache. `udr retrieve` is a thin shell over this class.
 
 Serving an own pool, or a task the model was not trained on, says so once per retriever and pool name (an
 :class:`udr.serving.evidence.UntrainedTaskWarning`: the model's training tasks, what the project measured
-on tasks it never trained on, how to check it on your data); the results are the same either way.
+on tasks it never trained on, how to check it on your data). Where the project's own evidence on those tasks
+is resolved below zero (UDR − SBERT, :func:`udr.serving.evidence.prefers_base`), such a pool and its queries
+are served with the base encoder as the sbert baseline reads them (the project's ``models/base/encoder``, where
+it is the one the model was trained from: its own pooling and normalisation, no instruction, the pool's inputs;
+:func:`udr.evaluation.baselines.sbert_encoder`), and the note says so; a trained task keeps UDR. `encoder`
+("auto", "udr" or "base"; `udr retrieve --encoder`) overrides the rule: "udr" serves every pool with UDR, "base"
+every pool with the base encoder.
 
 Imports of torch, huggingface_hub and the udr modules that load numpy or pydantic are inside the functions that use
 them, to keep `from udr import Retriever` and `udr retrieve` light.
@@ -39,12 +45,17 @@ from udr.errors import UdrError
 from udr.lm.models import hub_id
 from udr.paths import Paths
 from udr.serving.evidence import (
+    AS_ASKED,
+    BASE_METHOD,
+    BY_EVIDENCE,
     Measurement,
     Training,
     UntrainedTaskWarning,  # noqa: F401  (re-exported: `from udr.serving.api import UntrainedTaskWarning`)
     model_training,
     notice,
+    prefers_base,
     project_measurement,
+    untrained,
     untrained_note,
 )
 from udr.serving.query_encoder import ServingEncoder
@@ -79,6 +90,7 @@ class ServedPool:
 
     pool: Any
     searcher: Any
+    base: str = ""  # served with the base encoder: BY_EVIDENCE or AS_ASKED ("": UDR serves it)
 
 
 class Retriever:
@@ -95,8 +107,11 @@ class Retriever:
         batch_size: int = 64,
         progress: bool = False,
         search: str = "exact",
+        encoder_choice: str = "auto",
     ):
         self.encoder = encoder
+        self.encoder_choice = check_encoder_choice(encoder_choice)  # which encoder serves a pool (ENCODERS)
+        self._base_encoder = None  # the base encoder (sbert), loaded on first need
         self.params = None if params is None else Path(params)
         self.search = check_search(search, encoder.device.type)
         self.model_dir = Path(model_dir)
@@ -130,6 +145,7 @@ class Retriever:
         batch_size: int = 64,
         progress: bool = False,
         search: str = "exact",
+        encoder: str = "auto",
     ) -> Retriever:
         """The bi-encoder saved at `path` (default: the pipeline's final model under `root`, which is the
         directory of `params` when that is given: the project's params file, default root/params.yaml): a udr model
@@ -137,8 +153,12 @@ class Retriever:
         export (`hf:org/name`, or a bare `org/name` that is no local path, for users who are online).
         search: "exact" (every demonstration scored), or "approximate" (CPU: a faiss IVF index whose
         recall@8 against exact search is calibrated to 0.99 on the pool; for pools of tens of thousands
-        and more, where it is several times faster)."""
+        and more, where it is several times faster). encoder: which encoder serves a pool: "auto" (UDR, but
+        the base encoder for a pool the model was not trained on where the project measured the base encoder
+        better on its unseen tasks; see the module docstring), "udr" or "base" (every pool)."""
         import torch
+
+        check_encoder_choice(encoder)
 
         if params is not None:
             if not Path(params).is_file():
@@ -154,9 +174,9 @@ class Retriever:
                 "or pass the directory of a udr bi-encoder"
             )
         check_no_links_out(model_dir)  # pools, index and declarations are read from inside it only
-        encoder = ServingEncoder(model_dir, torch.device(_device(device)))
-        return cls(
-            encoder,
+        serving = ServingEncoder(model_dir, torch.device(_device(device)))
+        retriever = cls(
+            serving,
             model_dir,
             root=root,
             params=params,
@@ -164,7 +184,11 @@ class Retriever:
             batch_size=batch_size,
             progress=progress,
             search=search,
+            encoder_choice=encoder,
         )
+        if encoder == "base" and retriever.base_encoder_dir[0] is None:  # before any pool is read
+            raise UdrError(f'encoder "base": {retriever.base_encoder_dir[1]}; serve with encoder "udr" instead')
+        return retriever
 
     @classmethod
     def from_pool(
@@ -179,7 +203,8 @@ class Retriever:
         **load_options,
     ) -> Retriever:
         """A retriever over your own demonstrations (records, or a file), with the model at `model`
-        (default: the pipeline's final model); see :meth:`add_pool`."""
+        (default: the pipeline's final model); see :meth:`add_pool`. `load_options`: :meth:`load`'s
+        (`encoder="udr"` serves the pool with UDR whatever the project's evidence)."""
         retriever = cls.load(model, **load_options)
         retriever.add_pool(
             records, instruction=instruction, task=task, input_column=input_column, target_column=target_column
@@ -214,7 +239,8 @@ class Retriever:
             pool = file_pool(Path(records), spec, columns)
         else:
             pool = records_pool(records, spec, columns=columns)
-        served = self._serve(pool)  # embed now, so errors and the cost come here, before anything is replaced
+        # Embed now, so errors and the cost come here, before anything is replaced.
+        served = self._serve(pool, self._base_reason(pool.name, True, task))
         self._served[pool.name] = served
         self._pools[pool.name] = pool
         self._read_as[pool.name] = task
@@ -245,7 +271,7 @@ class Retriever:
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
         served = self._served_pool(self.resolve_task(task))  # one reference: pool and searcher together
         searcher, pool = served.searcher, served.pool
-        self._note_untrained(pool.name)
+        self._note_untrained(pool.name, served.base)
         rows = pool.positions
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):
@@ -330,18 +356,19 @@ class Retriever:
         read once), or None without one."""
         return project_measurement(self.root, lambda: self.fingerprint)
 
-    def _note_untrained(self, name: str) -> None:
+    def _note_untrained(self, name: str, base: str = "") -> None:
         """Say once (an UntrainedTaskWarning) where pool `name` is an own pool, or a task the model was not
-        trained on: nothing is read again after the first retrieval from a pool."""
+        trained on, and whether the base encoder serves it (`base`, ServedPool's): nothing is read again after
+        the first retrieval from a pool."""
         own = name in self._read_as
-        key = (name, own, self._read_as[name] if own else name)
+        key = (name, own, self._read_as[name] if own else name, base)
         if key in self._noted:
             return
         with self._noted_lock:
             if key in self._noted:
                 return
             self._noted.add(key)
-        message = untrained_note(name, key[2], own, self.training, lambda: self.measurement)
+        message = untrained_note(name, key[2], own, self.training, lambda: self.measurement, base)
         if message is not None:
             notice(message)
 
@@ -414,14 +441,73 @@ class Retriever:
         """The pool `name` with its searcher, built on first use (another thread's, if it came first)."""
         served = self._served.get(name)
         if served is None:
-            served = self._served.setdefault(name, self._serve(self._pools[name]))
+            own = name in self._read_as
+            base = self._base_reason(name, own, self._read_as[name] if own else name)
+            served = self._served.setdefault(name, self._serve(self._pools[name], base))
         return served
 
-    def _serve(self, pool) -> ServedPool:
-        """`pool` with a searcher over its embeddings (the index, the cache, or embedded now)."""
+    def _base_reason(self, name: str, own: bool, read_as: str | None) -> str:
+        """Why the base encoder serves pool `name` (read as `read_as`; `own`: an own pool): AS_ASKED (encoder
+        "base"), BY_EVIDENCE (encoder "auto", a pool the model was not trained on, the project's evidence
+        preferring the base encoder, which is this model's), or "" where UDR serves it."""
+        if self.encoder_choice == "base":
+            return AS_ASKED
+        if self.encoder_choice == "udr" or not untrained(read_as, own, self.training):
+            return ""
+        if not prefers_base(self.measurement) or self.base_encoder_dir[0] is None:
+            return ""
+        return BY_EVIDENCE
+
+    @cached_property
+    def base_encoder_dir(self) -> tuple[Path | None, str]:
+        """(the base encoder the sbert baseline reads, `udr evaluate -m sbert`: the project's models/base/encoder,
+        where it is the one the model was trained from (the spec the model's settings record, where they record
+        one), else None; why not, where None)."""
+        from udr.lm.loading import read_provenance
+
+        folder = Paths(self.root).method_model(BASE_METHOD)
+        record = read_provenance(folder) if folder.is_dir() else None
+        if record is None or record.get("kind") not in (None, "encoder"):
+            return None, f"no resolved base encoder at {folder} (`udr models` resolves it in the project)"
+        recorded, spec = str(getattr(self.encoder.settings, "base", "") or ""), str(record.get("spec") or "")
+        if recorded and spec and recorded != spec:
+            return None, f"the base encoder at {folder} is {spec}, and this model was trained from {recorded}"
+        return folder, ""
+
+    def _base(self):
+        """The base encoder as the sbert baseline reads it, on the retriever's device (loaded once)."""
+        if self._base_encoder is None:
+            from udr.serving.query_encoder import _LOAD_LOCK
+
+            folder, why = self.base_encoder_dir
+            if folder is None:
+                raise UdrError(f'encoder "base": {why}; serve with encoder "udr" instead')
+            with _LOAD_LOCK:  # one thread imports transformers and loads it
+                if self._base_encoder is None:
+                    from udr.evaluation.baselines import sbert_encoder
+
+                    self._base_encoder = sbert_encoder(folder).to(self.encoder.device)
+        return self._base_encoder
+
+    def _serve(self, pool, base: str = "") -> ServedPool:
+        """`pool` with a searcher over its embeddings: UDR's (the index, the cache, or embedded now), or with
+        `base` the base encoder's of the pool's inputs, as the sbert baseline embeds them (embedded now)."""
         from udr.retriever.encoder import query_text
         from udr.retriever.search import DenseRetriever
 
+        if base:
+            encoder = self._base()
+            emb = encoder.encode(
+                list(pool.inputs),
+                "demo",
+                batch_size=self.batch_size,
+                progress=self.progress,
+                description=f"embedding {pool.name} pool ({len(pool)} demonstrations, base encoder)",
+            )
+            searcher = DenseRetriever(
+                encoder, pool.ids, emb, batch_size=self.batch_size, approximate=self.search == "approximate"
+            )
+            return ServedPool(pool, searcher, base)
         emb = self._pool_embeddings(pool)
         instruction, settings = pool.task.instruction, self.encoder.settings
         searcher = DenseRetriever(
@@ -453,6 +539,14 @@ class Retriever:
 
 
 SEARCHES = ("exact", "approximate")
+ENCODERS = ("auto", "udr", "base")  # which encoder serves a pool (Retriever.load's `encoder`)
+
+
+def check_encoder_choice(encoder) -> str:
+    """`encoder` if it is one of ENCODERS, else a one-line UdrError."""
+    if not isinstance(encoder, str) or encoder not in ENCODERS:
+        raise UdrError(f"bad encoder {encoder!r}: expected one of {', '.join(ENCODERS)}")
+    return encoder
 
 
 def check_search(search: str, device_type: str) -> str:

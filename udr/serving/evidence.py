@@ -10,6 +10,11 @@ Python gets an :class:`UntrainedTaskWarning` (filter it as any warning); `udr re
 ``udr: note: ...`` on stderr. Every name and number in it is read from those files; a file that is missing
 or unreadable leaves its part out, and never stops retrieval.
 
+Where that measurement is resolved below zero (:func:`prefers_base`: the paired bootstrap interval of UDR − SBERT
+on the unseen average lies below 0), the retriever serves such a pool with the base encoder, as the sbert
+baseline reads it, and the same note says so and how to have UDR instead (`--encoder udr`, Python
+``encoder="udr"``); a task the model was trained on keeps UDR whatever the evidence.
+
 Imports of udr.retriever.record and udr.retriever.encoder (pydantic) are inside the functions that use them, to
 keep `from udr import Retriever` and `udr retrieve` light.
 """
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError, listed, shorten
+from udr.evaluation.headline import BOLD_MARGIN
 from udr.paths import Paths
 
 # The baseline the note compares with: the untrained base encoder (what serving UDR must beat), where the
@@ -191,25 +197,48 @@ def _shown(path: Path, limit: int = 80) -> str:
     return text if len(text) <= limit else "..." + text[3 - limit :]
 
 
+def untrained(read_as: str | None, own: bool, training: Training) -> bool:
+    """Whether a pool read as `read_as` (see :func:`untrained_note`) is one the model was not trained on (or,
+    for an own pool, may not have been): what the note is said for. A pipeline task of a model whose training
+    is unknown is not (the project's own tasks, most likely trained on)."""
+    if training.tasks is None:
+        return own
+    return read_as not in training.tasks
+
+
+def prefers_base(m: Measurement | None) -> bool:
+    """Whether the project's own evidence says to serve untrained tasks with the base encoder: its unseen
+    tasks' comparison with the base encoder (sbert) is resolved below zero by the margin the project asks of
+    any claim it makes (the interval's high end at -BOLD_MARGIN or below: CPU kinds move averages by up to
+    0.3 points, so an interval ending at -0.0 on one may end above 0 on another), and it measured this model
+    (or says nothing of which model it measured)."""
+    return m is not None and m.baseline == BASE_METHOD and m.high <= -BOLD_MARGIN and m.this_model is not False
+
+
+# untrained_note's `base`: how the pool is served with the base encoder ("": it is not, UDR serves it).
+BY_EVIDENCE, AS_ASKED = "evidence", "asked"
+
+
 def untrained_note(
     name: str,
     read_as: str | None,
     own: bool,
     training: Training,
     measurement: Callable[[], Measurement | None] = lambda: None,
+    base: str = "",
 ) -> str | None:
     """The one-line note for serving pool `name`, or None where there is nothing to say. `read_as`: the task
     it is read as (a pipeline task's own name, the task an `own` pool's rows follow, or None for an own pool
     of its own shape). None where the model was trained on `read_as`, and for a pipeline task of a model
     whose training is unknown (the project's own tasks, most likely trained on: a note on each would be noise).
-    `measurement` (:func:`project_measurement`) is called only where there is a note."""
+    `measurement` (:func:`project_measurement`) is called only where there is a note. `base`: the pool is
+    served with the base encoder, because the measurement prefers it (BY_EVIDENCE) or as the caller asked
+    (AS_ASKED); "" where UDR serves it."""
     shown = f"'{shorten(name, 40)}'" + (f" (read as {shorten(read_as, 40)})" if read_as not in (None, name) else "")
-    if training.tasks is None:
-        if not own:
-            return None
-        head = f"this model's training tasks are unknown ({training.unknown}), so {shown} may be a task it never saw."
-    elif read_as in training.tasks:
+    if not untrained(read_as, own, training):
         return None
+    if training.tasks is None:
+        head = f"this model's training tasks are unknown ({training.unknown}), so {shown} may be a task it never saw."
     elif training.tasks:
         head = f"this model was trained on {listed(training.tasks)}; {shown} is not one of them."
     else:
@@ -226,6 +255,14 @@ def untrained_note(
             f"{m.compared.upper()} {m.compared_score:.1f} vs {m.baseline.upper()} {m.baseline_score:.1f} "
             f"(difference {m.difference:+.1f} [{m.low:+.1f}, {m.high:+.1f}]{n}, {m.source})."
         )
+    if base == BY_EVIDENCE and m is not None:
+        parts.append(
+            f"So it is served with the base encoder ({m.baseline}), which the project measured better on unseen "
+            f"tasks: {m.compared.upper()} - {m.baseline.upper()} {m.difference:+.1f} [{m.low:+.1f}, {m.high:+.1f}]; "
+            '`--encoder udr` (Python: encoder="udr") serves UDR.'
+        )
+    elif base:
+        parts.append(f'It is served with the base encoder ({BASE_METHOD}), as asked (encoder "base").')
     parts.append(
         f"Check on your data: udr init-task NAME --from FILE, then in its workspace udr evaluate -m {baseline}, "
         f"udr evaluate -m {compared} [--model DIR] and udr exp compare {compared} {baseline}."

@@ -90,6 +90,8 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export(run
     assert set(report["seconds"]) >= {"prepare", "score", "train", "validate adapted", f"test {choice}", "export"}
     if choice != "bm25":
         assert (tmp_path / "winner").is_dir() and any((tmp_path / "winner").iterdir())
+    if choice == "sbert":  # the base encoder's copy, and how this project serves rows with it
+        assert "--encoder base" in report["export"]
     # a trained winner is exported with the task's pool: the export serves the task by name
     from udr.config import load_settings
     from udr.project.adapt import export_winner

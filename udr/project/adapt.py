@@ -293,7 +293,10 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
     if method == REFERENCE:
         with building_dir(out) as tmp:
             shutil.copytree(settings.paths.base_model("encoder").resolve(), tmp, dirs_exist_ok=True)
-        return f"{target} (the base encoder, a sentence-transformers model)"
+        return (
+            f"{target} (the base encoder, a sentence-transformers model; in this project "
+            "`udr retrieve --pool FILE --encoder base` serves your rows with it)"
+        )
     model_dir = {
         ADAPTED: settings.root / "models" / ADAPTED,
         "udr": settings.paths.final_model,

@@ -73,14 +73,22 @@ def test_validation_rows_default_to_a_fifth_of_the_train_rows_within_bounds():
     assert default_validation(100, False, 0.2) == 40
 
 
+def _rows(scores: dict[str, float], versus: dict[str, Interval], n: int) -> list[dict]:
+    """comparison_rows' shape: each method's score, n and interval against SBERT."""
+    return [
+        {"method": m, "score": v, "n": n, "versus_sbert": versus[m].to_dict() if m in versus else None}
+        for m, v in scores.items()
+    ]
+
+
 def test_a_retriever_displaces_sbert_only_when_resolved_above_it():
     scores = {"random": 50.0, "bm25": 80.0, "sbert": 85.0, "udr": 88.0, "adapted": 90.0}
     level = {m: Interval(scores[m] - 85.0, -1.0, 6.0) for m in scores if m != "sbert"}
-    choice = recommend(scores, level, 200)
+    choice = recommend(_rows(scores, level, 200))
     assert choice.method == "sbert" and "no retriever is resolved above SBERT" in choice.reason
     resolved = {**level, "adapted": Interval(5.0, 1.5, 8.5)}
-    assert recommend(scores, resolved, 200).method == "adapted"
-    assert recommend({"random": 99.0, "sbert": 60.0, "bm25": 50.0}, {}, 10).method == "sbert"
+    assert recommend(_rows(scores, resolved, 200)).method == "adapted"
+    assert recommend(_rows({"random": 99.0, "sbert": 60.0, "bm25": 50.0}, {}, 10)).method == "sbert"
 
 
 def test_the_report_marks_the_recommendation_and_shows_the_intervals():

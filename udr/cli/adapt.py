@@ -2,7 +2,7 @@
 the project's stages together in a new workspace, step by step (:mod:`udr.project.adapt` says which and
 decides the plan, the recommendation and the report).
 
-Imports of rich, udr.config, udr.data, udr.evaluation, udr.project, udr.retriever and udr.stages are inside
+Imports of rich, udr.config, udr.data, udr.project.workspace, udr.retriever and udr.stages are inside
 the functions that use them, to keep `udr`'s start (`udr --help`) light.
 """
 
@@ -14,10 +14,20 @@ from typing import Annotated
 
 import typer
 
-from udr.cli.app import ParamsOpt, SetOpt, app, console, load, show_progress
+from udr.cli.app import (
+    InputColumnOpt,
+    InstructionOpt,
+    LabelColumnOpt,
+    ParamsOpt,
+    SetOpt,
+    TaskMetricOpt,
+    app,
+    console,
+    load,
+    show_progress,
+)
+from udr.project import adapt
 from udr.util.files import shown_path
-
-ADAPTED = "adapted"  # udr.project.adapt.ADAPTED, named here so that the module loads without it
 
 
 def evaluate_candidate(settings, task: str, method: str, split: str, *, progress: bool) -> None:
@@ -27,9 +37,9 @@ def evaluate_candidate(settings, task: str, method: str, split: str, *, progress
 
     if settings.paths.method_metrics(method, task, split).is_file():
         return
-    if method == ADAPTED:
-        model = settings.root / "models" / ADAPTED
-        run_evaluate(settings, "udr", tasks=[task], split=split, model=model, save_as=ADAPTED, progress=progress)
+    if method == adapt.ADAPTED:
+        model = adapt.adapted_model(settings)
+        run_evaluate(settings, "udr", tasks=[task], split=split, model=model, save_as=method, progress=progress)
     else:
         run_evaluate(settings, method, tasks=[task], split=split, progress=progress)
 
@@ -40,7 +50,7 @@ def train_adapted(settings, *, progress: bool) -> Path:
     from udr.retriever.encoder import SETTINGS_NAME
     from udr.stages.train import run_train_stage
 
-    out = settings.root / "models" / ADAPTED
+    out = adapt.adapted_model(settings)
     if not (out / SETTINGS_NAME).is_file():
         run_train_stage(settings, 0, init=settings.paths.final_model, out=out, progress=progress)
     return out
@@ -52,8 +62,6 @@ def run_adapt(project_settings, request, *, say, progress: bool = True):
     from udr.config import load_settings
     from udr.data.prepare import read_prepared
     from udr.data.sources import read_records
-    from udr.evaluation.bootstrap import Interval
-    from udr.project import adapt
     from udr.project.workspace import init_workspace
     from udr.stages.candidates import run_candidates
     from udr.stages.prepare import run_prepare
@@ -109,12 +117,7 @@ def run_adapt(project_settings, request, *, say, progress: bool = True):
     for method in adapt.CANDIDATES:
         steps.run(f"validate {method}", evaluate_candidate, settings, r.name, method, "validation", progress=progress)
     checked = adapt.comparison_rows(settings, r.name, adapt.CANDIDATES, "validation")
-    versus = {
-        row["method"]: Interval(**{k: row["versus_sbert"][k] for k in ("difference", "low", "high")})
-        for row in checked
-        if row["versus_sbert"] is not None
-    }
-    choice = adapt.recommend({row["method"]: row["score"] for row in checked}, versus, counts["validation"])
+    choice = adapt.recommend(checked)
     say(f"recommended: {choice.method}: {choice.reason}")
     tested = list(dict.fromkeys(adapt.CANDIDATES[1:] if r.test_all else (choice.method, "sbert", "bm25")))
     for method in tested:
@@ -148,12 +151,10 @@ def adapt_cmd(
             "--test", help="Test rows of the same columns (default: a seeded share of --from).", show_default=False
         ),
     ] = None,
-    input_column: Annotated[str | None, typer.Option("--input", help="The input column (default: guessed).")] = None,
-    label_column: Annotated[str | None, typer.Option("--label", help="The label column (default: guessed).")] = None,
-    instruction: Annotated[
-        str | None, typer.Option("--instruction", help="What UDR and the LM read before each input.")
-    ] = None,
-    metric: Annotated[str | None, typer.Option("--metric", help="accuracy (default) or macro_f1.")] = None,
+    input_column: InputColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    instruction: InstructionOpt = None,
+    metric: TaskMetricOpt = None,
     validation: Annotated[
         int | None,
         typer.Option(

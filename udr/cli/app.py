@@ -44,6 +44,19 @@ ReplaceOpt = Annotated[
     bool,
     typer.Option("--replace", help="Overwrite a model that another params file made (refused without it)."),
 ]
+# How a user's own data file reads as a classification task (`udr init-task`, `udr adapt`).
+InputColumnOpt = Annotated[
+    str | None, typer.Option("--input", help="The input column (default: text, sentence, input, ...).")
+]
+LabelColumnOpt = Annotated[
+    str | None, typer.Option("--label", help="The label column (default: label, target, class, ...).")
+]
+InstructionOpt = Annotated[
+    str | None, typer.Option("--instruction", help="What UDR and the LM read before each input.")
+]
+TaskMetricOpt = Annotated[
+    str | None, typer.Option("--metric", help="accuracy (default) or macro_f1, for imbalanced labels.")
+]
 
 
 def _parse_round(value: str) -> int:

@@ -17,11 +17,15 @@ from typing import Annotated
 import typer
 
 from udr.cli.app import (
+    InputColumnOpt,
+    InstructionOpt,
+    LabelColumnOpt,
     OutOpt,
     ParamsOpt,
     ReplaceOpt,
     RoundOpt,
     SetOpt,
+    TaskMetricOpt,
     TaskOpt,
     app,
     console,
@@ -499,18 +503,10 @@ def init_task_cmd(
             "--dir", help="The workspace folder (default: workspaces/NAME beside the params file).", show_default=False
         ),
     ] = None,
-    input_column: Annotated[
-        str | None, typer.Option("--input", help="The input column (default: text, sentence, input, ...).")
-    ] = None,
-    label_column: Annotated[
-        str | None, typer.Option("--label", help="The label column (default: label, target, class, ...).")
-    ] = None,
-    instruction: Annotated[
-        str | None, typer.Option("--instruction", help="What UDR and the LM read before each input.")
-    ] = None,
-    metric: Annotated[
-        str | None, typer.Option("--metric", help="accuracy (default) or macro_f1, for imbalanced labels.")
-    ] = None,
+    input_column: InputColumnOpt = None,
+    label_column: LabelColumnOpt = None,
+    instruction: InstructionOpt = None,
+    metric: TaskMetricOpt = None,
     max_train: Annotated[int, typer.Option("--max-train", min=1, help="Pool rows kept (prepare's cap).")] = 1000,
     max_test: Annotated[int, typer.Option("--max-test", min=1, help="Test rows kept (prepare's cap).")] = 200,
     params: ParamsOpt = Path("params.yaml"),

@@ -38,6 +38,11 @@ MIN_QUERIES = 64
 REPORT_NAME = "adapt.json"
 
 
+def adapted_model(settings) -> Path:
+    """The folder of the UDR a run adapts to the task: the workspace's `models/adapted`."""
+    return settings.root / "models" / ADAPTED
+
+
 @dataclass(frozen=True)
 class Rates:
     """This project's recorded speeds: LM scoring tokens/s, evaluation seconds per prompt token, training
@@ -167,20 +172,20 @@ class Choice:
     reason: str
 
 
-def recommend(scores: dict[str, float], versus_reference: dict[str, object], n: int) -> Choice:
-    """The recommended retriever from validation `scores` ({method: score}) and each method's paired
-    Interval against :data:`REFERENCE`: the best-scoring one (random is never recommended), where its
-    interval against SBERT is resolved above zero; SBERT otherwise, the general encoder, as no other
-    retriever is shown to be better on these `n` rows."""
-    ranked = sorted((m for m in scores if m != "random"), key=lambda m: scores[m], reverse=True)
+def recommend(rows: Sequence[dict]) -> Choice:
+    """The recommended retriever from the validation rows of :func:`comparison_rows` (each method's score, n
+    and paired interval against :data:`REFERENCE`): the best-scoring one (random is never recommended),
+    where its interval against SBERT is resolved above zero; SBERT otherwise, the general encoder, as no
+    other retriever is shown to be better on these rows."""
+    ranked = sorted((r for r in rows if r["method"] != "random"), key=lambda r: r["score"], reverse=True)
     if not ranked:
         raise UdrError("nothing to recommend: no retriever was evaluated")
-    best = ranked[0]
+    best, n = ranked[0]["method"], ranked[0]["n"]
     if best == REFERENCE:
         return Choice(REFERENCE, f"SBERT scores highest on the {n} validation rows")
-    interval = versus_reference[best]
-    shown = f"{best} − sbert {interval.difference:+.1f} [{interval.low:+.1f}, {interval.high:+.1f}]"
-    if interval.low > 0:
+    interval = ranked[0]["versus_sbert"]
+    shown = f"{best} − sbert {interval['difference']:+.1f} [{interval['low']:+.1f}, {interval['high']:+.1f}]"
+    if interval["low"] > 0:
         return Choice(best, f"{best} is resolved above SBERT on the {n} validation rows ({shown})")
     return Choice(
         REFERENCE,
@@ -224,17 +229,22 @@ class Outcome:
 
 
 def comparison_rows(settings, task: str, methods: Sequence[str], split: str) -> list[dict]:
-    """One row per method: its saved score on `split` and its paired bootstrap interval against SBERT."""
-    from udr.project.saved_evaluations import saved_comparisons, saved_results
+    """One row per method: its saved score on `split`, n, and its paired bootstrap interval against SBERT
+    (a dict; None for SBERT itself), each result and prediction file read once."""
+    from udr.project.saved_evaluations import compare_saved, saved_results
 
-    others = [m for m in methods if m != REFERENCE]
-    intervals = saved_comparisons(settings, others, REFERENCE, [task], split) if others else {}
-    rows = []
-    for m in methods:
-        result = saved_results(settings, m, [task], split)[task]
-        interval = intervals[m][0][0].to_dict() if m in intervals else None
-        rows.append({"method": m, "score": result["score"], "n": result["n"], "versus_sbert": interval})
-    return rows
+    results = {m: saved_results(settings, m, [task], split) for m in dict.fromkeys([*methods, REFERENCE])}
+    pairs = [(m, REFERENCE) for m in methods if m != REFERENCE]
+    versus = compare_saved(settings, results, pairs, split) if pairs else {}
+    return [
+        {
+            "method": m,
+            "score": results[m][task]["score"],
+            "n": results[m][task]["n"],
+            "versus_sbert": versus[m, REFERENCE].per_task[task].to_dict() if m != REFERENCE else None,
+        }
+        for m in methods
+    ]
 
 
 def write_outcome(folder: Path, outcome: Outcome) -> tuple[Path, Path]:
@@ -298,7 +308,7 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
             "`udr retrieve --pool FILE --encoder base` serves your rows with it)"
         )
     model_dir = {
-        ADAPTED: settings.root / "models" / ADAPTED,
+        ADAPTED: adapted_model(settings),
         "udr": settings.paths.final_model,
         "epr": settings.paths.epr_model,
     }[method]

@@ -24,7 +24,6 @@ from udr.evaluation.comparisons import (
     check_same_metrics,
     checked_result,
     chosen_metrics,
-    frame_metric,
     frame_predictions,
     read_predictions,
 )
@@ -35,11 +34,9 @@ from udr.util.readers import read_json
 def prediction_metric(settings, method: str, task: str, examples: list[dict], metric: str, split: str = "test"):
     """The graded score of `method`'s saved predictions on `task`'s `split` as a function of example
     indices (:data:`udr.evaluation.bootstrap.MetricOn`), `examples` being that split's prepared rows."""
-    path = settings.paths.predictions(method, task, split)
-    if not path.is_file():
-        raise UdrError(f"missing predictions {path}: run `udr evaluate --method {method}` first")
-    frame = read_predictions(path, f"evaluate {method} on {task} ({split}) again")
-    return frame_metric(frame, examples, metric, f"{path}", f"the prepared {split} split of {task}")
+    from udr.evaluation.metrics import GradedStatistics
+
+    return GradedStatistics(metric, saved_predictions(settings, method, task, examples, split), examples).score
 
 
 def saved_predictions(settings, method: str, task: str, examples: list[dict], split: str = "test") -> list:
@@ -144,29 +141,13 @@ def saved_results(settings, name: str, tasks: Sequence[str], split: str = "test"
 
 def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[str], split: str = "test"):
     """{a: (per-task Intervals, average Interval) of a - b} for each a in `names`, saved evaluations on
-    the same `split` rows: paired bootstrap from their predictions, each read and scored once (b's too,
-    however many it meets)."""
-    from udr.data.prepare import read_prepared
-    from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
-
+    the same `split` rows, in each task's own metric: :func:`compare_saved`'s intervals, each prediction
+    file read and scored once (b's too, however many it meets)."""
     for name in (*names, b):
         check_name_length(name, "name")
-    examples = {t: read_prepared(settings.root, t, split).to_dicts() for t in tasks}
     results = {m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([*names, b])}
-    check_same_metrics(results, tasks)
-    scorers = {
-        (m, t): prediction_metric(settings, m, t, examples[t], results[m][t]["metric"], split)
-        for m in results
-        for t in tasks
-    }
-    return {
-        a: paired_bootstrap(
-            [PairedTask(len(examples[t]), scorers[a, t], scorers[b, t]) for t in tasks],
-            resamples=BOOTSTRAP_RESAMPLES,
-            seed=settings.seed,
-        )
-        for a in names
-    }
+    versus = compare_saved(settings, results, [(a, b) for a in names], split)
+    return {a: (list(versus[a, b].per_task.values()), versus[a, b].average) for a in names}
 
 
 def saved_comparison(settings, a: str, b: str, tasks: Sequence[str], split: str = "test"):

@@ -35,7 +35,7 @@ import numpy as np
 from udr.errors import UdrError
 from udr.lm.precision import lm_forward_context
 from udr.lm.ragged import attention_implementation, supports_ragged
-from udr.lm.scorer import BatchStats, ScoringItem, common_prefix, head_log_probs
+from udr.lm.scorer import BatchStats, ModelParts, ScoringItem, common_prefix, head_log_probs
 
 PACKED = "udr_packed"
 ENGINES = ("auto", "padded", "packed")
@@ -293,7 +293,7 @@ def _packed_attention(module, query, key, value, attention_mask, **kwargs):
 # ---------------------------------------------------------------- the scorer
 
 
-class PackedScorer:
+class PackedScorer(ModelParts):
     """Summed log-likelihoods of continuations after prompts, from packed rows (see the module doc).
 
     `row_tokens`: the tokens of a row (the scoring stage's `score.batch_tokens`); `attention`: flex,
@@ -304,13 +304,7 @@ class PackedScorer:
             raise ValueError(f"the packed scorer does not support this model ({describe(model)})")
         if attention not in ("auto", "flex", "sdpa"):
             raise ValueError(f"attention is auto, flex or sdpa, not {attention!r}")
-        self.model = model
-        self.device = next(model.parameters()).device
-        self.decoder = model.get_decoder()
-        self.head = model.get_output_embeddings()
-        self.softcap = getattr(model.config, "final_logit_softcapping", None)
-        self.bf16 = bf16
-        self.pad_id = pad_id
+        super().__init__(model, bf16=bf16, pad_id=pad_id)
         self.row_tokens = row_tokens
         self.attention = ("flex" if self.device.type == "cuda" else "sdpa") if attention == "auto" else attention
         self._flex_tried = False

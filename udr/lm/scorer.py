@@ -158,12 +158,11 @@ def head_log_probs(head, softcap, hidden, targets):
     return logits.log_softmax(-1).gather(1, targets[:, None]).squeeze(1)
 
 
-class LMScorer:
-    """Summed log-likelihoods of continuations after prompts, with a causal LM (transformers)."""
+class ModelParts:
+    """What every scorer reads of a causal LM (transformers): its device, decoder, LM head and logit
+    softcap, with the run's autocast choice and pad id."""
 
     def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
-        import torch
-
         self.model = model
         self.device = next(model.parameters()).device
         self.decoder = model.get_decoder()
@@ -171,6 +170,15 @@ class LMScorer:
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.bf16 = bf16
         self.pad_id = pad_id
+
+
+class LMScorer(ModelParts):
+    """Summed log-likelihoods of continuations after prompts, with a causal LM (transformers)."""
+
+    def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
+        import torch
+
+        super().__init__(model, bf16=bf16, pad_id=pad_id)
         self._torch = torch
         # Label continuations share their prompt's cache through a custom 4D attention mask, which
         # transformers passes through as-is to sdpa (boolean) and eager (additive) attention. Models

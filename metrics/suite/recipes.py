@@ -32,9 +32,9 @@ RECIPES = {
     "choose-anchored": "(b) anchored pairwise loss",
     "choose-labels": "(c) same-label positives, no LM",
     "choose-lmlabels": "(c) LM feedback + same-label first",
-    "choose-wise-0.75": "(d) (a) interpolated, alpha 0.75",
-    "choose-wise-0.5": "(d) (a) interpolated, alpha 0.5",
-    "choose-wise-0.25": "(d) (a) interpolated, alpha 0.25",
+    "choose-wise-0.75": "(d) (b) interpolated, alpha 0.75",
+    "choose-wise-0.5": "(d) (b) interpolated, alpha 0.5",
+    "choose-wise-0.25": "(d) (b) interpolated, alpha 0.25",
     "choose-epr": "EPR (same feedback and steps)",
 }
 BASELINES = {"sbert": "SBERT", "bm25": "BM25"}

@@ -38,7 +38,7 @@ SIBLING = ["cr"]  # an unseen dataset of a trained family (sentiment)
 GROUPS = {"trained": TRAINED, "held-out": HELD_OUT, "sibling": SIBLING}
 # The recipe chosen on validation (validation.md): `udr train` overrides, and the WiSE-FT weight of the
 # trained query encoder (None: not interpolated).
-RECIPE: list[str] | None = None  # None: not chosen yet, so UDR is neither trained nor evaluated
+RECIPE: list[str] | None = ["train.loss=anchored", "train.loss_lambda=0.5"]  # None: not chosen yet
 ALPHA: float | None = None
 UDR = "udr-suite"  # the saved name of the chosen recipe's evaluations
 METHODS = [UDR, "epr", "bm25", "sbert", "random"]
@@ -106,19 +106,36 @@ def setup(work: Path, rev: str, threads: int) -> None:
     (work / "done" / "setup").touch()
 
 
+def udr_model() -> str:
+    """The folder of the model evaluated as UDR: the trained one, or its interpolation (ALPHA)."""
+    return "models/udr-trained" if ALPHA is None else f"models/udr-wise-{ALPHA}"
+
+
 def train_udr(work: Path, threads: int) -> None:
-    trained = "models/udr-trained" if ALPHA is not None else f"models/{UDR}"
     overrides = [a for s in [f"train.tasks=[{','.join(TRAINED)}]", *(RECIPE or [])] for a in ("-S", s)]
-    udr(work, "train", "--round", "0", "--out", trained, *overrides, threads=threads, log_name="train-udr.log")
+    udr(
+        work,
+        "train",
+        "--round",
+        "0",
+        "--out",
+        "models/udr-trained",
+        *overrides,
+        threads=threads,
+        log_name="train-udr.log",
+    )
+
+
+def interpolate_udr(work: Path, threads: int) -> None:
     if ALPHA is not None:
         udr(
             work,
             "interpolate",
-            trained,
+            "models/udr-trained",
             "--alpha",
             str(ALPHA),
             "--out",
-            f"models/{UDR}",
+            udr_model(),
             threads=threads,
             log_name="train-udr.log",
         )
@@ -141,7 +158,7 @@ def train_epr(work: Path, threads: int) -> None:
 
 
 def evaluate(work: Path, name: str, tasks: list[str], threads: int) -> None:
-    args = ["-m", "udr", "--model", f"models/{UDR}", "--save-as", UDR] if name == UDR else ["-m", name]
+    args = ["-m", "udr", "--model", udr_model(), "--save-as", UDR] if name == UDR else ["-m", name]
     for task in tasks:
         if not (work / "metrics" / name / f"{task}.json").is_file():
             udr(work, "evaluate", *args, "-t", task, threads=threads, log_name=f"eval-{name}.log")
@@ -152,9 +169,10 @@ def job_list(threads: int) -> dict[str, tuple[str | None, object]]:
     jobs: dict[str, tuple[str | None, object]] = {
         "train-udr": (None, lambda w: train_udr(w, threads)),
         "train-epr": (None, lambda w: train_epr(w, threads)),
+        "interpolate-udr": ("train-udr", lambda w: interpolate_udr(w, threads)),
     }
     for name in ("bm25", "sbert", UDR, "epr", "random"):
-        wait = {UDR: "train-udr", "epr": "train-epr"}.get(name)
+        wait = {UDR: "interpolate-udr", "epr": "train-epr"}.get(name)
         for group, tasks in GROUPS.items():
             jobs[f"eval-{name}-{group}"] = (wait, lambda w, n=name, t=tasks: evaluate(w, n, t, threads))
     return jobs
@@ -166,7 +184,7 @@ def run_jobs(work: Path, workers: int, threads: int, only: list[str] | None = No
         jobs = {j: v for j, v in jobs.items() if any(fnmatch.fnmatch(j, pattern) for pattern in only)}
     if RECIPE is None:
         log(work, "no recipe chosen yet (RECIPE): UDR's jobs left out")
-        jobs = {j: v for j, v in jobs.items() if j != "train-udr" and not j.startswith(f"eval-{UDR}")}
+        jobs = {j: v for j, v in jobs.items() if not j.endswith("-udr") and not j.startswith(f"eval-{UDR}")}
     done, failed, claimed = work / "done", set(), set()
     lock = threading.Lock()
 
@@ -236,7 +254,7 @@ def report(work: Path) -> None:
             if d is not None:
                 (OUT / f"compare-{b}-{group}.json").write_text(json.dumps(d, indent=1) + "\n")
     for name in ("udr", "epr"):
-        metrics = work / "metrics" / "train" / (UDR if name == "udr" else "epr") / "metrics.json"
+        metrics = work / "metrics" / "train" / ("udr-trained" if name == "udr" else "epr") / "metrics.json"
         if metrics.is_file():
             shutil.copy2(metrics, OUT / f"train-{name}.json")
     params = yaml.safe_load((work / "params.yaml").read_text())

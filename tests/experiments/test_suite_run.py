@@ -45,7 +45,7 @@ def test_no_udr_job_runs_before_a_recipe_is_chosen(suite, tmp_path, monkeypatch)
     ran = []
     monkeypatch.setattr(run, "RECIPE", None)
     monkeypatch.setattr(run, "job_list", lambda threads: {j: (None, lambda w, j=j: ran.append(j)) for j in JOBS})
-    JOBS = ["train-udr", "train-epr", f"eval-{run.UDR}-trained", "eval-bm25-trained"]
+    JOBS = ["train-udr", "interpolate-udr", "train-epr", f"eval-{run.UDR}-trained", "eval-bm25-trained"]
     run.run_jobs(tmp_path, workers=1, threads=1)
     assert ran == ["train-epr", "eval-bm25-trained"]
     assert sorted(p.name for p in (tmp_path / "done").iterdir()) == ["eval-bm25-trained", "train-epr"]

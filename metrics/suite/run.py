@@ -39,7 +39,7 @@ GROUPS = {"trained": TRAINED, "held-out": HELD_OUT, "sibling": SIBLING}
 # The recipe chosen on validation (validation.md): `udr train` overrides, and the WiSE-FT weight of the
 # trained query encoder (None: not interpolated).
 RECIPE: list[str] | None = ["train.loss=anchored", "train.loss_lambda=0.5"]  # None: not chosen yet
-ALPHA: float | None = None
+ALPHA: float | None = 0.75
 UDR = "udr-suite"  # the saved name of the chosen recipe's evaluations
 METHODS = [UDR, "epr", "bm25", "sbert", "random"]
 LABEL = {UDR: "UDR (chosen recipe)", "epr": "EPR (same feedback, steps)", "bm25": "BM25", "sbert": "SBERT"}

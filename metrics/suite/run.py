@@ -157,11 +157,34 @@ def train_epr(work: Path, threads: int) -> None:
     )
 
 
+def claimed(work: Path, key: str) -> bool:
+    """Claim `key` for this process (WORK/claims/KEY holds its pid); False where a live process holds it,
+    so that two runs on one WORK (e.g. with different --jobs) never do the same evaluation at once."""
+    path = work / "claims" / key
+    path.parent.mkdir(exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        holder = int(path.read_text() or 0)
+        try:
+            os.kill(holder, 0)
+        except ProcessLookupError:  # a stopped run's claim
+            path.unlink(missing_ok=True)
+            return claimed(work, key)
+        return holder == os.getpid()
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return True
+
+
 def evaluate(work: Path, name: str, tasks: list[str], threads: int) -> None:
     args = ["-m", "udr", "--model", udr_model(), "--save-as", UDR] if name == UDR else ["-m", name]
-    for task in tasks:
-        if not (work / "metrics" / name / f"{task}.json").is_file():
+    left = [t for t in tasks if not (work / "metrics" / name / f"{t}.json").is_file()]
+    for task in left:
+        if claimed(work, f"{name}-{task}"):
             udr(work, "evaluate", *args, "-t", task, threads=threads, log_name=f"eval-{name}.log")
+    if not all((work / "metrics" / name / f"{t}.json").is_file() for t in tasks):
+        raise subprocess.CalledProcessError(1, f"evaluate {name}: tasks left to another run")
 
 
 def job_list(threads: int) -> dict[str, tuple[str | None, object]]:

@@ -4,6 +4,7 @@ is chosen, and the results writer's averages and intervals are the files' own.""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,3 +74,15 @@ def test_the_headline_averages_the_files_and_copies_the_intervals(suite, tmp_pat
     assert "**-1.0 [-2.0, -0.5]**" in (tmp_path / "results.md").read_text()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["recipe"] == {"overrides": ["train.loss=anchored"], "interpolation_alpha": 0.5}
+
+
+def test_an_evaluation_claimed_by_a_live_run_is_left_to_it(suite, tmp_path):
+    """Two runs on one project (different --jobs) never evaluate the same task at once; a stopped run's
+    claim is taken over."""
+    run, _ = suite
+    assert run.claimed(tmp_path, "sbert-sst2") and run.claimed(tmp_path, "sbert-sst2")
+    (tmp_path / "claims" / "sbert-mr").write_text(str(os.getppid()))  # a live process
+    assert not run.claimed(tmp_path, "sbert-mr")
+    (tmp_path / "claims" / "sbert-cr").write_text("999999999")  # no such process
+    assert run.claimed(tmp_path, "sbert-cr")
+    assert (tmp_path / "claims" / "sbert-cr").read_text() == str(os.getpid())

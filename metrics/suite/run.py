@@ -111,50 +111,25 @@ def udr_model() -> str:
     return "models/udr-trained" if ALPHA is None else f"models/udr-wise-{ALPHA}"
 
 
+def train(work: Path, out: str, *extra: str, threads: int, log_name: str) -> None:
+    """`udr train` of round 0 on the trained tasks into OUT (EXTRA: --epr, -S overrides)."""
+    tasks = f"train.tasks=[{','.join(TRAINED)}]"
+    udr(work, "train", "--round", "0", "--out", out, "-S", tasks, *extra, threads=threads, log_name=log_name)
+
+
 def train_udr(work: Path, threads: int) -> None:
-    overrides = [a for s in [f"train.tasks=[{','.join(TRAINED)}]", *(RECIPE or [])] for a in ("-S", s)]
-    udr(
-        work,
-        "train",
-        "--round",
-        "0",
-        "--out",
-        "models/udr-trained",
-        *overrides,
-        threads=threads,
-        log_name="train-udr.log",
-    )
+    overrides = [a for s in RECIPE or [] for a in ("-S", s)]
+    train(work, "models/udr-trained", *overrides, threads=threads, log_name="train-udr.log")
 
 
 def interpolate_udr(work: Path, threads: int) -> None:
     if ALPHA is not None:
-        udr(
-            work,
-            "interpolate",
-            "models/udr-trained",
-            "--alpha",
-            str(ALPHA),
-            "--out",
-            udr_model(),
-            threads=threads,
-            log_name="train-udr.log",
-        )
+        args = ["models/udr-trained", "--alpha", str(ALPHA), "--out", udr_model()]
+        udr(work, "interpolate", *args, threads=threads, log_name="train-udr.log")
 
 
 def train_epr(work: Path, threads: int) -> None:
-    overrides = ["-S", f"train.tasks=[{','.join(TRAINED)}]"]
-    udr(
-        work,
-        "train",
-        "--epr",
-        "--round",
-        "0",
-        "--out",
-        "models/epr",
-        *overrides,
-        threads=threads,
-        log_name="train-epr.log",
-    )
+    train(work, "models/epr", "--epr", threads=threads, log_name="train-epr.log")
 
 
 def claimed(work: Path, key: str) -> bool:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from run import GROUPS, LABEL, METHODS, UDR
 
+from udr.evaluation.bootstrap import Interval
+
 TITLES = {
     "trained": "the 16 trained tasks",
     "held-out": "three held-out families (subj, cola, commongen)",
@@ -19,19 +21,23 @@ TITLES = {
 }
 
 
-def load(out: Path, name: str, task: str) -> dict | None:
-    path = out / name / f"{task}.json"
+def read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def load(out: Path, name: str, task: str) -> dict | None:
+    """A method's result on a task, None where it was not run."""
+    return read(out / name / f"{task}.json")
 
 
 def comparison(out: Path, method: str, group: str) -> dict | None:
-    path = out / f"compare-{method}-{group}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    """The chosen UDR minus `method` on a group's tasks (udr exp compare --json), None where not run."""
+    return read(out / f"compare-{method}-{group}.json")
 
 
 def interval(d: dict) -> str:
-    text = f"{d['difference']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
-    return f"**{text}**" if d["resolved"] else text
+    """A compare JSON entry as `+1.2 [-0.3, +2.7]`, bold where resolved."""
+    return Interval(d["difference"], d["low"], d["high"]).markdown()
 
 
 def average(out: Path, name: str, tasks: list[str], key=lambda r: r["graded"]["score"]) -> float | None:

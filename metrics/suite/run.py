@@ -252,7 +252,7 @@ def report(work: Path) -> None:
             if d is not None:
                 (OUT / f"compare-{b}-{group}.json").write_text(json.dumps(d, indent=1) + "\n")
     for name in ("udr", "epr"):
-        metrics = work / "metrics" / "train" / ("udr-trained" if name == "udr" else "epr") / "metrics.json"
+        metrics = work / "metrics" / "train" / ("runs/udr-trained" if name == "udr" else "epr") / "metrics.json"
         if metrics.is_file():
             shutil.copy2(metrics, OUT / f"train-{name}.json")
     params = yaml.safe_load((work / "params.yaml").read_text())

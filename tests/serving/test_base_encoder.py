@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.serving.test_evidence import INSTRUCTION, QUERY, RECORD, ROWS, SUMMARY, _results, notes
+from tests.serving.test_evidence import INSTRUCTION, QUERY, RECORD, ROWS, SUMMARY, _results, measured_model, notes
 from udr.errors import UdrError
 
 # The unseen comparison resolved below zero by more than the project's margin for a claim (BOLD_MARGIN).
@@ -103,9 +103,7 @@ def test_without_resolved_evidence_udr_serves_as_before(project, served, tmp_pat
     elif summary == "missing":
         (project / "metrics/summary.json").unlink()
     else:  # the project measured another UDR model than this one
-        (project / "metrics/udr").mkdir(parents=True)
-        for task in ("cr", "subj"):
-            (project / f"metrics/udr/{task}.json").write_text(json.dumps({"model": "0123456789abcdef"}))
+        measured_model(project)
     with notes() as said:
         retriever = _load(project, tmp_path)
         retriever.add_pool(ROWS, instruction=INSTRUCTION)

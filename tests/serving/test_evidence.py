@@ -88,6 +88,14 @@ def _results(demos):
     return [(d.pool_id, d.input, d.output, round(d.similarity, 4)) for d in demos]
 
 
+def measured_model(root, fingerprint: str = "0123456789abcdef") -> None:
+    """The project's UDR results on its unseen tasks (cr, subj) say they measured the model `fingerprint`
+    (by default another model than the served one)."""
+    (root / "metrics/udr").mkdir(parents=True, exist_ok=True)
+    for task in ("cr", "subj"):
+        (root / f"metrics/udr/{task}.json").write_text(json.dumps({"model": fingerprint}))
+
+
 def test_an_own_pool_is_noted_once_per_name_with_the_trained_tasks_and_the_projects_numbers(
     project, served, tmp_path, monkeypatch
 ):
@@ -201,17 +209,13 @@ def test_a_broken_summary_leaves_its_numbers_out_and_retrieval_goes_on(project, 
 def test_the_note_says_when_the_project_measured_another_model(project, tmp_path):
     from udr.retriever.index import model_fingerprint
 
-    (project / "metrics/udr").mkdir(parents=True)
-    for task in ("cr", "subj"):
-        (project / f"metrics/udr/{task}.json").write_text(json.dumps({"model": "0123456789abcdef"}))
+    measured_model(project)
     with notes() as said:
         retriever = _load(project, tmp_path)
         retriever.add_pool(ROWS, instruction=INSTRUCTION)
         retriever.retrieve("x", k=1)
     assert len(said) == 1 and "the project measured its UDR model, not this one: UDR 57.1 vs SBERT 60.2" in said[0]
-    for task in ("cr", "subj"):
-        result = {"model": model_fingerprint(project / "models/final")}
-        (project / f"metrics/udr/{task}.json").write_text(json.dumps(result))
+    measured_model(project, model_fingerprint(project / "models/final"))
     with notes() as said:
         retriever = _load(project, tmp_path)
         retriever.add_pool(ROWS, instruction=INSTRUCTION)

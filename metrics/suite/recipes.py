@@ -52,8 +52,10 @@ def label_share(settings, name: str, task: str) -> float | None:
     return sum(same) / len(same)
 
 
-def group_table(settings, names: list[str], tasks: list[str]) -> tuple[list[str], dict]:
-    results = {n: saved_results(settings, n, tasks, SPLIT) for n in names}
+def group_table(settings, results: dict[str, dict[str, dict]], tasks: list[str]) -> tuple[list[str], dict]:
+    """The group's table (average, label share, intervals against AGAINST) and its record, from
+    `results` ({name: {task: validation result}})."""
+    names = list(results)
     against = [b for b in AGAINST if b in results]
     pairs = [(a, b) for a in names if a in RECIPES for b in against if a != b]
     versus = compare_saved(settings, results, pairs, SPLIT)
@@ -80,8 +82,8 @@ def group_table(settings, names: list[str], tasks: list[str]) -> tuple[list[str]
     return lines, record
 
 
-def per_task_table(settings, names: list[str], tasks: list[str]) -> list[str]:
-    results = {n: saved_results(settings, n, tasks, SPLIT) for n in names}
+def per_task_table(results: dict[str, dict[str, dict]], tasks: list[str]) -> list[str]:
+    names = list(results)
     lines = ["| task | n | " + " | ".join(names) + " |", "| --- | ---: |" + " ---: |" * len(names)]
     for t in tasks:
         row = [f"{results[n][t]['graded']['score']:.1f}" for n in names]
@@ -106,11 +108,12 @@ def main(work: Path, out: Path) -> None:
     for title, tasks in GROUPS.items():
         names = [n for n in everything if all(settings.paths.method_metrics(n, t, SPLIT).is_file() for t in tasks)]
         missing = [n for n in everything if n not in names]
-        table, record[title] = group_table(settings, names, tasks)
+        results = {n: saved_results(settings, n, tasks, SPLIT) for n in names}
+        table, record[title] = group_table(settings, results, tasks)
         lines += [f"## {title} (n = {record[title]['n']})", "", *table, ""]
         if missing:
             lines += ["Not evaluated on every task of the group: " + ", ".join(missing) + ".", ""]
-        lines += ["Per task:", "", *per_task_table(settings, names, tasks), ""]
+        lines += ["Per task:", "", *per_task_table(results, tasks), ""]
     out.mkdir(parents=True, exist_ok=True)
     (out / "validation.md").write_text("\n".join(lines))
     (out / "validation.json").write_text(json.dumps(record, indent=1) + "\n")

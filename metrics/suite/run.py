@@ -53,24 +53,27 @@ def log(work: Path, text: str) -> None:
         f.write(line + "\n")
 
 
-def udr(work: Path, *args: str, threads: int, log_name: str) -> None:
-    """`udr ARGS -p WORK/params.yaml` with the run's code and threads, its output appended to logs/LOG_NAME."""
+def udr(work: Path, *args: str, threads: int, log_name: str | None = None) -> str | None:
+    """`udr ARGS -p WORK/params.yaml` with the run's code and threads: its output appended to logs/LOG_NAME,
+    or (no LOG_NAME) its standard output returned."""
     env = {**os.environ, "PYTHONPATH": str(work / "code"), "OMP_NUM_THREADS": str(threads)}
     env |= {"MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "udr.cli", *args, "-p", str(work / "params.yaml")]
+    if log_name is None:
+        return subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, check=True).stdout
     with open(work / "logs" / log_name, "a") as out:
-        subprocess.run(
-            [sys.executable, "-m", "udr.cli", *args, "-p", str(work / "params.yaml")],
-            cwd=work,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=True,
-        )
+        subprocess.run(argv, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, check=True)
+    return None
+
+
+def result_file(work: Path, name: str, task: str) -> Path:
+    """A saved test evaluation's result in the run's project."""
+    return work / "metrics" / name / f"{task}.json"
 
 
 def suite_params(work: Path) -> dict:
     """profiles/suite.yaml with the data mirror and the shipped feedback as absolute paths, the held-out
-    tasks' test sets at 300 rows, and the chosen recipe's settings."""
+    tasks' test sets at 300 rows, and no shots plot or experiment beside (the recipe goes to `udr train`)."""
     p = yaml.safe_load((REPO / "profiles" / "suite.yaml").read_text())
     p["data"]["source_dir"] = str((REPO / p["data"]["source_dir"]).resolve())
     p["score"]["shipped"] = str(REPO / p["score"]["shipped"])
@@ -154,11 +157,10 @@ def claimed(work: Path, key: str) -> bool:
 
 def evaluate(work: Path, name: str, tasks: list[str], threads: int) -> None:
     args = ["-m", "udr", "--model", udr_model(), "--save-as", UDR] if name == UDR else ["-m", name]
-    left = [t for t in tasks if not (work / "metrics" / name / f"{t}.json").is_file()]
-    for task in left:
+    for task in [t for t in tasks if not result_file(work, name, t).is_file()]:
         if claimed(work, f"{name}-{task}"):
             udr(work, "evaluate", *args, "-t", task, threads=threads, log_name=f"eval-{name}.log")
-    if not all((work / "metrics" / name / f"{t}.json").is_file() for t in tasks):
+    if not all(result_file(work, name, t).is_file() for t in tasks):
         raise subprocess.CalledProcessError(1, f"evaluate {name}: tasks left to another run")
 
 
@@ -183,19 +185,19 @@ def run_jobs(work: Path, workers: int, threads: int, only: list[str] | None = No
     if RECIPE is None:
         log(work, "no recipe chosen yet (RECIPE): UDR's jobs left out")
         jobs = {j: v for j, v in jobs.items() if not j.endswith("-udr") and not j.startswith(f"eval-{UDR}")}
-    done, failed, claimed = work / "done", set(), set()
+    done, failed, running = work / "done", set(), set()
     lock = threading.Lock()
 
     def take() -> str | None:
         """The first pending job whose dependency is done; None when every pending one waits on a failure."""
         while True:
             with lock:
-                pending = [j for j in jobs if not (done / j).exists() and j not in claimed and j not in failed]
+                pending = [j for j in jobs if not (done / j).exists() and j not in running and j not in failed]
                 failed.update(j for j in pending if jobs[j][0] in failed)
                 pending = [j for j in pending if j not in failed]
                 ready = [j for j in pending if jobs[j][0] is None or (done / jobs[j][0]).exists()]
                 if ready:
-                    claimed.add(ready[0])
+                    running.add(ready[0])
                     return ready[0]
                 if not pending:
                     return None
@@ -213,7 +215,7 @@ def run_jobs(work: Path, workers: int, threads: int, only: list[str] | None = No
                 failed.add(job)
                 log(work, f"worker {i}: {job} FAILED after {time.time() - start:.0f} s (logs/)")
             with lock:
-                claimed.discard(job)
+                running.discard(job)
 
     threads_ = [threading.Thread(target=worker, args=(i + 1,)) for i in range(workers)]
     for t in threads_:
@@ -224,14 +226,9 @@ def run_jobs(work: Path, workers: int, threads: int, only: list[str] | None = No
 
 
 def compare(work: Path, a: str, b: str, tasks: list[str]) -> dict | None:
-    if not all((work / "metrics" / m / f"{t}.json").is_file() for m in (a, b) for t in tasks):
+    if not all(result_file(work, m, t).is_file() for m in (a, b) for t in tasks):
         return None
-    env = {**os.environ, "PYTHONPATH": str(work / "code"), "OMP_NUM_THREADS": "1"}
-    argv = [sys.executable, "-m", "udr.cli", "exp", "compare", a, b, *[x for t in tasks for x in ("-t", t)], "--json"]
-    out = subprocess.run(
-        [*argv, "-p", str(work / "params.yaml")], cwd=work, env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout)
+    return json.loads(udr(work, "exp", "compare", a, b, *[x for t in tasks for x in ("-t", t)], "--json", threads=1))
 
 
 def report(work: Path) -> None:

@@ -18,12 +18,12 @@ through the cache. `udr retrieve` is a thin shell over this class.
 Serving an own pool, or a task the model was not trained on, says so once per retriever and pool name (an
 :class:`udr.serving.evidence.UntrainedTaskWarning`: the model's training tasks, what the project measured
 on tasks it never trained on, how to check it on your data). Where the project's own evidence on those tasks
-is resolved below zero (UDR − SBERT, :func:`udr.serving.evidence.prefers_base`), such a pool and its queries
-are served with the base encoder as the sbert baseline reads them (the project's ``models/base/encoder``, where
-it is the one the model was trained from: its own pooling and normalisation, no instruction, the pool's inputs;
-:func:`udr.evaluation.baselines.sbert_encoder`), and the note says so; a trained task keeps UDR. `encoder`
-("auto", "udr" or "base"; `udr retrieve --encoder`) overrides the rule: "udr" serves every pool with UDR, "base"
-every pool with the base encoder.
+is resolved below zero by the project's claim margin (UDR − SBERT, :func:`udr.serving.evidence.prefers_base`),
+such a pool and its queries are served with the base encoder as the sbert baseline reads them (the project's
+``models/base/encoder``, where it is the one the model was trained from: its own pooling and normalisation, no
+instruction, the pool's inputs; :func:`udr.evaluation.baselines.sbert_encoder`), and the note says so; a trained
+task keeps UDR. `encoder` ("auto", "udr" or "base"; `udr retrieve --encoder`) overrides the rule: "udr" serves
+every pool with UDR, "base" every pool with the base encoder.
 
 Imports of torch, huggingface_hub and the udr modules that load numpy or pydantic are inside the functions that use
 them, to keep `from udr import Retriever` and `udr retrieve` light.

@@ -10,10 +10,11 @@ Python gets an :class:`UntrainedTaskWarning` (filter it as any warning); `udr re
 ``udr: note: ...`` on stderr. Every name and number in it is read from those files; a file that is missing
 or unreadable leaves its part out, and never stops retrieval.
 
-Where that measurement is resolved below zero (:func:`prefers_base`: the paired bootstrap interval of UDR − SBERT
-on the unseen average lies below 0), the retriever serves such a pool with the base encoder, as the sbert
-baseline reads it, and the same note says so and how to have UDR instead (`--encoder udr`, Python
-``encoder="udr"``); a task the model was trained on keeps UDR whatever the evidence.
+Where that measurement is resolved below zero by the project's claim margin (:func:`prefers_base`: the
+paired bootstrap interval of UDR − SBERT on the unseen average ends at −BOLD_MARGIN or below), the retriever
+serves such a pool with the base encoder, as the sbert baseline reads it, and the same note says so and how
+to have UDR instead (`--encoder udr`, Python ``encoder="udr"``); a task the model was trained on keeps UDR
+whatever the evidence.
 
 Imports of udr.retriever.record and udr.retriever.encoder (pydantic) are inside the functions that use them, to
 keep `from udr import Retriever` and `udr retrieve` light.

@@ -256,8 +256,8 @@ UNSEEN_TASK = "reviews"
 
 @pytest.fixture(scope="session")
 def evaluated(tmp_path_factory, data_dir):
-    """Round 0 and the EPR baseline trained on tiny models, every method evaluated (on an unseen declared
-    task too), the report written."""
+    """Round 0 and the per-task EPR baselines trained on tiny models, every method evaluated (on an unseen
+    declared task too, but EPR, which has no model of it), the report written."""
     from udr.lm.models import resolve_model
 
     root = tmp_path_factory.mktemp("eval")
@@ -301,7 +301,7 @@ def evaluated(tmp_path_factory, data_dir):
         ["prepare", "--task", UNSEEN_TASK],
         ["score"],
         ["train"],
-        ["train", "--epr"],
+        *(["train", "--epr", "--task", t] for t in EVAL_TASKS),
         ["index"],
         *(["evaluate", "--method", m] for m in EVAL_METHODS),
         ["report"],

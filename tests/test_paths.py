@@ -33,7 +33,8 @@ def test_layout():
     assert paths.predictions("udr", "e2e") == Path("/proj/data/predictions/udr/e2e.parquet")
     assert paths.base_model("lm") == Path("/proj/models/base/lm")
     assert paths.round_model(1) == Path("/proj/models/rounds/round1")
-    assert paths.epr_model == Path("/proj/models/epr")
+    assert paths.epr_model("sst2") == Path("/proj/models/epr/sst2")
+    assert paths.epr_multitask_model == Path("/proj/models/epr-multitask")
     assert paths.final_model == Path("/proj/models/final")
     assert Paths.index(paths.final_model, "sst2") == Path("/proj/models/final/index/sst2.npy")
     assert paths.train_log("round0") == Path("/proj/metrics/train/round0")
@@ -62,7 +63,7 @@ def test_each_method_reads_its_model_folder_made_by_its_command():
 
     p = Paths(Path("/p"))
     assert p.method_model("sbert") == p.base_model("encoder")
-    assert p.method_model("epr") == p.epr_model
+    assert p.method_model("epr") == p.epr_models  # one bi-encoder per task in it
     assert p.method_model("udr") == p.final_model
     assert {m for m in METHODS if p.method_model(m) is not None} == set(METHOD_MODEL_COMMANDS)
     assert p.method_model("random") is None and p.method_model("bm25") is None

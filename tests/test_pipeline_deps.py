@@ -125,11 +125,11 @@ def _epr_overridden() -> set[str]:
     from udr.retriever.recipes import epr_train_settings
 
     base = TrainSettings()
-    epr = epr_train_settings(base)
+    epr = epr_train_settings(base, "sst2")  # the pipeline trains one EPR per task
     return {
         name
         for name in TrainSettings.model_fields
-        if epr_train_settings(base.model_copy(update={name: _another(getattr(base, name))})) == epr
+        if epr_train_settings(base.model_copy(update={name: _another(getattr(base, name))}), "sst2") == epr
     }
 
 
@@ -140,10 +140,10 @@ EPR_UNREAD = {"candidates_per_query", "distill_temperature"}
 
 def test_epr_does_not_depend_on_the_train_settings_it_overrides():
     """`dvc exp run -S train.loss_lambda=0.5` must not re-run train_epr, which trains with lambda 0."""
-    spec = _stages()["train_epr"]
+    spec = _stages()["train_epr"]["do"]  # foreach task
     params = set(spec["params"])
     overridden = _epr_overridden()
-    assert {"loss_lambda", "sampling", "loss"} <= overridden  # what EPR is: the derivation finds it
+    assert {"loss_lambda", "sampling", "loss", "tasks"} <= overridden  # what EPR is: the derivation finds it
     assert "epochs_first" not in overridden  # set, but from its value: EPR's epochs count it
     assert "train" not in params, "train_epr depends on the whole train section: list the settings EPR reads"
     listed = {f"train.{name}" for name in overridden} & params
@@ -165,7 +165,7 @@ def test_epr_depends_on_every_train_setting_it_reads():
     reads = set(TrainSettings.model_fields) - _epr_overridden() - EPR_UNREAD - TRAIN_NOT_RECIPE
     assert "later_rounds" in reads  # EPR trains as many epochs as all of UDR's rounds together
     want = {f"train.{name}" for name in reads} | {"seed", "encoder", "score.queries_per_task"}
-    assert set(_stages()["train_epr"]["params"]) == want
+    assert set(_stages()["train_epr"]["do"]["params"]) == want
 
 
 # ---------------------------------------------------------------- what DVC re-runs (slow)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from udr.data.declarations import project_registry
 from udr.data.tasks import get_task
 from udr.errors import UdrError, listed, quoted, shorten
-from udr.paths import Paths, round_label
+from udr.paths import PER_TASK_METHODS, Paths, round_label
 from udr.util.safe_yaml import load_yaml
 
 DATA_DIR_ENV = "UDR_DATA_DIR"
@@ -433,6 +433,15 @@ class Settings(_Strict):
         """`evaluate.tasks` (checked against the prepared tasks), or every prepared task."""
         where = "prepare.tasks or evaluate.unseen_tasks"
         return self._subset("evaluate.tasks", self.evaluate.tasks, self.prepared_task_names(), where)
+
+    def method_tasks(self, method: str) -> list[str]:
+        """The tasks the pipeline evaluates `method` on: :meth:`evaluation_tasks`, less the unseen ones for a
+        method trained per task (:data:`udr.paths.PER_TASK_METHODS`: EPR has no model of a task it never
+        trained on; the paper's Table 5 compares UDR with BM25 and SBERT there)."""
+        tasks = self.evaluation_tasks()
+        if method in PER_TASK_METHODS:
+            tasks = [t for t in tasks if t not in self.evaluate.unseen_tasks]
+        return tasks
 
     def training_tasks(self) -> list[str]:
         """`train.tasks` (checked against prepare.tasks), or every task of prepare.tasks."""

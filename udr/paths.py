@@ -6,7 +6,8 @@ data/scores/round<N>/<task>.parquet (+ .json)                udr score
 models/base/{lm,encoder,eval_lm}/                            udr models (eval_lm: udr evaluate)
 models/rounds/round<N>/, metrics/train/round<N>/             udr train --round N
 <DIR>/, metrics/train/runs/<DIR's name>/                     udr train --out DIR (a named run)
-models/epr/, metrics/train/epr/                              udr train --epr
+models/epr/<task>/, metrics/train/epr/<task>/                udr train --epr --task TASK (EPR, per task)
+models/epr-multitask/, metrics/train/epr-multitask/          udr train --epr (the multi-task ablation)
 models/final/ (+ index/<task>.npy)                           udr index
 metrics/<method>/<task>.json, data/predictions/<method>/     udr evaluate
 data/oracle/<task>.parquet, metrics/{ceiling,agreement}.md   udr exp ceiling / agreement (validation)
@@ -26,7 +27,11 @@ ROUND_PREFIX = "round"
 NAMED_RUNS = "runs"  # metrics/train/runs/<name>: the logs of runs named with `udr train --out`
 # The evaluated methods (config.METHODS) that read a model of the project's (:meth:`Paths.method_model`), and
 # the command that makes it; random and BM25 read none.
-METHOD_MODEL_COMMANDS = {"sbert": "udr models", "epr": "udr train --epr", "udr": "udr index"}
+METHOD_MODEL_COMMANDS = {"sbert": "udr models", "epr": "udr train --epr --task TASK", "udr": "udr index"}
+# The evaluated methods trained one retriever per task (the paper's EPR baseline): their model folder holds a
+# bi-encoder per task (<folder>/<task>/), and a task they never trained on (an unseen one) has none.
+PER_TASK_METHODS = ("epr",)
+EPR_MULTITASK = "epr-multitask"  # the multi-task model with EPR's recipe: the ablation "without list-wise ranking"
 
 
 # Bytes of a name a user gives that becomes one folder or file name (a saved evaluation's, a task's): far
@@ -104,8 +109,23 @@ class Paths:
         return self.root / "models" / "rounds" / round_label(round_)
 
     @property
-    def epr_model(self) -> Path:
+    def epr_models(self) -> Path:
+        """The per-task EPR baselines' folder: one bi-encoder per task, models/epr/<task>/."""
         return self.root / "models" / "epr"
+
+    def epr_model(self, task: str) -> Path:
+        return self.epr_models / task
+
+    @property
+    def epr_multitask_model(self) -> Path:
+        """One bi-encoder trained with EPR's recipe on every training task at once (the ablation)."""
+        return self.root / "models" / EPR_MULTITASK
+
+    def epr_folders(self, task: str | None) -> tuple[Path, Path]:
+        """(model, training log) of `task`'s EPR baseline, or of the multi-task EPR where `task` is None."""
+        if task is None:
+            return self.epr_multitask_model, self.train_log(EPR_MULTITASK)
+        return self.epr_model(task), self.train_log("epr") / task
 
     @property
     def final_model(self) -> Path:
@@ -113,8 +133,9 @@ class Paths:
 
     def method_model(self, method: str) -> Path | None:
         """The model folder an evaluated method reads (made by :data:`METHOD_MODEL_COMMANDS`): sbert the base
-        encoder, epr models/epr, udr models/final; None for a method that reads none (random, bm25)."""
-        folders = {"sbert": self.base_model("encoder"), "epr": self.epr_model, "udr": self.final_model}
+        encoder, epr models/epr (a bi-encoder per task, :data:`PER_TASK_METHODS`), udr models/final; None for a
+        method that reads none (random, bm25)."""
+        folders = {"sbert": self.base_model("encoder"), "epr": self.epr_models, "udr": self.final_model}
         return folders.get(method)
 
     @staticmethod
@@ -139,7 +160,8 @@ class Paths:
 
     # ---------------------------------------------------------------- metrics
     def train_log(self, name: str) -> Path:
-        """Training logs of a round (round<N>) or of the EPR baseline (epr)."""
+        """Training logs of a round (round<N>), of a task's EPR baseline (epr/<task>) or of the multi-task
+        EPR ablation (epr-multitask)."""
         return self.root / "metrics" / "train" / name
 
     def named_train_log(self, model_dir: Path) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from udr.config import load_settings
-from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES
+from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.project.saved_evaluations import compare_saved, saved_results
 
 IN_DOMAIN = ["sst2", "sst5", "mr", "rte", "snli", "copa", "cosmos_qa", "comv", "come"]
@@ -101,7 +101,8 @@ def main(work: Path, out: Path) -> None:
         "trained). Average: the graded score's mean over the group's tasks. Label share: the share of retrieved",
         "demonstrations whose answer is the query's gold label, over the group's classification tasks.",
         f"Differences: paired bootstrap 95% intervals over the same validation rows ({BOOTSTRAP_RESAMPLES}",
-        f"resamples, seed {settings.seed}, every task resampled at once); **bold** where the interval excludes 0.",
+        f"resamples, seed {settings.seed}, every task resampled at once); **bold** where the unrounded interval",
+        f"clears 0 by {CLAIM_MARGIN} points.",
         "",
     ]
     record = {}

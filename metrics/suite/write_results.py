@@ -12,7 +12,7 @@ from pathlib import Path
 
 from run import GROUPS, LABEL, METHODS, UDR
 
-from udr.evaluation.bootstrap import Interval
+from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN, Interval
 
 TITLES = {
     "trained": "the 16 trained tasks",
@@ -125,8 +125,9 @@ def write_all(out: Path, run_log: Path | None, recipe: list[str] | None, alpha: 
         "predictions, and `udr exp compare --json`); the protocol and the reading are in `README.md` beside it.",
         "Rerun: `.venv/bin/python metrics/suite/run.py`.",
         "",
-        f"udr code: `{rev}`. Recipe: {chosen}. Differences: paired bootstrap over the same test rows (1000",
-        "resamples, seed 42; the average resamples every task at once). **Bold**: the interval excludes 0.",
+        f"udr code: `{rev}`. Recipe: {chosen}. Differences: paired bootstrap over the same test rows",
+        f"({BOOTSTRAP_RESAMPLES} resamples, seed 42; the average resamples every task at once). **Bold**: the",
+        f"unrounded interval clears 0 by {CLAIM_MARGIN} points.",
         "",
     ]
     for group, tasks in GROUPS.items():

@@ -31,6 +31,26 @@ def test_an_interval_in_a_table_is_bold_where_resolved():
     assert Interval(-1.0, -3.04, 0.96).markdown() == "-1.0 [-3.0, +1.0]"
 
 
+def test_resolved_means_clear_of_zero_by_the_claim_margin_on_unrounded_bounds_either_way():
+    """A claim needs the interval clear of 0 by CLAIM_MARGIN: an upper bound of -0.04 (printed -0.0) or a
+    lower bound of +0.003 or +0.49 is no claim, whatever its rounding shows; -0.5 and +0.5 are."""
+    from udr.evaluation.bootstrap import CLAIM_MARGIN
+
+    assert CLAIM_MARGIN == 0.5
+    for low, high, claim in (
+        (-15.0, -0.04, False),
+        (0.003, 6.7, False),
+        (0.49, 9.3, False),
+        (0.5, 9.3, True),
+        (-4.5, -0.5, True),
+        (-4.5, -0.4999, False),
+    ):
+        iv = Interval((low + high) / 2, low, high)
+        assert iv.resolved is claim, (low, high)
+        assert iv.markdown().startswith("**") is claim
+        assert Interval.of(iv.to_dict()) == iv and iv.to_dict()["resolved"] is claim
+
+
 def test_pairing_narrows_the_interval_of_correlated_methods():
     """Two methods that agree on most examples: the paired interval is much narrower than the spread
     of either method's own score, which an unpaired comparison would add up."""

@@ -15,7 +15,7 @@ import pytest
 from tests.serving.test_evidence import INSTRUCTION, QUERY, RECORD, ROWS, SUMMARY, _results, measured_model, notes
 from udr.errors import UdrError
 
-# The unseen comparison resolved below zero by more than the project's margin for a claim (BOLD_MARGIN).
+# The unseen comparison resolved below zero by more than the project's margin for a claim (CLAIM_MARGIN).
 RESOLVED = copy.deepcopy(SUMMARY)
 RESOLVED["unseen"]["udr_minus"]["sbert"]["all"] = {"difference": -7.5, "low": -15.0, "high": -1.02, "resolved": True}
 # Resolved, but by less than the margin: the default run's own -7.5 [-15.0, -0.0] (a shift between CPU kinds

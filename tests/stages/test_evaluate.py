@@ -9,6 +9,7 @@ import polars as pl
 
 from tests.conftest import EVAL_METHODS as METHODS
 from tests.conftest import EVAL_TASKS as TASKS
+from tests.conftest import UNSEEN_TASK
 
 
 def test_every_method_writes_metrics_and_inspectable_predictions(evaluated):
@@ -44,11 +45,40 @@ def test_shots_only_for_the_chosen_tasks_and_methods(evaluated):
     assert "shots" not in json.loads((evaluated / "metrics" / "udr" / "break.json").read_text())
 
 
-def test_epr_baseline_is_trained_with_its_recipe(evaluated):
-    summary = json.loads((evaluated / "metrics" / "train" / "epr" / "summary.json").read_text())
+def test_epr_baseline_is_trained_per_task_with_its_recipe(evaluated):
+    """One EPR per task, each on its own task's feedback; their steps add up to UDR's round (the same budget)."""
     round0 = json.loads((evaluated / "metrics" / "train" / "round0" / "summary.json").read_text())
-    assert summary["steps"] == round0["steps"]  # one UDR round here: the same budget
-    assert (evaluated / "models" / "epr" / "udr_encoder.json").is_file()
+    steps = 0
+    for task in TASKS:
+        steps += json.loads((evaluated / "metrics" / "train" / "epr" / task / "summary.json").read_text())["steps"]
+        record = json.loads((evaluated / "models" / "epr" / task / "udr_record.json").read_text())
+        assert record["method"] == "epr" and record["train"]["tasks"] == [task]
+        assert record["train"]["sampling"] == "epr"
+    assert steps == round0["steps"]
+    assert not (evaluated / "models" / "epr" / "udr_encoder.json").exists()
+
+
+def test_per_task_epr_evaluates_each_task_with_its_own_model(evaluated):
+    """Each task's EPR result names its own model's fingerprint; the unseen task has no EPR result, and the
+    report's unseen table has no EPR column."""
+    from udr.retriever.index import model_fingerprint
+
+    for task in TASKS:
+        result = json.loads((evaluated / "metrics" / "epr" / f"{task}.json").read_text())
+        assert result["model"] == model_fingerprint(evaluated / "models" / "epr" / task)
+    assert not (evaluated / "metrics" / "epr" / f"{UNSEEN_TASK}.json").exists()
+    summary = json.loads((evaluated / "metrics" / "summary.json").read_text())
+    assert "epr" in summary["averages"] and "epr" not in summary["unseen"]["averages"]
+    assert set(summary["unseen"]["averages"]) == {"random", "bm25", "sbert", "udr"}
+
+
+def test_per_task_epr_errors(evaluated, run_cli):
+    code, _, err = run_cli(["train", "--task", "sst2"], evaluated)
+    assert code == 1 and "--task 'sst2': with --epr" in err
+    code, _, err = run_cli(["train", "--epr", "--task", "nosuch"], evaluated)
+    assert code == 1 and "--task 'nosuch': with --epr, a task of prepare.tasks (sst2, break)" in err
+    code, _, err = run_cli(["evaluate", "-m", "epr", "-t", UNSEEN_TASK, "--limit", "1"], evaluated)
+    assert code == 1 and f"none of {UNSEEN_TASK}" in err and "udr train --epr --task" in err
 
 
 def test_evaluate_errors(evaluated, run_cli):
@@ -162,8 +192,8 @@ def test_the_feedback_curve_compares_every_point_with_the_baseline(evaluated, ru
     code, _, err = run_cli(["exp", "curve", *points, "--split", "test", "-o", str(out)], evaluated)
     assert code == 0, err
     curve = json.loads(out.with_suffix(".json").read_text())
-    tasks = list(curve["baseline"]["scores"])  # the trained tasks and the unseen one
-    assert curve["baseline"]["name"] == "bm25" and set(tasks) == {*TASKS, "reviews"}
+    tasks = list(curve["baseline"]["scores"])  # the tasks every point has: the per-task EPR has no unseen one
+    assert curve["baseline"]["name"] == "bm25" and set(tasks) == set(TASKS)
     score = {
         m: {t: json.loads((evaluated / "metrics" / m / f"{t}.json").read_text())["graded"]["score"] for t in tasks}
         for m in ("udr", "epr", "sbert", "bm25")

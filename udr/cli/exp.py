@@ -195,8 +195,8 @@ def exp_compare_cmd(
     set_: SetOpt = None,
 ) -> None:
     """A against B on the same rows: per task and on average, A - B with its paired bootstrap 95% interval
-    (bold where it excludes 0), from the saved predictions; a label task compared by another metric than
-    accuracy (macro-F1) shows accuracy's beside it."""
+    (bold where resolved: clear of 0 by the claim margin), from the saved predictions; a label task compared
+    by another metric than accuracy (macro-F1) shows accuracy's beside it."""
     from udr.experiments.tables import compare_table
     from udr.project.saved_evaluations import compare_saved, saved_results, saved_tasks
 

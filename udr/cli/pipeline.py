@@ -163,8 +163,18 @@ def score_cmd(
 def train_cmd(
     round_: RoundOpt = 0,
     epr: Annotated[
-        bool, typer.Option("--epr", help="Train the EPR baseline on round 0's scores -> models/epr/.")
+        bool,
+        typer.Option(
+            "--epr",
+            help="Train the EPR baseline on round 0's scores: with --task, that task's alone -> models/epr/TASK/ "
+            "(the paper's per-task baseline); without, every training task at once -> models/epr-multitask/ "
+            "(the ablation).",
+        ),
     ] = False,
+    task: Annotated[
+        str | None,
+        typer.Option("--task", "-t", help="With --epr: the task whose EPR baseline to train.", show_default=False),
+    ] = None,
     out: OutOpt = None,
     init: Annotated[
         Path | None,
@@ -184,10 +194,10 @@ def train_cmd(
 
     settings = load(params, set_)
     summary, out = run_train_stage(
-        settings, round_, epr=epr, out=out, init=init, replace=replace, progress=show_progress()
+        settings, round_, epr=epr, task=task, out=out, init=init, replace=replace, progress=show_progress()
     )
     if summary is not None:
-        name = "EPR baseline" if epr else f"round {round_}"
+        name = (f"{task}'s EPR baseline" if task else "multi-task EPR") if epr else f"round {round_}"
         console().print(
             f"trained {name}: {summary.steps} steps, loss {summary.loss_start:.4f} -> "
             f"{summary.loss_end:.4f}, {summary.seconds}s -> {shown_path(out, settings.root)}"
@@ -312,7 +322,7 @@ def evaluate_cmd(
         Path | None,
         typer.Option(
             "--model",
-            help="The bi-encoder to evaluate (epr / udr; default: models/epr / models/final); with --model the "
+            help="The bi-encoder to evaluate (epr / udr; default: models/epr/TASK / models/final); with --model the "
             "results are printed, not written over the pipeline's (unless --save-as names them).",
             show_default=False,
         ),

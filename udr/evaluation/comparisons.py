@@ -14,7 +14,6 @@ from udr.util.readers import read_parquet_checked
 
 # UDR is compared with every other method of config.METHODS.
 COMPARED = "udr"
-BOOTSTRAP_RESAMPLES = 1000
 # Kinds of task whose predictions are labels: accuracy and macro-F1 score them whatever the task's metric.
 LABEL_KINDS = ("classification", "multiple_choice")
 BESIDE = "accuracy"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.evaluation.bootstrap import Interval
 from udr.evaluation.comparisons import COMPARED
 from udr.util.files import read_json_object
 
@@ -38,19 +39,8 @@ def _n(part: dict) -> str:
     return str(sum(r["n"] for r in tasks.values())) if tasks else ""
 
 
-# Points by which an interval must clear 0 to be shown in bold: more than the committed averages and
-# interval ends moved between the two CPU kinds of this project's machines (an Intel Xeon with AMX and an
-# AMD EPYC with AVX-512 BF16: 0.3 points at most, docs/reproducibility.md), so that a bold claim holds on
-# both, not only on the CPU that made it.
-BOLD_MARGIN = 0.5
-
-
 def _interval(d: dict | None) -> str:
-    if not d:
-        return ""
-    text = f"{d['difference']:+.1f} [{d['low']:+.1f}, {d['high']:+.1f}]"
-    clear = d["resolved"] and (d["low"] >= BOLD_MARGIN or d["high"] <= -BOLD_MARGIN)
-    return f"**{text}**" if clear else text
+    return Interval.of(d).markdown() if d else ""
 
 
 def _rows(columns: list[dict], scope: str) -> list[str]:
@@ -73,7 +63,7 @@ def _rows(columns: list[dict], scope: str) -> list[str]:
 def headline_markdown(columns: list[dict]) -> str:
     """The side-by-side table: each column's LM feedback and epochs, then per scope its test n, each method's
     average graded score over the tasks, and UDR minus each baseline (paired bootstrap 95% interval over the
-    same test examples, all tasks resampled at once; bold where it clears 0 by BOLD_MARGIN)."""
+    same test examples, all tasks resampled at once; bold where resolved: clear of 0 by the claim margin)."""
     head = "| | " + " | ".join(c["label"] for c in columns) + " |"
     lines = [
         head,

@@ -5,7 +5,8 @@ accuracy beside, which enters no average."""
 
 from __future__ import annotations
 
-from udr.evaluation.comparisons import BESIDE, BOOTSTRAP_RESAMPLES, COMPARED, accuracy_beside
+from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
+from udr.evaluation.comparisons import BESIDE, COMPARED, accuracy_beside
 
 KIND_TITLES = {"classification": "classification", "multiple_choice": "multiple choice", "generation": "generation"}
 
@@ -134,8 +135,8 @@ def comparison_markdown(
         "",
         f"{who[0]} on the same test examples, with the paired bootstrap 95% "
         f"interval ({BOOTSTRAP_RESAMPLES} resamples of the test examples, seed {seed}; the average resamples "
-        "every task at once). **Bold**: resolved, the interval excludes 0; otherwise the test set cannot tell "
-        "the two apart."
+        f"every task at once). **Bold**: resolved, the unrounded interval clears 0 by {CLAIM_MARGIN} points, more "
+        "than results move between CPU kinds; otherwise the test set cannot tell the two apart."
         + (f" Rows `({BESIDE})`: the same for accuracy, beside the task's metric (not averaged)." if accuracy else ""),
         "",
         "| task | n | " + " | ".join(f"{who[1]} - {b}" for b in baselines) + " |",

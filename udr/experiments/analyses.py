@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError, listed
-from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES
+from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.dvc import compare_revisions, method_scores, run_named, saved_experiments
 from udr.experiments.tables import results_table, transfer_table
 from udr.paths import Paths, round_label
@@ -198,7 +198,7 @@ def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False
 INTERVALS_NOTE = (
     "Intervals: paired bootstrap 95% interval of the difference on the same test inputs, resampling each "
     f"task's inputs ({BOOTSTRAP_RESAMPLES} resamples; generation metrics recomputed on each resample), from "
-    "the predictions committed with each run; bold where it excludes 0."
+    f"the predictions committed with each run; bold where it clears 0 by {CLAIM_MARGIN} points."
 )
 
 

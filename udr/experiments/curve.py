@@ -79,7 +79,7 @@ def measure_curve(settings, points: list[CurvePoint], baseline: str, tasks: list
 
 def curve_table(baseline: str, base: dict[str, float], rows: list[CurveRow], ns: dict[str, int]) -> str:
     """Markdown: one row per point (recipe, then queries), the baseline first; the last column is the
-    average minus the baseline's with its 95% interval, bold where it excludes 0."""
+    average minus the baseline's with its 95% interval, bold where resolved (clear of 0 by the claim margin)."""
     tasks = list(base)
     header = ["retriever", "scored queries / task", *(f"{t} (n={ns[t]})" for t in tasks), "average", f"− {baseline}"]
     cells = [[baseline, "", *(f"{base[t]:.1f}" for t in tasks), f"{sum(base.values()) / len(tasks):.1f}", ""]]

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.evaluation.comparisons import BOOTSTRAP_RESAMPLES, checked_result, frame_metric, read_predictions
+from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES
+from udr.evaluation.comparisons import checked_result, frame_metric, read_predictions
 from udr.paths import Paths
 from udr.util.readers import parse_json
 

@@ -207,7 +207,7 @@ def evaluate_validation(settings, lm, method: str, task: str, pool, rows, *, pro
     fingerprint = None
     if retriever is None:
         retriever = method_retriever(settings, method, task, pool, progress=progress)
-        fingerprint = learned_model_fingerprint(settings, method)
+        fingerprint = learned_model_fingerprint(settings, method, task)
     return evaluate_task(
         lm,
         method,
@@ -231,8 +231,9 @@ def _fresh(settings, method: str, task: str) -> bool:
         return False
     deps = [settings.paths.prepared(task, "train"), settings.paths.prepared(task, "validation")]
     model = settings.paths.method_model(method)
-    if model is not None:
-        deps += [p for p in model.rglob("*") if p.is_file()] if model.is_dir() else []
+    if model is not None and model.is_dir():
+        model = model / task if (model / task).is_dir() else model  # a folder of per-task models: the task's
+        deps += [p for p in model.rglob("*") if p.is_file()]
     return all(result.stat().st_mtime >= p.stat().st_mtime for p in deps if p.exists())
 
 

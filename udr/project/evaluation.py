@@ -13,6 +13,7 @@ from udr.errors import UdrError
 from udr.evaluation.baselines import RetrieverSetup, build_retriever, check_method
 from udr.evaluation.task_evaluation import EvaluationSetup, LanguageModel, ResultFiles, load_language_model
 from udr.lm.models import resolve_model
+from udr.retriever.encoder import SETTINGS_NAME, task_model_dir
 from udr.retriever.index import model_fingerprint
 from udr.retriever.search import PoolRetriever
 from udr.util.distributed import resolve_device_type
@@ -67,14 +68,15 @@ def result_files(settings, name: str, task_name: str, split: str = "test") -> Re
     return ResultFiles(paths.method_metrics(name, task_name, split), paths.predictions(name, task_name, split))
 
 
-def learned_model_fingerprint(settings, method: str, model: Path | None = None) -> str | None:
-    """The fingerprint of the bi-encoder an EPR / UDR evaluation reads (`model`, default the pipeline's);
-    None for the methods that read none of their own, and where the model is missing (building the
-    retriever then says so)."""
+def learned_model_fingerprint(settings, method: str, task_name: str, model: Path | None = None) -> str | None:
+    """The fingerprint of the bi-encoder an EPR / UDR evaluation of `task_name` reads (`model`, default the
+    pipeline's; a folder of per-task models: the task's); None for the methods that read none of their own,
+    and where the model is missing (building the retriever then says so)."""
     if method not in ("epr", "udr"):
         return None
     model_dir = Path(model) if model is not None else settings.paths.method_model(method)
-    return model_fingerprint(model_dir) if model_dir.is_dir() else None
+    model_dir = task_model_dir(model_dir, task_name)
+    return model_fingerprint(model_dir) if (model_dir / SETTINGS_NAME).is_file() else None
 
 
 def check_prepared_caps(settings, task_name: str, split: str) -> None:

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from udr.errors import UdrError
+from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES
 from udr.evaluation.comparisons import (
     BESIDE,
-    BOOTSTRAP_RESAMPLES,
     COMPARED,
     accuracy_beside,
     check_same_metrics,

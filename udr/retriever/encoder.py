@@ -41,6 +41,25 @@ MADE = "a udr bi-encoder"  # what a folder holding SETTINGS_NAME is, in the guar
 EXPORT_NAME = "udr_export.json"  # a `udr export` (sentence-transformers) of a bi-encoder, see udr.serving.export
 
 
+def task_model_dir(folder: Path, task: str) -> Path:
+    """The bi-encoder `folder` serves `task` with: the folder itself where it is one bi-encoder (a multi-task
+    model serves every task), else its `task` subfolder where that is one (one model per task, as EPR's
+    models/epr/<task>/). A folder of per-task models without `task`'s is a one-line error; a missing folder is
+    returned as it is, for the caller to say which command makes it."""
+    folder = Path(folder)
+    if not folder.is_dir() or (folder / SETTINGS_NAME).is_file():
+        return folder
+    if (folder / task / SETTINGS_NAME).is_file():
+        return folder / task
+    trained = sorted(p.name for p in folder.iterdir() if (p / SETTINGS_NAME).is_file())
+    if not trained:
+        raise UdrError(f"missing model {folder}: not a udr bi-encoder, nor a folder of per-task bi-encoders")
+    raise UdrError(
+        f"missing model {folder / task}: {folder} holds per-task bi-encoders of {shorten(', '.join(trained), 120)}, "
+        f"none of {task} (a per-task EPR: `udr train --epr --task {task}`)"
+    )
+
+
 class BiEncoderSettings(EncoderSettings):
     """How a saved bi-encoder reads texts: the `encoder` parameters it was trained with, plus its pooling."""
 

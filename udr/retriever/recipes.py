@@ -162,16 +162,20 @@ def recipe_for(cfg, scale: float) -> Recipe:
     return recipe(loss, cfg.sampling, candidates)
 
 
-def epr_train_settings(cfg):
+def epr_train_settings(cfg, task: str | None = None):
     """The EPR baseline's recipe on UDR's budget, as training settings derived from UDR's `cfg`: one
     positive of the top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone
     over the batch's candidates, two encoders both trained, and as many epochs as all of UDR's rounds
     together; the same batch, lr and the rest (Rubin et al., "Learning To Retrieve Prompts for In-Context
     Learning", NAACL 2022). EPR learns the LM's feedback (`feedback` lm whatever UDR's), and the anchored
-    loss's settings, which its loss never reads, are reset to their defaults."""
+    loss's settings, which its loss never reads, are reset to their defaults. With `task`: that task's
+    EPR, trained on its feedback alone (the paper's baseline; task sampling's alpha, unread, is reset too),
+    so that the tasks' EPRs take as many steps together as UDR on all of them."""
     epochs = cfg.epochs_first + cfg.epochs_later * len(cfg.later_rounds)
     update = {"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs, "feedback": "lm"}
     update |= {name: type(cfg).model_fields[name].default for name in ("anchor_beta", "anchor_top")}
+    if task is not None:
+        update |= {"tasks": [task], "alpha": type(cfg).model_fields["alpha"].default}
     return cfg.model_copy(update={**update, "freeze_demo_encoder": False, "shared_encoder": False})
 
 

@@ -11,7 +11,7 @@ Python gets an :class:`UntrainedTaskWarning` (filter it as any warning); `udr re
 or unreadable leaves its part out, and never stops retrieval.
 
 Where that measurement is resolved below zero by the project's claim margin (:func:`prefers_base`: the
-paired bootstrap interval of UDR − SBERT on the unseen average ends at −BOLD_MARGIN or below), the retriever
+paired bootstrap interval of UDR − SBERT on the unseen average ends at −CLAIM_MARGIN or below), the retriever
 serves such a pool with the base encoder, as the sbert baseline reads it, and the same note says so and how
 to have UDR instead (`--encoder udr`, Python ``encoder="udr"``); a task the model was trained on keeps UDR
 whatever the evidence.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError, listed, shorten
-from udr.evaluation.headline import BOLD_MARGIN
+from udr.evaluation.bootstrap import CLAIM_MARGIN
 from udr.paths import Paths
 
 # The baseline the note compares with: the untrained base encoder (what serving UDR must beat), where the
@@ -210,10 +210,10 @@ def untrained(read_as: str | None, own: bool, training: Training) -> bool:
 def prefers_base(m: Measurement | None) -> bool:
     """Whether the project's own evidence says to serve untrained tasks with the base encoder: its unseen
     tasks' comparison with the base encoder (sbert) is resolved below zero by the margin the project asks of
-    any claim it makes (the interval's high end at -BOLD_MARGIN or below: CPU kinds move averages by up to
+    any claim it makes (the interval's high end at -CLAIM_MARGIN or below: CPU kinds move averages by up to
     0.3 points, so an interval ending at -0.0 on one may end above 0 on another), and it measured this model
     (or says nothing of which model it measured)."""
-    return m is not None and m.baseline == BASE_METHOD and m.high <= -BOLD_MARGIN and m.this_model is not False
+    return m is not None and m.baseline == BASE_METHOD and m.high <= -CLAIM_MARGIN and m.this_model is not False
 
 
 # untrained_note's `base`: how the pool is served with the base encoder ("": it is not, UDR serves it).

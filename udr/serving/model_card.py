@@ -343,7 +343,7 @@ def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None)
         "## Limitations",
         "",
         "- Small test sets: read differences through the paired bootstrap intervals above, not the point "
-        "estimates; a difference is real only where its interval excludes 0.",
+        "estimates; a difference is real only where its interval clears 0 by the claim margin (bold).",
         f"- The feedback came from one small LM (`{lm}`); what it rewards (often a "
         "demonstration sharing the query's label) may not carry over to other LMs.",
         "- Retrieval is within one task's pool; give each task's demonstrations with that task's "

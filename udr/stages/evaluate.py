@@ -84,10 +84,10 @@ def run_evaluate(
     encoder = load_encoder_method(spec, instruction) if spec is not None else None
     lm = language_model(settings)
     if not tasks:
-        tasks = settings.evaluation_tasks()
+        # the pipeline's per-task EPR has no model of a task it never trained on; a --model may serve them all
+        tasks = settings.method_tasks(method) if model is None else settings.evaluation_tasks()
         if split == "validation":  # settings are chosen on the trained-on tasks: unseen ones stay unseen
             tasks = [t for t in tasks if t not in settings.evaluate.unseen_tasks]
-    fingerprint = learned_model_fingerprint(settings, method, model)  # once, not per task
     return {
         name: evaluate_project_task(
             settings,
@@ -98,7 +98,6 @@ def run_evaluate(
             progress=progress,
             limit=limit,
             model=model,
-            fingerprint=fingerprint,
             save_as=save_as,
             encoder=encoder,
         )
@@ -133,23 +132,21 @@ def evaluate_project_task(
     progress: bool = True,
     limit: int | None = None,
     model: Path | None = None,
-    fingerprint: str | None = None,
     save_as: str | None = None,
     encoder: EncoderMethod | None = None,
 ) -> dict:
     """One task of `udr evaluate` (with `model`, that bi-encoder's; with `encoder`, that encoder's): writes
     its result and predictions (not with `limit`, the first `limit` rows only, a quick look, nor with `model`
     unless `save_as` names them),
-    returns the result. A learned method's result names its model's fingerprint (`model`; `fingerprint`
-    when the caller has it), so a model card finds the results of its own model."""
+    returns the result. A learned method's result names its model's fingerprint (of `model`, or of the task's
+    model in a folder of per-task models), so a model card finds the results of its own model."""
     start = time.perf_counter()
     pool, rows = load_task(settings, name, split, limit)
     if encoder is not None:
         retriever = encoder_retriever(encoder, settings.task(name), pool, retriever_setup(settings), progress)
     else:
         retriever = method_retriever(settings, method, name, pool, progress=progress, model_dir=model)
-    if method in ("epr", "udr"):
-        fingerprint = fingerprint or learned_model_fingerprint(settings, method, model)
+    fingerprint = learned_model_fingerprint(settings, method, name, model)
     saved = limit is None and (model is None or save_as is not None)
     return evaluate_task(
         lm,

@@ -27,13 +27,14 @@ from udr.util.readers import read_json
 
 
 def _load_results(settings) -> dict[str, dict[str, dict]]:
-    """{method: {task: result}} for the methods and tasks in params (all must exist)."""
+    """{method: {task: result}} for the methods in params and the tasks each is evaluated on (all must exist;
+    :meth:`udr.config.Settings.method_tasks`: the per-task EPR has no unseen task)."""
     from udr.config import METHODS
 
     out: dict[str, dict[str, dict]] = {}
     for method in METHODS:
         out[method] = {}
-        for task in settings.evaluation_tasks():
+        for task in settings.method_tasks(method):
             path = settings.paths.method_metrics(method, task)
             if not path.is_file():
                 raise UdrError(f"missing result {path}: run `udr evaluate --method {method}` first")
@@ -78,11 +79,18 @@ def _part(settings, results: dict, named: dict, shots: dict, scope: str, heading
 
 
 def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, dict]:
-    """(results of the trained-on tasks, results of the unseen tasks); either may hold no task."""
+    """(results of the trained-on tasks, results of the unseen tasks); either may hold no task, and a method
+    with no result in one (the per-task EPR on the unseen tasks) is left out of it."""
     unseen = set(settings.unseen_task_names())
     seen = {m: {t: r for t, r in by_task.items() if t not in unseen} for m, by_task in results.items()}
     new = {m: {t: r for t, r in by_task.items() if t in unseen} for m, by_task in results.items()}
-    return seen, new
+    return _with_results(seen), _with_results(new)
+
+
+def _with_results(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
+    """`results` less the methods without any; all of them where none has any (an empty scope)."""
+    kept = {m: by_task for m, by_task in results.items() if by_task}
+    return kept or results
 
 
 def run_column(settings, summary: dict, reports: dict[str, dict]) -> dict:

@@ -4,11 +4,9 @@ scored queries of the round, :func:`load_scored_queries`), build (:func:`build`:
 checkpoint, the previous round's model or the base encoder, in a :class:`udr.retriever.training.Trainer`),
 run (:func:`udr.retriever.training.train_steps`), write (the model, its record, the log's summary).
 
-Resume: a checkpoint beside the output (``.<name>.partial``, :mod:`udr.util.resume`), whose manifest
-fingerprints the round, steps, seed, tasks, train and encoder settings, scores, init and world size, is
-picked up by the next run with the same inputs, which continues exactly as an uninterrupted run would
-(:mod:`udr.retriever.training`). Under torchrun every process trains its share of each step; rank 0 writes.
-"""
+Resume: a checkpoint beside the output (``.<name>.partial``, :mod:`udr.util.resume`), fingerprinting every
+input, is picked up by the next run with the same inputs, which continues exactly as an uninterrupted run
+would (:mod:`udr.retriever.training`). Under torchrun every process trains its share of each step."""
 
 from __future__ import annotations
 
@@ -49,28 +47,30 @@ def run_train_stage(
     round_: int,
     *,
     epr: bool = False,
+    task: str | None = None,
     out: Path | None = None,
     init: Path | None = None,
     replace: bool = False,
     progress: bool = True,
 ):
-    """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder; `init`: from
-    that bi-encoder instead) into the round's model directory (`out`: a named model directory instead,
-    its log under metrics/train/runs/<its name>) and training log; returns (summary or None off rank 0,
-    output directory). A model recorded from another params file is not replaced unless `replace`."""
+    """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder; `init`: from that
+    bi-encoder) into the round's model directory (`out`: a named one, logged under metrics/train/runs/) and
+    training log; returns (summary or None off rank 0, output directory). `epr`: the EPR baseline of `task`
+    on its feedback alone (the paper's), or without `task` of every training task (the ablation). A model
+    recorded from another params file is not replaced unless `replace`."""
     paths = settings.paths
     settings.train.check_round(round_)
     if epr and round_ != 0:
         raise UdrError("the EPR baseline trains on round 0's scores only: drop --round")
-
+    if task is not None and not (epr and task in settings.task_names()):
+        raise UdrError(f"--task {task!r}: with --epr, a task of prepare.tasks ({', '.join(settings.task_names())})")
     if init is None:
         init = paths.base_model("encoder") if round_ == 0 else paths.round_model(round_ - 1)
     elif not (Path(init) / SETTINGS_NAME).is_file():
         raise UdrError(f"missing model {init}: --init takes a trained udr bi-encoder directory")
-    if epr:
-        # The EPR baseline: UDR's settings with EPR's recipe for training, on round-0 (BM25) scores only.
-        settings = settings.model_copy(update={"train": epr_train_settings(settings.train)})
-        default_out, log_dir = paths.epr_model, paths.train_log("epr")
+    if epr:  # UDR's settings with EPR's recipe for training, on round-0 (BM25) scores only
+        settings = settings.model_copy(update={"train": epr_train_settings(settings.train, task)})
+        default_out, log_dir = paths.epr_folders(task)
     else:
         default_out, log_dir = paths.round_model(round_), paths.train_log(round_label(round_))
     # The path is resolved before anything is derived from it: `nosuch/..` is the current directory.

@@ -112,6 +112,9 @@ def test_more_queries_score_only_the_new_ones(project, scored, tmp_path):
     summary = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
     after = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
     assert summary.queries == 9 and summary.reused == len(before) == 30 and summary.scored == 3 * 5
+    assert summary.engine == "padded"  # score.engine auto, on a CPU
+    again = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
+    assert again.scored == 0 and again.engine is None  # nothing scored: no engine ran
     both = after.join(before, on=["query_id", "candidate_id"], suffix="_0")
     assert len(both) == len(before) and (both["score"] == both["score_0"]).all()
     fresh = run_score(_settings(root, "score.queries_per_task=9", "score.dtype=bf16"), "sst2", 0, progress=False)

@@ -3,9 +3,9 @@ its per-step losses, and the round-0 scores' sha256, as JSON. Run it on two vers
 PYTHONPATH to each checkout) and compare the files: a refactor of the recipes, losses or scoring engines must
 leave every fingerprint byte-identical.
 
-    PYTHONPATH=OLD python benchmarks/recipe_fingerprints.py /tmp/old.json
-    PYTHONPATH=NEW python benchmarks/recipe_fingerprints.py /tmp/new.json
-    cmp /tmp/old.json /tmp/new.json
+    PYTHONPATH=OLD python benchmarks/recipe_fingerprints.py old.json
+    PYTHONPATH=NEW python benchmarks/recipe_fingerprints.py new.json
+    cmp old.json new.json
 
 The project is the tests' tiny two-task one (tests.conftest's `loop_project`: real sst2 and break rows, a
 tiny LM and a tiny BERT, fp32 on the CPU); each recipe trains round 0 for its few steps from the base encoder.

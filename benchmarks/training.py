@@ -67,7 +67,7 @@ def main() -> None:
     init = base.paths.base_model("encoder")
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {
-            name: build(settings, 0, init, Path(tmp) / str(i), "cpu", 0, args.steps)
+            name: build(settings, 0, init, Path(tmp) / str(i), "cpu", 0, args.steps, data)
             for i, (name, settings) in enumerate(runs.items())
         }
         times = {n: [] for n in runs}

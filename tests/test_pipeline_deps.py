@@ -152,14 +152,15 @@ def test_epr_does_not_depend_on_the_train_settings_it_overrides():
 
 def test_epr_depends_on_every_train_setting_it_reads():
     from udr.config import TrainSettings
+    from udr.retriever.losses import UDRLoss
     from udr.retriever.recipes import epr_train_settings, recipe_for
 
     def recipe(cfg) -> tuple:
         r = recipe_for(epr_train_settings(cfg), 20.0)
-        return type(r), r.scheme, r.candidates, r.loss.mode, r.loss.lambda_, r.loss.scale
+        return type(r), r.scheme, r.candidates, type(r.loss), r.loss.lambda_, r.loss.scale
 
     base = TrainSettings()
-    assert recipe(base)[3] == "paper"  # so the distillation temperature goes unused
+    assert recipe(base)[3] is UDRLoss  # the paper's: so the distillation temperature goes unused
     for name in EPR_UNREAD:
         assert recipe(base.model_copy(update={name: _another(getattr(base, name))})) == recipe(base), name
     reads = set(TrainSettings.model_fields) - _epr_overridden() - EPR_UNREAD - TRAIN_NOT_RECIPE

@@ -4,6 +4,7 @@ is the mask it stands for; `score.engine` picks the path and refuses what it can
 
 from __future__ import annotations
 
+import json
 import shutil
 from typing import get_args
 
@@ -232,7 +233,7 @@ def test_the_engine_is_a_validated_score_setting():
 
 def test_the_score_stage_with_the_packed_engine_writes_the_padded_engines_scores(tmp_path, data_dir):
     """`udr score` with score.engine=packed (on a CPU: SDPA with dense masks) against score.engine=padded,
-    fp32: every pair's score to 1e-5, the same ranks."""
+    fp32: every pair's score to 1e-5, the same ranks; each run's report names its engine."""
     from udr.config import load_settings
     from udr.stages.score import run_score
 
@@ -248,7 +249,9 @@ def test_the_score_stage_with_the_packed_engine_writes_the_padded_engines_scores
         shutil.copytree(root, here)
         settings = load_settings(here / "params.yaml", [f"score.engine={engine}"])
         for task in tasks:
-            assert run_score(settings, task, 0, progress=False).scored == 16
+            summary = run_score(settings, task, 0, progress=False)
+            assert summary.scored == 16 and summary.engine == engine  # the engine that ran, in the report
+            assert json.loads(settings.paths.score_report(0, task).read_text())["engine"] == engine
             frames[engine, task] = pl.read_parquet(here / "data/scores/round0" / f"{task}.parquet")
     for task in tasks:
         a, b = frames["padded", task], frames["packed", task]

@@ -1,5 +1,5 @@
 """The anchored pairwise loss (train.loss anchored, SeDPO): its formula on hand-made tensors, the direction
-of its gradient, its place in UDRLoss, the recipe's candidates and pairs, and the reference similarities
+of its gradient, its place in AnchoredUDRLoss, the recipe's candidates and pairs, and the reference similarities
 of the initial encoder, computed once before training."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from udr.config import TrainSettings
 from udr.errors import UdrError
-from udr.retriever.losses import AnchoredLoss, InBatchLoss, UDRLoss
+from udr.retriever.losses import AnchoredLoss, AnchoredUDRLoss, InBatchLoss
 from udr.retriever.recipes import AnchoredRecipe, CandidateLayout, epr_train_settings, recipe_for
 from udr.retriever.sampling import anchor_positions
 from udr.retriever.training import ScoredQuery
@@ -92,11 +92,11 @@ def test_a_bad_beta_and_bad_shapes_are_errors():
             AnchoredLoss(beta)
     with pytest.raises(ValueError, match="pairs must be"):
         AnchoredLoss(1.0)(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool))
-    with pytest.raises(UdrError, match="mode anchored needs one"):
-        UDRLoss(0.5, "anchored")
+    with pytest.raises(UdrError, match="bad parameter beta"):
+        AnchoredUDRLoss(0.5, None)
 
 
-def test_udr_loss_anchored_combines_with_the_in_batch_loss_and_scales_the_reference():
+def test_anchored_udr_loss_combines_with_the_in_batch_loss_and_scales_the_reference():
     torch.manual_seed(0)
     q, c = torch.randn(2, 4, dtype=torch.float64), torch.randn(2, 3, 4, dtype=torch.float64)
     ranks = torch.tensor([[1, 2, 3], [1, 2, 0]])
@@ -104,7 +104,7 @@ def test_udr_loss_anchored_combines_with_the_in_batch_loss_and_scales_the_refere
     ref = torch.randn(2, 3, dtype=torch.float64)
     pairs = _pairs(2, 3, (0, 0, 2), (1, 0, 1), (1, 0, 2))  # (1, 0, 2) has a padded loser: dropped
     lam, scale, beta = 0.3, 20.0, 0.5
-    parts = UDRLoss(lam, "anchored", scale=scale, anchor_beta=beta)(q, c, ranks, mask, ref_sim=ref, pairs=pairs)
+    parts = AnchoredUDRLoss(lam, beta, scale=scale)(q, c, ranks, mask, ref_sim=ref, pairs=pairs)
     sim = scale * (q[:, None, :] * c).sum(-1)
     anchor = AnchoredLoss(beta)(sim, scale * ref, _pairs(2, 3, (0, 0, 2), (1, 0, 1)))
     in_batch = InBatchLoss()(scale * q, c.reshape(6, 4), torch.tensor([0, 3]), mask.reshape(6))
@@ -112,7 +112,7 @@ def test_udr_loss_anchored_combines_with_the_in_batch_loss_and_scales_the_refere
     assert parts.in_batch.item() == pytest.approx(in_batch.item(), rel=1e-12)
     assert parts.total.item() == pytest.approx(lam * anchor.item() + (1 - lam) * in_batch.item(), rel=1e-12)
     with pytest.raises(UdrError, match="loss anchored needs reference similarities"):
-        UDRLoss(lam, "anchored", anchor_beta=beta)(q, c, ranks, mask)
+        AnchoredUDRLoss(lam, beta)(q, c, ranks, mask)
 
 
 def _query(scores, qid=1, task="sst2") -> ScoredQuery:
@@ -132,7 +132,8 @@ def test_the_settings_choose_the_anchored_recipe_and_its_pairs():
     cfg = TrainSettings(loss="anchored", anchor_beta=0.25, anchor_top=2, loss_lambda=0.4)
     recipe = recipe_for(cfg, scale=1.0)
     assert isinstance(recipe, AnchoredRecipe) and recipe.top == 2 and recipe.candidates == 4
-    assert recipe.loss.mode == "anchored" and recipe.loss.anchored_loss.beta == 0.25 and recipe.loss.lambda_ == 0.4
+    assert type(recipe.loss) is AnchoredUDRLoss
+    assert recipe.loss.anchored_loss.beta == 0.25 and recipe.loss.lambda_ == 0.4
     a = _query([0.9, 0.8, 0.5, 0.4, 0.1, 0.1], qid=1)  # top 2 vs bottom 2
     b = _query([0.7, 0.3, 0.3], qid=2)  # n // 2 = 1: the best vs the worst
     c = _query([0.6, 0.6, 0.2, 0.6], qid=3)  # a winner tied with a loser (0.6, 0.6): no pair

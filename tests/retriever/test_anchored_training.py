@@ -1,7 +1,8 @@
 """Training with train.loss anchored on the tiny two-task project (tests.conftest's `looped`): the reference
-similarities are the initial encoder's, computed once before training (so that, without dropout, every
-pair starts at log 2), a round trains end to end and records its settings, a resumed run equals an
-uninterrupted one, and the default's record and resume fingerprint keep the keys they had."""
+similarities are the initial encoder's, computed once before training from the training data the stage
+loaded once (so that, without dropout, every pair starts at log 2), a round trains end to end and records
+its settings, a resumed run equals an uninterrupted one, and the default's record and resume fingerprint
+keep the keys they had."""
 
 from __future__ import annotations
 
@@ -44,9 +45,9 @@ def test_the_reference_is_the_initial_encoder_and_every_pair_starts_at_log_2(loo
         "train.anchor_top=2",
         f"train.freeze_demo_encoder={str(frozen).lower()}",
     )
-    trainer = build(settings, 0, root / "models/base/encoder", tmp_path / "partial", "cpu", 0, 4)
-    assert isinstance(trainer.recipe, AnchoredRecipe)
     data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
+    trainer = build(settings, 0, root / "models/base/encoder", tmp_path / "partial", "cpu", 0, 4, data)
+    assert isinstance(trainer.recipe, AnchoredRecipe)
     base = BiEncoder.from_base(root / "models/base/encoder", trainer.encoder.settings)
     for task, queries in data.items():
         for sq in queries:
@@ -63,14 +64,19 @@ def test_the_reference_is_the_initial_encoder_and_every_pair_starts_at_log_2(loo
     assert parts.rank.item() == pytest.approx(math.log(2), abs=1e-4)
 
 
-def test_anchored_training_runs_records_and_resumes_exactly(looped, tmp_path):
+def test_anchored_training_runs_records_and_resumes_exactly(looped, tmp_path, monkeypatch):
+    import udr.stages.train as stage
     from udr.retriever.encoder import BiEncoder
     from udr.retriever.record import read_record
 
     overrides = ("train.loss=anchored", "train.anchor_beta=0.5", "train.anchor_top=2", "train.loss_lambda=0.5")
     root, settings = _project(looped, tmp_path, *overrides)
     out = root / "models/rounds/round0"
+    loads = []
+    load = stage.load_scored_queries
+    monkeypatch.setattr(stage, "load_scored_queries", lambda *a, **kw: loads.append(1) or load(*a, **kw))
     summary = _train(settings, root, out)
+    assert len(loads) == 1  # the reference similarities come from the queries the run trains on
     assert summary.steps >= 4 and np.isfinite(summary.loss_start) and np.isfinite(summary.loss_end)
     record = read_record(out)
     assert record["train"]["loss"] == "anchored"

@@ -14,9 +14,11 @@ import torch.nn.functional as F
 from udr.errors import UdrError
 from udr.retriever.losses import (
     DistillLoss,
+    DistillUDRLoss,
     InBatchLoss,
     LossParts,
     PoolNegatives,
+    PublishedUDRLoss,
     RankLoss,
     UDRLoss,
     standardize,
@@ -136,21 +138,19 @@ def _parts(q, c, ranks):
     return rank, ib
 
 
-def test_udr_loss_modes_and_lambda():
+def test_udr_loss_lambda_and_the_published_weights():
     q, c, ranks = _example()
     rank, ib = _parts(q, c, ranks)
 
-    out = UDRLoss(1.0, "paper")(q, c, ranks)
+    out = UDRLoss(1.0)(q, c, ranks)
     assert isinstance(out, LossParts)
     assert out.total.item() == pytest.approx(rank.item(), abs=1e-12)
     assert out.rank.item() == pytest.approx(rank.item(), abs=1e-12)
     assert out.in_batch.item() == pytest.approx(ib.item(), abs=1e-12)
 
-    assert UDRLoss(0.0, "paper")(q, c, ranks).total.item() == pytest.approx(ib.item(), abs=1e-12)
-    assert UDRLoss(0.8, "paper")(q, c, ranks).total.item() == pytest.approx(
-        0.8 * rank.item() + 0.2 * ib.item(), abs=1e-12
-    )
-    assert UDRLoss(0.8, "published")(q, c, ranks).total.item() == pytest.approx(4 * rank.item() + ib.item(), abs=1e-12)
+    assert UDRLoss(0.0)(q, c, ranks).total.item() == pytest.approx(ib.item(), abs=1e-12)
+    assert UDRLoss(0.8)(q, c, ranks).total.item() == pytest.approx(0.8 * rank.item() + 0.2 * ib.item(), abs=1e-12)
+    assert PublishedUDRLoss()(q, c, ranks).total.item() == pytest.approx(4 * rank.item() + ib.item(), abs=1e-12)
 
 
 def test_udr_loss_positive_is_best_real_candidate_first_on_ties():
@@ -158,14 +158,14 @@ def test_udr_loss_positive_is_best_real_candidate_first_on_ties():
     # Query 0: tie for best at places 1 and 2 -> place 1. Query 1: place 0 has rank 1 but is padding -> place 2.
     ranks = torch.tensor([[3, 1, 1], [1, 3, 2]])
     mask = torch.tensor([[True, True, True], [False, True, True]])
-    out = UDRLoss(0.0, "paper")(q, c, ranks, mask)
+    out = UDRLoss(0.0)(q, c, ranks, mask)
     ref = InBatchLoss()(q, c.reshape(6, -1), torch.tensor([1, 5]), mask.reshape(6))
     assert out.in_batch.item() == pytest.approx(ref.item(), abs=1e-12)
 
 
 def test_udr_loss_mask_equals_removal():
     q, c, ranks = _example(seed=2, b=2, l=3)
-    ref = UDRLoss(0.5, "paper")(q, c, ranks)
+    ref = UDRLoss(0.5)(q, c, ranks)
     # Pad every query to l = 5 with garbage candidates (nan embeddings, rank 0) at scattered places.
     pad_c = torch.full((2, 5, c.shape[2]), float("nan"), dtype=D)
     pad_r = torch.zeros((2, 5), dtype=torch.long)
@@ -174,7 +174,7 @@ def test_udr_loss_mask_equals_removal():
         pad_c[b, mask[b]] = c[b]
         pad_r[b, mask[b]] = ranks[b]
     pad_c.requires_grad_(True)
-    out = UDRLoss(0.5, "paper")(q, pad_c, pad_r, mask)
+    out = UDRLoss(0.5)(q, pad_c, pad_r, mask)
     for a, r in zip(out, ref):
         assert a.item() == pytest.approx(r.item(), abs=1e-12)
     out.total.backward()
@@ -185,7 +185,7 @@ def test_udr_loss_mask_equals_removal():
 def test_udr_loss_uneven_mask_by_parts():
     q, c, ranks = _example(seed=3, b=2, l=4)
     mask = torch.tensor([[True, True, True, True], [True, False, True, False]])
-    out = UDRLoss(0.5, "paper")(q, c, ranks, mask)
+    out = UDRLoss(0.5)(q, c, ranks, mask)
     # Rank part: each query on its real candidates alone, then the mean.
     per_query = []
     for b in range(2):
@@ -204,43 +204,41 @@ def test_udr_loss_gradients_reach_both_encoders():
     q, c, ranks = _example(seed=4)
     q.requires_grad_(True)
     c.requires_grad_(True)
-    UDRLoss(0.2, "paper")(q, c, ranks).total.backward()
+    UDRLoss(0.2)(q, c, ranks).total.backward()
     assert q.grad is not None and q.grad.abs().sum() > 0
     assert c.grad is not None and c.grad.abs().sum() > 0
     # float32 embeddings give a float32 loss.
-    out = UDRLoss(0.2, "paper")(q.detach().float(), c.detach().float(), ranks)
+    out = UDRLoss(0.2)(q.detach().float(), c.detach().float(), ranks)
     assert out.total.dtype == torch.float32
 
 
 @pytest.mark.parametrize("lam", [1.5, -0.1, float("nan"), "x"])
 def test_udr_loss_bad_lambda(lam):
     with pytest.raises(UdrError, match="bad parameter lambda_"):
-        UDRLoss(lam, "paper")
+        UDRLoss(lam)
 
 
-def test_udr_loss_bad_mode_and_empty_query():
-    with pytest.raises(UdrError, match="bad parameter mode: must be one of paper, published, distill"):
-        UDRLoss(0.2, "epr")
+def test_udr_loss_empty_query():
     q, c, ranks = _example(b=2, l=3)
     with pytest.raises(UdrError, match="at least one real candidate"):
-        UDRLoss(0.2, "paper")(q, c, ranks, torch.tensor([[True, True, False], [False, False, False]]))
+        UDRLoss(0.2)(q, c, ranks, torch.tensor([[True, True, False], [False, False, False]]))
 
 
 def test_udr_loss_scale_multiplies_every_similarity():
     torch.manual_seed(0)
     q, c = torch.randn(3, 4), torch.randn(3, 5, 4)
     ranks = torch.tensor([[1, 2, 3, 4, 5], [2, 1, 3, 3, 5], [5, 4, 3, 2, 1]])
-    scaled = UDRLoss(0.5, "paper", scale=20.0)(q, c, ranks)
-    by_hand = UDRLoss(0.5, "paper")(q * 20.0, c, ranks)
+    scaled = UDRLoss(0.5, scale=20.0)(q, c, ranks)
+    by_hand = UDRLoss(0.5)(q * 20.0, c, ranks)
     for a, b in zip(scaled, by_hand):
         assert math.isclose(a.item(), b.item(), rel_tol=1e-6)
-    assert not math.isclose(scaled.total.item(), UDRLoss(0.5, "paper")(q, c, ranks).total.item(), rel_tol=1e-3)
+    assert not math.isclose(scaled.total.item(), UDRLoss(0.5)(q, c, ranks).total.item(), rel_tol=1e-3)
 
 
 @pytest.mark.parametrize("scale", [0.0, -1.0, float("inf"), float("nan"), "20"])
 def test_udr_loss_bad_scale(scale):
     with pytest.raises(UdrError, match="bad parameter scale"):
-        UDRLoss(0.8, "paper", scale=scale)
+        UDRLoss(0.8, scale=scale)
 
 
 def test_in_batch_loss_mask_per_query_equals_removal_per_query():
@@ -325,46 +323,44 @@ def test_standardize_makes_tau_the_same_for_probabilities_and_log_likelihoods():
         standardize([0.1, float("nan")])
 
 
-# --- UDRLoss: distill mode, whole-pool in-batch negatives, the defaults --------------------------------
+# --- DistillUDRLoss, whole-pool in-batch negatives, the defaults --------------------------------
 
 
-def test_udr_loss_distill_mode_is_lambda_kl_plus_in_batch():
+def test_distill_udr_loss_is_lambda_kl_plus_in_batch():
     q, c, ranks = _example(seed=5)
     g = torch.Generator().manual_seed(5)
     scores = torch.randn(ranks.shape, generator=g, dtype=D)
     sim = (q[:, None, :] * c).sum(-1)
     kl = DistillLoss(0.7)(sim, scores)
     _, ib = _parts(q, c, ranks)
-    out = UDRLoss(0.3, "distill", distill_temperature=0.7)(q, c, ranks, scores=scores)
+    out = DistillUDRLoss(0.3, 0.7)(q, c, ranks, scores=scores)
     assert out.rank.item() == pytest.approx(kl.item(), abs=1e-12)
     assert out.in_batch.item() == pytest.approx(ib.item(), abs=1e-12)
     assert out.total.item() == pytest.approx(0.3 * kl.item() + 0.7 * ib.item(), abs=1e-12)
-    alone = UDRLoss(1.0, "distill", distill_temperature=0.7)(q, c, ranks, scores=scores)
+    alone = DistillUDRLoss(1.0, 0.7)(q, c, ranks, scores=scores)
     assert alone.total.item() == pytest.approx(kl.item(), abs=1e-12)
     with pytest.raises(UdrError, match="loss distill needs the candidates' LM scores"):
-        UDRLoss(0.3, "distill", distill_temperature=0.7)(q, c, ranks)
-    with pytest.raises(UdrError, match="bad parameter distill_temperature: mode distill needs one"):
-        UDRLoss(0.3, "distill")
+        DistillUDRLoss(0.3, 0.7)(q, c, ranks)
+    with pytest.raises(UdrError, match="bad parameter temperature"):
+        DistillUDRLoss(0.3, None)
 
 
 def test_udr_loss_takes_its_settings_from_the_caller():
-    """One default per setting: train.loss_lambda's, train.loss's and train.distill_temperature's are
-    udr.config's; the loss has none of its own, and the recipe passes the settings' values."""
+    """One default per setting: train.loss_lambda's and train.distill_temperature's are udr.config's; the
+    losses have none of their own, and the recipe passes the settings' values."""
     from udr.config import TrainSettings
     from udr.retriever.recipes import recipe_for
 
-    params = inspect.signature(UDRLoss).parameters
-    assert params["lambda_"].default is inspect.Parameter.empty
-    assert params["mode"].default is inspect.Parameter.empty
-    assert params["distill_temperature"].default is None
+    assert inspect.signature(UDRLoss).parameters["lambda_"].default is inspect.Parameter.empty
+    params = inspect.signature(DistillUDRLoss).parameters
+    assert params["lambda_"].default is params["temperature"].default is inspect.Parameter.empty
     assert inspect.signature(DistillLoss).parameters["temperature"].default is inspect.Parameter.empty
-    for cfg in (TrainSettings(), TrainSettings(loss="distill", loss_lambda=0.7, distill_temperature=0.5)):
-        loss = recipe_for(cfg, 1.0).loss
-        assert (loss.lambda_, loss.mode, loss.distill_loss.temperature) == (
-            cfg.loss_lambda,
-            cfg.loss,
-            cfg.distill_temperature,
-        )
+    assert type(recipe_for(TrainSettings(), 1.0).loss) is UDRLoss
+    assert recipe_for(TrainSettings(), 1.0).loss.lambda_ == TrainSettings().loss_lambda
+    cfg = TrainSettings(loss="distill", loss_lambda=0.7, distill_temperature=0.5)
+    loss = recipe_for(cfg, 1.0).loss
+    assert type(loss) is DistillUDRLoss
+    assert (loss.lambda_, loss.distill_loss.temperature) == (cfg.loss_lambda, cfg.distill_temperature)
 
 
 def _pool_example():
@@ -389,14 +385,14 @@ def test_whole_pool_in_batch_loss_by_hand():
         logits = [dot(q[b], pool[r]) for r in range(5) if r != skip]
         expected += -(dot(q[b], pool[positive]) - math.log(sum(math.exp(v) for v in logits)))
     expected /= 2
-    out = UDRLoss(0.0, "paper")(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, exclude))
+    out = UDRLoss(0.0)(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, exclude))
     assert out.in_batch.item() == pytest.approx(expected, abs=1e-12)
     assert out.total.item() == pytest.approx(expected, abs=1e-12)
     # Not excluding the query's own row gives another value: the exclusion is real.
-    kept = UDRLoss(0.0, "paper")(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, torch.tensor([-1, -1])))
+    kept = UDRLoss(0.0)(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, torch.tensor([-1, -1])))
     assert kept.in_batch.item() != pytest.approx(expected, abs=1e-6)
     # The rank part reads the sampled candidates only, as without the pool.
-    assert out.rank.item() == pytest.approx(UDRLoss(0.0, "paper")(q, pool[rows], ranks).rank.item(), abs=1e-12)
+    assert out.rank.item() == pytest.approx(UDRLoss(0.0)(q, pool[rows], ranks).rank.item(), abs=1e-12)
 
 
 def test_whole_pool_in_batch_loss_equals_in_batch_loss():
@@ -406,20 +402,20 @@ def test_whole_pool_in_batch_loss_equals_in_batch_loss():
     b, l, d = c.shape
     pool = c.reshape(b * l, d)
     rows = torch.arange(b * l).reshape(b, l)
-    out = UDRLoss(0.5, "paper")(q, c, ranks, pool=PoolNegatives(pool, rows, torch.full((b,), -1)))
+    out = UDRLoss(0.5)(q, c, ranks, pool=PoolNegatives(pool, rows, torch.full((b,), -1)))
     ref = InBatchLoss()(q, pool, torch.arange(b) * l + ranks.argmin(dim=1))
     assert out.in_batch.item() == pytest.approx(ref.item(), abs=1e-12)
-    for a, r in zip(out, UDRLoss(0.5, "paper")(q, c, ranks)):
+    for a, r in zip(out, UDRLoss(0.5)(q, c, ranks)):
         assert a.item() == pytest.approx(r.item(), abs=1e-12)
 
 
 def test_whole_pool_gradients_reach_the_queries_only_and_the_positive_cannot_be_the_query():
     q, pool, rows, ranks, exclude = _pool_example()
     q = q.clone().requires_grad_(True)
-    UDRLoss(0.5, "paper")(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, exclude)).total.backward()
+    UDRLoss(0.5)(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, exclude)).total.backward()
     assert q.grad.abs().sum() > 0 and not pool.requires_grad
     with pytest.raises(UdrError, match="best candidate is the query itself"):
-        UDRLoss(0.5, "paper")(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, torch.tensor([2, -1])))
+        UDRLoss(0.5)(q, pool[rows], ranks, pool=PoolNegatives(pool, rows, torch.tensor([2, -1])))
 
 
 def _old_udr_loss(lam, mode, scale, q, c, ranks, mask):
@@ -448,7 +444,7 @@ def test_udr_loss_defaults_reproduce_the_old_loss_bit_for_bit(mode, scale):
     mask = torch.tensor([[True] * 4, [True] * 4, [True, True, True, False]])
     old = _old_udr_loss(0.2, mode, scale, q, c, ranks, mask)
     old_grads = torch.autograd.grad(old[0], (q, c))
-    new = UDRLoss(0.2, mode, scale=scale)(q, c, ranks, mask)
+    new = (UDRLoss(0.2, scale=scale) if mode == "paper" else PublishedUDRLoss(scale=scale))(q, c, ranks, mask)
     new_grads = torch.autograd.grad(new.total, (q, c))
     for a, b in zip(new, old):
         assert torch.equal(a, b)

@@ -7,10 +7,19 @@ import numpy as np
 import pytest
 import torch
 
-from udr.config import TrainSettings
+from udr.config import LOSS_MODES, TrainSettings
 from udr.errors import UdrError
 from udr.retriever.backward import GradCacheBackward
-from udr.retriever.recipes import CandidateLayout, DistillRecipe, RankRecipe, epr_train_settings, recipe_for
+from udr.retriever.losses import DistillUDRLoss, PublishedUDRLoss, UDRLoss
+from udr.retriever.recipes import (
+    RECIPES,
+    CandidateLayout,
+    DistillRecipe,
+    PaperRecipe,
+    PublishedRecipe,
+    epr_train_settings,
+    recipe_for,
+)
 from udr.retriever.training import ScoredQuery
 
 
@@ -19,19 +28,21 @@ def _query(n: int, scores=()) -> ScoredQuery:
 
 
 @pytest.mark.parametrize(
-    ("loss", "sampling", "kind", "candidates"),
+    ("loss", "sampling", "kind", "loss_kind", "candidates"),
     [
-        ("paper", "uniform", RankRecipe, 5),
-        ("published", "published", RankRecipe, 5),
-        ("distill", "uniform", DistillRecipe, 5),
-        ("paper", "epr", RankRecipe, 2),
+        ("paper", "uniform", PaperRecipe, UDRLoss, 5),
+        ("published", "published", PublishedRecipe, PublishedUDRLoss, 5),
+        ("distill", "uniform", DistillRecipe, DistillUDRLoss, 5),
+        ("paper", "epr", PaperRecipe, UDRLoss, 2),
     ],
 )
-def test_the_settings_choose_the_recipe(loss, sampling, kind, candidates):
-    cfg = TrainSettings(loss=loss, sampling=sampling, candidates_per_query=5)
+def test_the_settings_choose_the_recipe(loss, sampling, kind, loss_kind, candidates):
+    cfg = TrainSettings(loss=loss, sampling=sampling, candidates_per_query=5, loss_lambda=0.3)
     recipe = recipe_for(cfg, scale=20.0)
     assert type(recipe) is kind and recipe.candidates == candidates and recipe.scheme == sampling
-    assert recipe.loss.mode == loss and recipe.loss.scale == 20.0 and recipe.loss.lambda_ == cfg.loss_lambda
+    assert type(recipe.loss) is loss_kind and recipe.loss.scale == 20.0
+    # the published weights are fixed: 4 * L_rank + L_ib whatever train.loss_lambda
+    assert recipe.loss.lambda_ == (0.0 if loss == "published" else cfg.loss_lambda)
     positions = recipe.sample(_query(12), np.random.default_rng(0))
     assert len(positions) == candidates and positions == sorted(positions)
 
@@ -56,12 +67,31 @@ def test_candidate_layout_pads_and_ranks_in_lm_order():
 def test_the_distill_recipe_standardises_each_querys_scores():
     recipe = recipe_for(TrainSettings(loss="distill"), scale=1.0)
     layout = CandidateLayout.of([(_query(3, [0.0, 1.0, 2.0]), [0, 2]), (_query(2, [5.0, 5.0]), [1])], "cpu")
-    z = recipe.targets(layout)
+    z = recipe.targets(layout)["scores"]
     assert z.dtype == torch.float64
     np.testing.assert_allclose(z.numpy(), [[-np.sqrt(1.5), np.sqrt(1.5)], [0.0, 0.0]])
-    assert recipe_for(TrainSettings(), scale=1.0).targets(layout) is None
+    assert recipe_for(TrainSettings(), scale=1.0).targets(layout) == {}
     with pytest.raises(UdrError, match="no LM score per candidate"):
         recipe.targets(CandidateLayout.of([(_query(3), [0, 1])], "cpu"))
+
+
+def test_every_loss_setting_names_one_recipe_class():
+    assert set(RECIPES) == set(LOSS_MODES)
+    for loss, kind in RECIPES.items():
+        assert type(recipe_for(TrainSettings(loss=loss), 1.0)) is kind
+
+
+def test_only_the_anchored_recipe_prepares_and_it_needs_the_queries():
+    calls = []
+
+    def initial():
+        calls.append(1)
+
+    for loss in ("paper", "published", "distill"):
+        recipe_for(TrainSettings(loss=loss), 1.0).prepare(initial, None, None, 8)
+    assert not calls  # nothing loaded for the recipes that need no reference
+    with pytest.raises(UdrError, match="the training queries are needed"):
+        recipe_for(TrainSettings(loss="anchored"), 1.0).prepare(initial, None, None, 8)
 
 
 def test_grad_cache_runs_in_one_process():

@@ -112,6 +112,9 @@ def test_more_queries_score_only_the_new_ones(project, scored, tmp_path):
     summary = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
     after = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
     assert summary.queries == 9 and summary.reused == len(before) == 30 and summary.scored == 3 * 5
+    assert summary.engine == "padded"  # score.engine auto, on a CPU
+    again = run_score(_settings(root, "score.queries_per_task=9"), "sst2", 0, progress=False)
+    assert again.scored == 0 and again.engine is None  # nothing scored: no engine ran
     both = after.join(before, on=["query_id", "candidate_id"], suffix="_0")
     assert len(both) == len(before) and (both["score"] == both["score_0"]).all()
     fresh = run_score(_settings(root, "score.queries_per_task=9", "score.dtype=bf16"), "sst2", 0, progress=False)
@@ -223,10 +226,25 @@ def test_resume_after_interruption_gives_identical_output(project, scored, tmp_p
     partial = root / "data/scores/round0/.sst2.partial"
     assert len(list(partial.glob("shard-*.parquet"))) == 2 and not (root / "data/scores/round0/sst2.parquet").exists()
     summary = _run(root, "sst2")
-    assert summary.scored == 30
+    assert summary.scored == 30 and summary.engine == "padded"
     resumed = pl.read_parquet(root / "data/scores/round0/sst2.parquet")
     assert resumed.equals(scored["sst2"][1])
     assert not partial.exists()
+
+
+def test_the_report_names_every_engine_a_resumed_run_used(project, tmp_path):
+    """score.engine is no input of the scores (a resumed run keeps the shards another engine wrote): the
+    report names both engines then."""
+    import json
+
+    from udr.stages.score import run_score
+
+    root = _copy(project, tmp_path)
+    shutil.rmtree(root / "data/scores")
+    assert _run(root, "sst2", stop_after_shards=2) is None  # the padded engine (auto, on a CPU)
+    summary = run_score(_settings(root, "score.engine=packed"), "sst2", 0, progress=False)
+    assert summary.scored == 30 and summary.engine == "packed+padded"
+    assert json.loads((root / "metrics/score/round0/sst2.json").read_text())["engine"] == "packed+padded"
 
 
 def test_stale_partial_results_are_discarded(project, scored, tmp_path):

@@ -230,7 +230,8 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
 
     root, settings = _project(looped, tmp_path, "train.freeze_demo_encoder=true")
     init = root / "models/base/encoder"
-    trainer = build(settings, 0, init, tmp_path / "partial", "cpu", 0, 4)
+    data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
+    trainer = build(settings, 0, init, tmp_path / "partial", "cpu", 0, 4, data)
     enc = trainer.encoder
     demo_before, query_before = _weights(enc.demo_model), _weights(enc.query_model)
     assert trainer.params and {id(p) for p in trainer.params} == {id(p) for p in enc.query_model.parameters()}
@@ -248,7 +249,6 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
         np.testing.assert_allclose(cache.emb.numpy(), base.encode(pool_texts[task], "demo"), atol=1e-5)
 
     # One micro-batch by hand (dropout off): L_ib is a softmax over the task's 23 other pool rows.
-    data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
     batch = [(data["sst2"][0], [0, 1, 2]), (data["sst2"][1], [1, 3])]
     enc.query_model.eval()
     with torch.no_grad():
@@ -383,11 +383,11 @@ def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_pat
         root, settings = _project(
             looped, tmp_path / name.replace(" ", "-"), f"train.loss={loss}", "train.dtype=fp32", *overrides
         )
-        trainer = build(settings, 0, root / "models/base/encoder", tmp_path / name / "partial", "cpu", 0, 4)
+        data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
+        trainer = build(settings, 0, root / "models/base/encoder", tmp_path / name / "partial", "cpu", 0, 4, data)
         assert isinstance(trainer.backward, GradCacheBackward if name == "grad cache" else PlainBackward)
         trainer.encoder.query_model.eval()  # dropout off: the two routes see the same encoder
         trainer.encoder.demo_model.eval()
-        data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
         sampler = TaskSampler({t: len(qs) for t, qs in data.items()}, settings.train.alpha)
         trainer.optimizer.step = lambda: None  # keep the gradients of step 0 to compare them
         losses[name] = train_step(trainer, data, sampler, 0, Distributed("cpu"))

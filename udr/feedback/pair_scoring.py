@@ -61,6 +61,9 @@ class ScoreSummary:
     top1_score_mean: float  # mean over queries of the best candidate's score (does mining find better ones?)
     machine: str = ""  # the device kind that scored (:func:`udr.util.machine.machine_kind`)
     shipped: dict | None = None  # what was taken from shipped feedback and how its sample agreed (udr.feedback.shipped)
+    # the scoring engine that ran (padded or packed; both, "+"-joined, where a resumed run changed it; None
+    # where no pair was scored here); optional when read, as reports written before it lack it
+    engine: str | None = None
 
 
 @dataclass
@@ -220,7 +223,7 @@ def score_shards(
                 schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "tokens": pl.Int64},
             )
             write_parquet_atomic(shard, _shard_file(partial, s))
-            _append_stats(partial, dist.rank, s, asdict(totals))
+            _append_stats(partial, dist.rank, s, {**asdict(totals), "engine": scorer.engine})
             if stop_after_shards is not None and done + 1 >= stop_after_shards:
                 return False
     return True
@@ -259,6 +262,7 @@ def finish(
     merged = rank_within_query(pl.concat([work.reused, new])).select(SCORE_COLUMNS)
     write_parquet_atomic(merged, out)
     pad = _padding_from_stats(partial)
+    engine = _engine_from_stats(partial)
     remove(partial)
     seconds = time.perf_counter() - start
     summary = ScoreSummary(
@@ -279,6 +283,7 @@ def finish(
         round(float(merged.filter(pl.col("rank") == 1)["score"].mean() or float("nan")), 6),
         machine_kind(device_type),
         shipped,
+        engine,
     )
     ScoresManifest(
         work.task.name,
@@ -300,6 +305,14 @@ def finish(
 def _append_stats(partial: Path, rank: int, shard: int, stats: dict) -> None:
     with (partial / f"stats-rank{rank}.jsonl").open("a") as fh:
         fh.write(json.dumps({"shard": shard, **stats}) + "\n")
+
+
+def _engine_from_stats(partial: Path) -> str | None:
+    """The engine(s) that scored this run's shards, "+"-joined; None where no shard was scored."""
+    engines = set()
+    for f in partial.glob("stats-rank*.jsonl"):
+        engines |= {json.loads(line).get("engine") for line in f.read_text().splitlines()}
+    return "+".join(sorted(e for e in engines if e)) or None
 
 
 def _padding_from_stats(partial: Path) -> float:

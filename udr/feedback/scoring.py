@@ -20,8 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from udr.lm.packed import PackedScorer
-from udr.lm.scorer import BatchStats, LMScorer, ScoringItem, group_batches, length_batches, prefix_groups
+from udr.lm.scorer import BatchStats, Scorer, ScoringItem, prefix_groups
 
 
 def pair_score(logps: Sequence[float], gold: int, generation: bool, n_gold_tokens: int) -> float:
@@ -33,43 +32,25 @@ def pair_score(logps: Sequence[float], gold: int, generation: bool, n_gold_token
 
 
 def score_items(
-    scorer: LMScorer | PackedScorer,
+    scorer: Scorer,
     items: Sequence[ScoringItem],
     generation: bool,
     batch_tokens: int,
     on_batch=None,
     share_prefixes: bool = True,
 ) -> tuple[np.ndarray, BatchStats]:
-    """The feedback score of every item (in their order) and the token accounting.
+    """The feedback score of every item (in their order) and the token accounting, by either engine
+    (:meth:`udr.lm.scorer.Scorer.score_all`: padded batches of `batch_tokens` tokens, or packed rows).
 
     With `share_prefixes`, items of the same candidate run its demonstration once
-    (:meth:`LMScorer.score_groups`); `BatchStats.tokens` then counts the tokens run, fewer than the
-    items' own. The other items run in length-bucketed batches; with a :class:`PackedScorer`, every
-    item runs in its packed rows (`batch_tokens` tokens each) instead."""
+    (:func:`udr.lm.scorer.prefix_groups`); `BatchStats.tokens` then counts the tokens run, fewer than the
+    items' own."""
+    groups = prefix_groups(items, batch_tokens)[0] if share_prefixes else []
+    logps, stats = scorer.score_all(items, groups, batch_tokens, on_batch)
     scores = np.empty(len(items), dtype=np.float64)
-    total = BatchStats()
-
-    def record(batch, logps, stats):
-        for i, lp in zip(batch, logps):
-            it = items[i]
-            scores[i] = pair_score(lp, it.gold, generation, len(it.continuations[it.gold]))
-        total.add(stats)
-        if on_batch:
-            on_batch(stats)
-
-    groups, plain = prefix_groups(items, batch_tokens) if share_prefixes else ([], list(range(len(items))))
-    if isinstance(scorer, PackedScorer):
-        logps, stats = scorer.score(items, groups, on_row=on_batch)
-        for i, (it, lp) in enumerate(zip(items, logps)):
-            scores[i] = pair_score(lp, it.gold, generation, len(it.continuations[it.gold]))
-        return scores, stats
-    for batch in group_batches(items, groups, batch_tokens):
-        values, stats = scorer.score_groups([[items[i] for i in groups[g]] for g in batch])
-        record([i for g in batch for i in groups[g]], [v for vs in values for v in vs], stats)
-    for batch in length_batches([items[i] for i in plain], batch_tokens):
-        logps, stats = scorer.score_batch([items[plain[j]] for j in batch])
-        record([plain[j] for j in batch], logps, stats)
-    return scores, total
+    for i, (it, lp) in enumerate(zip(items, logps)):
+        scores[i] = pair_score(lp, it.gold, generation, len(it.continuations[it.gold]))
+    return scores, stats
 
 
 def rank_within_query(frame):

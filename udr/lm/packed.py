@@ -35,7 +35,7 @@ import numpy as np
 from udr.errors import UdrError
 from udr.lm.precision import lm_forward_context
 from udr.lm.ragged import attention_implementation, supports_ragged
-from udr.lm.scorer import BatchStats, ModelParts, ScoringItem, common_prefix, head_log_probs
+from udr.lm.scorer import BatchStats, ModelParts, Scorer, ScoringItem, common_prefix, head_log_probs
 
 PACKED = "udr_packed"
 ENGINES = ("auto", "padded", "packed")
@@ -294,7 +294,8 @@ def _packed_attention(module, query, key, value, attention_mask, **kwargs):
 
 
 class PackedScorer(ModelParts):
-    """Summed log-likelihoods of continuations after prompts, from packed rows (see the module doc).
+    """Summed log-likelihoods of continuations after prompts, from packed rows (see the module doc): the
+    packed engine (:class:`udr.lm.scorer.Scorer`).
 
     `row_tokens`: the tokens of a row (the scoring stage's `score.batch_tokens`); `attention`: flex,
     sdpa (dense mask) or auto (flex on CUDA, sdpa elsewhere)."""
@@ -315,6 +316,19 @@ class PackedScorer(ModelParts):
         if self.attention == "flex":
             return max(BLOCK, -(-self.row_tokens // BLOCK) * BLOCK)
         return min(self.row_tokens, DENSE_ROW_TOKENS)
+
+    engine = "packed"
+
+    def score_all(
+        self,
+        items: Sequence[ScoringItem],
+        groups: Sequence[Sequence[int]],
+        batch_tokens: int,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> tuple[list[list[float]], BatchStats]:
+        """:meth:`udr.lm.scorer.Scorer.score_all`: every item in packed rows (:meth:`score`), whose size
+        `row_tokens` was set when the scorer was made (from the same budget: `batch_tokens` is not read)."""
+        return self.score(items, groups, on_row=on_batch)
 
     def score_batch(self, items: Sequence[ScoringItem]) -> tuple[list[list[float]], BatchStats]:
         """Summed log p(continuation | prompt) for every continuation of every item (as
@@ -442,9 +456,11 @@ def resolve_engine(engine: str, model, setting: str = "score.engine") -> str:
     return engine
 
 
-def make_scorer(engine: str, model, *, bf16: bool, pad_id: int, batch_tokens: int, setting: str = "score.engine"):
-    """The scorer `engine` resolves to (:func:`resolve_engine`): an :class:`udr.lm.scorer.LMScorer` or a
-    :class:`PackedScorer` whose rows hold `batch_tokens` tokens."""
+def make_scorer(
+    engine: str, model, *, bf16: bool, pad_id: int, batch_tokens: int, setting: str = "score.engine"
+) -> Scorer:
+    """The scorer `engine` resolves to (:func:`resolve_engine`; the one place an engine is chosen): an
+    :class:`udr.lm.scorer.LMScorer` or a :class:`PackedScorer` whose rows hold `batch_tokens` tokens."""
     from udr.lm.scorer import LMScorer
 
     if resolve_engine(engine, model, setting) == "packed":

@@ -14,8 +14,9 @@ Imports of torch and udr.lm.kv_cache (transformers) are inside the functions tha
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from udr.lm.precision import lm_forward_context
 from udr.lm.ragged import decoder_forward, default_chunk_tokens, has_sliding_layers, supports_ragged
@@ -172,8 +173,32 @@ class ModelParts:
         self.pad_id = pad_id
 
 
+class Scorer(Protocol):
+    """A scoring engine: the summed log-likelihoods of every item's continuations, whichever way it runs
+    them. :func:`udr.lm.packed.make_scorer` chooses one by name: :class:`LMScorer` (padded) or
+    :class:`udr.lm.packed.PackedScorer` (packed)."""
+
+    engine: str  # its name, as `score.engine` names it (padded or packed), recorded in the score report
+
+    def score_all(
+        self,
+        items: Sequence[ScoringItem],
+        groups: Sequence[Sequence[int]],
+        batch_tokens: int,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> tuple[list[list[float]], BatchStats]:
+        """Summed log p(continuation | prompt) of every continuation of every item, in the items' order,
+        and the token accounting. The items of each of `groups` (indices, :func:`prefix_groups`) share
+        their first `shared` prompt tokens, which run once; `batch_tokens` bounds a batch (or a row);
+        `on_batch` gets each batch's (row's) accounting as it runs."""
+        ...
+
+
 class LMScorer(ModelParts):
-    """Summed log-likelihoods of continuations after prompts, with a causal LM (transformers)."""
+    """Summed log-likelihoods of continuations after prompts, with a causal LM (transformers): the padded
+    engine (:class:`Scorer`), items in length-bucketed padded batches."""
+
+    engine = "padded"
 
     def __init__(self, model, *, bf16: bool = False, pad_id: int = 0):
         import torch
@@ -199,6 +224,35 @@ class LMScorer(ModelParts):
             if all(len(it.continuations) == 1 for it in items):
                 return self._score_single(items)
             return self._score_shared_prefix(items)
+
+    def score_all(
+        self,
+        items: Sequence[ScoringItem],
+        groups: Sequence[Sequence[int]],
+        batch_tokens: int,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> tuple[list[list[float]], BatchStats]:
+        """:meth:`Scorer.score_all`: the groups in batches of groups (:func:`group_batches`, :meth:`score_groups`),
+        then every other item in length-bucketed batches (:func:`length_batches`, :meth:`score_batch`)."""
+        logps: list[list[float]] = [[] for _ in items]
+        total = BatchStats()
+
+        def record(batch: list[int], values, stats: BatchStats) -> None:
+            for i, v in zip(batch, values):
+                logps[i] = v
+            total.add(stats)
+            if on_batch:
+                on_batch(stats)
+
+        grouped = {i for g in groups for i in g}
+        plain = [i for i in range(len(items)) if i not in grouped]
+        for batch in group_batches(items, list(groups), batch_tokens):
+            values, stats = self.score_groups([[items[i] for i in groups[g]] for g in batch])
+            record([i for g in batch for i in groups[g]], [v for vs in values for v in vs], stats)
+        for batch in length_batches([items[i] for i in plain], batch_tokens):
+            values, stats = self.score_batch([items[plain[j]] for j in batch])
+            record([plain[j] for j in batch], values, stats)
+        return logps, total
 
     def score_groups(self, groups: Sequence[Sequence[ScoringItem]]) -> tuple[list[list[list[float]]], BatchStats]:
         """:meth:`score_batch` for groups of items whose prompts start with the same `shared` tokens

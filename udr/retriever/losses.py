@@ -1,16 +1,18 @@
 """Training losses of UDR (paper, section "Loss Function"): a list-wise rank loss that injects the LM's
 ranking of each query's sampled candidates into the retriever (:class:`RankLoss`, inspired by
 LambdaRank), the in-batch negative loss over every candidate of the batch (:class:`InBatchLoss`, which
-with one positive and one hard negative per query is DPR's / EPR's contrastive loss), and their
-combination (:class:`UDRLoss`), either as the paper writes it, lambda * L_rank + (1 - lambda) * L_ib,
-or as the published KaiLv69/UDR code computes it, 4 * L_rank + L_ib. A third mode distils the LM's
-scores instead of its ranks (:class:`DistillLoss`, LLM-R's KL loss), a fourth learns the LM's preferred
-(winner, loser) pairs relative to the initial encoder (:class:`AnchoredLoss`, SeDPO's anchored pairwise
-loss), and the in-batch loss can run over
-a task's whole pool of cached demonstration embeddings instead of the batch (:class:`PoolInBatchLoss`
-over :class:`PoolNegatives`, for a frozen E_d). Similarities are dot products of query and candidate
-embeddings (times `scale`, for cosine similarities); losses are computed in float32 (or float64 if given)
-whatever the embeddings' dtype.
+with one positive and one hard negative per query is DPR's / EPR's contrastive loss), a KL loss that
+distils the LM's scores instead of its ranks (:class:`DistillLoss`, LLM-R's), and a pairwise loss that
+learns the LM's preferred (winner, loser) pairs relative to the initial encoder (:class:`AnchoredLoss`,
+SeDPO's anchored one). The in-batch loss can run over a task's whole pool of cached demonstration
+embeddings instead of the batch (:class:`PoolInBatchLoss` over :class:`PoolNegatives`, for a frozen E_d).
+
+The training losses combine a rank term with the in-batch loss, one class each: :class:`UDRLoss` (the
+paper's lambda * L_rank + (1 - lambda) * L_ib, the base of the others), :class:`PublishedUDRLoss` (4 * L_rank
++ L_ib, as the published KaiLv69/UDR code computes it), :class:`DistillUDRLoss` (L_KL as the rank term) and
+:class:`AnchoredUDRLoss` (L_anchor). Similarities are dot products of query and candidate embeddings (times
+`scale`, for cosine similarities); losses are computed in float32 (or float64 if given) whatever the
+embeddings' dtype.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from udr.config import LOSS_MODES
 from udr.errors import UdrError
 
 
@@ -316,8 +317,8 @@ class PoolInBatchLoss(nn.Module):
 
 class LossParts(NamedTuple):
     """The training loss and its two parts (scalar tensors; ``total`` is the one to backpropagate).
-    ``rank`` holds L_rank, or L_KL in distill mode, L_anchor in anchored mode (the training log keeps the
-    key ``rank`` for all)."""
+    ``rank`` holds the loss's rank term (L_rank, L_KL or L_anchor; the training log keeps the key ``rank``
+    for all)."""
 
     total: Tensor
     rank: Tensor
@@ -325,55 +326,41 @@ class LossParts(NamedTuple):
 
 
 class UDRLoss(nn.Module):
-    """UDR's training loss: the rank loss (or the distillation loss) plus the in-batch negative loss.
+    """UDR's training loss as the paper writes it: the list-wise rank loss plus the in-batch negative loss.
+    The base of the other training losses, which change its rank term (:meth:`rank_term`) or its weighting
+    (:meth:`combine`).
 
-    Args (the settings' values are the caller's, `train.loss_lambda`, `train.loss` and
-    `train.distill_temperature`, whose one default is :class:`udr.config.TrainSettings`'s):
-        lambda_: weight of L_rank (L_KL) in "paper" ("distill") mode, in [0, 1] (ignored in "published" mode).
-        mode: "paper": L = lambda * L_rank + (1 - lambda) * L_ib (the paper's formula);
-            "published": L = 4 * L_rank + L_ib (what the published KaiLv69/UDR code computes);
-            "distill": L = lambda * L_KL + (1 - lambda) * L_ib, L_KL = :class:`DistillLoss` of the
-            candidates' LM scores (so lambda = 1 is the KL alone);
-            "anchored": L = lambda * L_anchor + (1 - lambda) * L_ib, L_anchor = :class:`AnchoredLoss` of
-            the candidates' similarities against the reference encoder's.
+    Args (the settings' values are the caller's, `train.loss_lambda`, whose one default is
+    :class:`udr.config.TrainSettings`'s):
+        lambda_: weight of the rank term, in [0, 1].
         scale: every similarity enters both losses multiplied by it, sim = scale * (q . z) (1 / temperature;
             1 for the paper's dot products, e.g. 20 for cosine similarities of L2-normalised embeddings).
-        distill_temperature: tau of :class:`DistillLoss` (distill mode only, and required there).
-        anchor_beta: beta of :class:`AnchoredLoss` (anchored mode only, and required there).
 
-    Inputs (forward):
+    Inputs:
         query_emb: FloatTensor (B, d), query embeddings.
         cand_emb: FloatTensor (B, l, d), embeddings of each query's l sampled candidates.
         ranks: LongTensor (B, l), the LM rank of each candidate in its query's list (1 = best).
         mask: optional BoolTensor (B, l), True where a candidate is real.
-        scores: FloatTensor (B, l), the candidates' LM scores (distill mode only; see :class:`DistillLoss`).
         pool: optional :class:`PoolNegatives`: L_ib's softmax runs over the task's whole pool instead of
             the batch's candidates.
-        ref_sim: FloatTensor (B, l), the reference encoder's dot products of each query and candidate
-            (anchored mode only; times ``scale`` like the retriever's).
-        pairs: BoolTensor (B, l, l), the (winner, loser) pairs of :class:`AnchoredLoss` (anchored mode only).
 
-    Output: :class:`LossParts` (total, rank, in_batch). With ``sim[b, j] = scale * query_emb[b] . cand_emb[b, j]``,
-    rank = :class:`RankLoss` (sim, ranks, mask) (distill mode: :class:`DistillLoss` (sim, scores, mask);
-    anchored mode: :class:`AnchoredLoss` (sim, scale * ref_sim, pairs));
-    in_batch = :class:`InBatchLoss` over all B * l candidates of the batch (padded ones left out of the
-    softmax), the positive of query b being its best-ranked real candidate (smallest rank, the first on
-    ties); with ``pool``, :class:`PoolInBatchLoss` over the N pool rows instead (all but the query's own
-    row), the positive being the pool row of that same candidate. Every query needs at least one real
-    candidate.
+    Output: :class:`LossParts` (total, rank, in_batch),
+
+        L = lambda * L_rank + (1 - lambda) * L_ib,
+
+    with ``sim[b, j] = scale * query_emb[b] . cand_emb[b, j]``, rank = L_rank = :class:`RankLoss` (sim,
+    ranks, mask), and in_batch = L_ib = :class:`InBatchLoss` over all B * l candidates of the batch (padded
+    ones left out of the softmax), the positive of query b being its best-ranked real candidate (smallest
+    rank, the first on ties); with ``pool``, :class:`PoolInBatchLoss` over the N pool rows instead (all but
+    the query's own row), the positive being the pool row of that same candidate. Every query needs at least
+    one real candidate. With lambda 0 and one positive and one hard negative per query, this is the EPR
+    baseline's in-batch (DPR) loss alone.
 
     Reference: Li et al., "Unified Demonstration Retriever for In-Context Learning" (ACL 2023),
-    section "Loss Function"; https://github.com/KaiLv69/UDR for the "published" weighting.
+    section "Loss Function".
     """
 
-    def __init__(
-        self,
-        lambda_: float,
-        mode: str,
-        scale: float = 1.0,
-        distill_temperature: float | None = None,
-        anchor_beta: float | None = None,
-    ) -> None:
+    def __init__(self, lambda_: float, scale: float = 1.0) -> None:
         super().__init__()
         try:
             lam = float(lambda_)
@@ -381,20 +368,11 @@ class UDRLoss(nn.Module):
             raise UdrError(f"bad parameter lambda_: must be a number in [0, 1], got {lambda_!r}") from None
         if not 0.0 <= lam <= 1.0:  # also rejects nan
             raise UdrError(f"bad parameter lambda_: must be in [0, 1], got {lambda_!r}")
-        if mode not in LOSS_MODES:
-            raise UdrError(f"bad parameter mode: must be one of {', '.join(LOSS_MODES)}, got {mode!r}")
         if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
             raise UdrError(f"bad parameter scale: must be a finite number > 0, got {scale!r}")
         self.lambda_ = lam
-        self.mode = mode
         self.scale = float(scale)
         self.rank_loss = RankLoss()
-        if mode == "distill" and distill_temperature is None:
-            raise UdrError("bad parameter distill_temperature: mode distill needs one")
-        self.distill_loss = None if distill_temperature is None else DistillLoss(distill_temperature)
-        if mode == "anchored" and anchor_beta is None:
-            raise UdrError("bad parameter anchor_beta: mode anchored needs one")
-        self.anchored_loss = None if anchor_beta is None else AnchoredLoss(anchor_beta)
         self.in_batch_loss = InBatchLoss()
         self.pool_in_batch_loss = PoolInBatchLoss()
 
@@ -404,11 +382,32 @@ class UDRLoss(nn.Module):
         cand_emb: Tensor,
         ranks: Tensor,
         mask: Tensor | None = None,
-        scores: Tensor | None = None,
         pool: PoolNegatives | None = None,
-        ref_sim: Tensor | None = None,
-        pairs: Tensor | None = None,
     ) -> LossParts:
+        return self.parts(query_emb, cand_emb, ranks, mask, pool)
+
+    def rank_term(self, sim: Tensor, ranks: Tensor, mask: Tensor, **targets) -> Tensor:
+        """The rank term of the (B, l) scaled similarities (padded places zeroed): L_rank here."""
+        return self.rank_loss(sim, ranks, mask)
+
+    def check_targets(self, b: int, l: int, **targets) -> None:
+        """Raise where the rank term's own inputs (`targets`) do not fit a batch of `b` queries of `l`
+        candidates (none here)."""
+
+    def combine(self, rank: Tensor, in_batch: Tensor) -> Tensor:
+        """The total: lambda * rank + (1 - lambda) * in_batch."""
+        return self.lambda_ * rank + (1.0 - self.lambda_) * in_batch
+
+    def parts(
+        self,
+        query_emb: Tensor,
+        cand_emb: Tensor,
+        ranks: Tensor,
+        mask: Tensor | None = None,
+        pool: PoolNegatives | None = None,
+        **targets,
+    ) -> LossParts:
+        """The loss's parts, `targets` going to the rank term (:meth:`rank_term`)."""
         if (
             query_emb.dim() != 2
             or cand_emb.dim() != 3
@@ -416,30 +415,20 @@ class UDRLoss(nn.Module):
             or cand_emb.shape[2] != query_emb.shape[1]
         ):
             raise ValueError(
-                f"UDRLoss: need query_emb (B, d) and cand_emb (B, l, d), "
+                f"{type(self).__name__}: need query_emb (B, d) and cand_emb (B, l, d), "
                 f"got {tuple(query_emb.shape)} and {tuple(cand_emb.shape)}"
             )
         b, l, d = cand_emb.shape
         if ranks.shape != (b, l):
-            raise ValueError(f"UDRLoss: ranks must be (B, l) = {(b, l)}, got {tuple(ranks.shape)}")
+            raise ValueError(f"{type(self).__name__}: ranks must be (B, l) = {(b, l)}, got {tuple(ranks.shape)}")
         if mask is None:
             mask = torch.ones((b, l), dtype=torch.bool, device=cand_emb.device)
         elif mask.shape != (b, l):
-            raise ValueError(f"UDRLoss: mask must be (B, l) = {(b, l)}, got {tuple(mask.shape)}")
+            raise ValueError(f"{type(self).__name__}: mask must be (B, l) = {(b, l)}, got {tuple(mask.shape)}")
         mask = mask.to(torch.bool)
         if not bool(mask.any(dim=1).all()):
             raise UdrError("bad batch: every query needs at least one real candidate")
-        if self.mode == "distill" and (scores is None or scores.shape != (b, l)):
-            got = None if scores is None else tuple(scores.shape)
-            raise UdrError(f"bad batch: loss distill needs the candidates' LM scores, (B, l) = {(b, l)}, got {got}")
-        if self.mode == "anchored" and (
-            ref_sim is None or ref_sim.shape != (b, l) or pairs is None or pairs.shape != (b, l, l)
-        ):
-            got = [None if x is None else tuple(x.shape) for x in (ref_sim, pairs)]
-            raise UdrError(
-                f"bad batch: loss anchored needs reference similarities (B, l) and pairs (B, l, l), B, l = {b, l}, "
-                f"got {got[0]} and {got[1]}"
-            )
+        self.check_targets(b, l, **targets)
         if self.scale != 1.0:
             query_emb = query_emb * self.scale  # scales every similarity q . z below
 
@@ -447,12 +436,7 @@ class UDRLoss(nn.Module):
         zero = torch.zeros((), dtype=cand_emb.dtype, device=cand_emb.device)
         cand_emb = torch.where(mask[:, :, None], cand_emb, zero)
         sim = (query_emb[:, None, :] * cand_emb).sum(-1)
-        if self.mode == "distill":
-            rank = self.distill_loss(sim, scores, mask)
-        elif self.mode == "anchored":
-            rank = self.anchored_loss(sim, ref_sim * self.scale, pairs & mask[:, :, None] & mask[:, None, :])
-        else:
-            rank = self.rank_loss(sim, ranks, mask)
+        rank = self.rank_term(sim, ranks, mask, **targets)
 
         # Positive: the best-ranked real candidate of each query (argmin returns the first on ties).
         sentinel = torch.full_like(ranks, torch.iinfo(torch.long).max, dtype=torch.long)
@@ -462,9 +446,130 @@ class UDRLoss(nn.Module):
             in_batch = self.in_batch_loss(query_emb, cand_emb.reshape(b * l, d), positive, mask.reshape(b * l))
         else:
             in_batch = self.pool_in_batch_loss(query_emb, pool, best)
+        return LossParts(total=self.combine(rank, in_batch), rank=rank, in_batch=in_batch)
 
-        if self.mode == "published":
-            total = 4.0 * rank + in_batch
-        else:
-            total = self.lambda_ * rank + (1.0 - self.lambda_) * in_batch
-        return LossParts(total=total, rank=rank, in_batch=in_batch)
+
+class PublishedUDRLoss(UDRLoss):
+    """UDR's training loss as the published KaiLv69/UDR code computes it: :class:`UDRLoss`'s two terms with
+    fixed weights.
+
+    Args:
+        scale: as :class:`UDRLoss`'s (no lambda: the weights are fixed).
+
+    Inputs: as :class:`UDRLoss`'s.
+
+    Output: :class:`LossParts` (total, rank, in_batch),
+
+        L = 4 * L_rank + L_ib,
+
+    L_rank and L_ib as in :class:`UDRLoss`.
+
+    Reference: https://github.com/KaiLv69/UDR (the published code of Li et al., ACL 2023).
+    """
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__(0.0, scale)
+
+    def combine(self, rank: Tensor, in_batch: Tensor) -> Tensor:
+        """The total: 4 * rank + in_batch."""
+        return 4.0 * rank + in_batch
+
+
+class DistillUDRLoss(UDRLoss):
+    """The LM's scores distilled into the retriever instead of its ranks, plus the in-batch negative loss.
+
+    Args:
+        lambda_, scale: as :class:`UDRLoss`'s.
+        temperature: tau of :class:`DistillLoss` (`train.distill_temperature`).
+
+    Inputs: as :class:`UDRLoss`'s, and
+        scores: FloatTensor (B, l), the candidates' LM scores (training passes them standardised over each
+            query's whole list; see :class:`DistillLoss`).
+
+    Output: :class:`LossParts` (total, rank, in_batch),
+
+        L = lambda * L_KL + (1 - lambda) * L_ib,  L_KL = :class:`DistillLoss` (sim, scores, mask),
+
+    L_ib and sim as in :class:`UDRLoss` (so lambda = 1 is the KL alone).
+
+    Reference: Wang, Yang and Wei, "Learning to Retrieve In-Context Examples for Large Language Models"
+    (LLM-R, 2023, arXiv:2307.07164).
+    """
+
+    def __init__(self, lambda_: float, temperature: float, scale: float = 1.0) -> None:
+        super().__init__(lambda_, scale)
+        self.distill_loss = DistillLoss(temperature)
+
+    def forward(
+        self,
+        query_emb: Tensor,
+        cand_emb: Tensor,
+        ranks: Tensor,
+        mask: Tensor | None = None,
+        pool: PoolNegatives | None = None,
+        *,
+        scores: Tensor | None = None,
+    ) -> LossParts:
+        return self.parts(query_emb, cand_emb, ranks, mask, pool, scores=scores)
+
+    def check_targets(self, b: int, l: int, scores: Tensor | None = None) -> None:
+        if scores is None or scores.shape != (b, l):
+            got = None if scores is None else tuple(scores.shape)
+            raise UdrError(f"bad batch: loss distill needs the candidates' LM scores, (B, l) = {(b, l)}, got {got}")
+
+    def rank_term(self, sim: Tensor, ranks: Tensor, mask: Tensor, scores: Tensor) -> Tensor:
+        """L_KL of the similarities against the LM's scores."""
+        return self.distill_loss(sim, scores, mask)
+
+
+class AnchoredUDRLoss(UDRLoss):
+    """The LM's preferred (winner, loser) pairs learnt relative to the initial encoder, plus the in-batch
+    negative loss.
+
+    Args:
+        lambda_, scale: as :class:`UDRLoss`'s.
+        beta: beta of :class:`AnchoredLoss` (`train.anchor_beta`).
+
+    Inputs: as :class:`UDRLoss`'s, and
+        ref_sim: FloatTensor (B, l), the reference encoder's dot products of each query and candidate (times
+            ``scale`` here, like the retriever's).
+        pairs: BoolTensor (B, l, l), the (winner, loser) pairs of :class:`AnchoredLoss` (pairs with a padded
+            candidate are dropped).
+
+    Output: :class:`LossParts` (total, rank, in_batch),
+
+        L = lambda * L_anchor + (1 - lambda) * L_ib,  L_anchor = :class:`AnchoredLoss` (sim, scale * ref_sim, pairs),
+
+    L_ib and sim as in :class:`UDRLoss`, L_ib's positive the best-ranked candidate.
+
+    Reference: the anchored pairwise (DPO-style) preference loss of SeDPO (NeurIPS 2025).
+    """
+
+    def __init__(self, lambda_: float, beta: float, scale: float = 1.0) -> None:
+        super().__init__(lambda_, scale)
+        self.anchored_loss = AnchoredLoss(beta)
+
+    def forward(
+        self,
+        query_emb: Tensor,
+        cand_emb: Tensor,
+        ranks: Tensor,
+        mask: Tensor | None = None,
+        pool: PoolNegatives | None = None,
+        *,
+        ref_sim: Tensor | None = None,
+        pairs: Tensor | None = None,
+    ) -> LossParts:
+        return self.parts(query_emb, cand_emb, ranks, mask, pool, ref_sim=ref_sim, pairs=pairs)
+
+    def check_targets(self, b: int, l: int, ref_sim: Tensor | None = None, pairs: Tensor | None = None) -> None:
+        if ref_sim is None or ref_sim.shape != (b, l) or pairs is None or pairs.shape != (b, l, l):
+            got = [None if x is None else tuple(x.shape) for x in (ref_sim, pairs)]
+            raise UdrError(
+                f"bad batch: loss anchored needs reference similarities (B, l) and pairs (B, l, l), B, l = {b, l}, "
+                f"got {got[0]} and {got[1]}"
+            )
+
+    def rank_term(self, sim: Tensor, ranks: Tensor, mask: Tensor, ref_sim: Tensor, pairs: Tensor) -> Tensor:
+        """L_anchor of the similarities against the reference's, over the pairs of real candidates."""
+        return self.anchored_loss(sim, ref_sim * self.scale, pairs & mask[:, :, None] & mask[:, None, :])

@@ -1,13 +1,19 @@
 """Training recipes: which of its scored candidates a query brings to a step, and the loss over them.
 
-One recipe is chosen from the training settings when the trainer is built (:func:`recipe_for`):
+Every training choice is one recipe class, chosen from the training settings' `train.loss` in one place
+(:func:`recipe_for`); each owns its loss (a rank term combined with the in-batch loss,
+:mod:`udr.retriever.losses`), what that loss needs beyond the LM's ranks (:meth:`Recipe.targets`) and what
+it computes once before training (:meth:`Recipe.prepare`):
 
-- :class:`RankRecipe`: UDR's, the LM's ranking of l sampled candidates injected list-wise plus the
-  in-batch loss (:class:`udr.retriever.losses.UDRLoss`, `train.loss` paper or published);
+- :class:`PaperRecipe`: UDR's, the LM's ranking of l sampled candidates injected list-wise plus the
+  in-batch loss, lambda * L_rank + (1 - lambda) * L_ib (:class:`udr.retriever.losses.UDRLoss`, `train.loss`
+  paper);
+- :class:`PublishedRecipe`: the same terms weighted 4 * L_rank + L_ib as the published code does
+  (:class:`udr.retriever.losses.PublishedUDRLoss`, `train.loss` published);
 - :class:`DistillRecipe`: the LM's scores distilled instead of its ranks (LLM-R's KL, `train.loss` distill);
 - :class:`AnchoredRecipe`: each query's T best against its T worst candidates, each pair's similarity
   margin measured against the initial encoder's (SeDPO's anchored pairwise loss, `train.loss` anchored);
-- the EPR baseline is :class:`RankRecipe` on :func:`epr_train_settings`: one positive of the top 5 and
+- the EPR baseline is :class:`PaperRecipe` on :func:`epr_train_settings`: one positive of the top 5 and
   one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone.
 
 Where the demonstrations' embeddings come from (E_d trained or frozen) and how a batch's loss is
@@ -16,14 +22,25 @@ back-propagated (plainly or by GradCache) are the trainer's own options (:mod:`u
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from udr.config import TrainSettings
 from udr.errors import UdrError
-from udr.retriever.losses import LossParts, PoolNegatives, UDRLoss, standardize
+from udr.retriever.demo_encoders import FrozenDemoEncoder
+from udr.retriever.losses import (
+    AnchoredUDRLoss,
+    DistillUDRLoss,
+    LossParts,
+    PoolNegatives,
+    PublishedUDRLoss,
+    UDRLoss,
+    standardize,
+)
 from udr.retriever.sampling import anchor_positions, sample_candidates
 
 
@@ -62,59 +79,110 @@ class CandidateLayout:
 
 class Recipe:
     """A training recipe: `candidates` per query sampled by `scheme` (:func:`udr.retriever.sampling.
-    sample_candidates`: uniform, published or epr), and the loss `loss` over them (query embeddings (B, d),
-    candidate embeddings (B, width, d) in the layout's order -> :class:`udr.retriever.losses.LossParts`)."""
+    sample_candidates`: uniform, published or epr), and its loss over them (query embeddings (B, d),
+    candidate embeddings (B, width, d) in the layout's order -> :class:`udr.retriever.losses.LossParts`).
+    A subclass chooses its loss (:meth:`from_settings`) and what that loss needs beyond the LM's ranks
+    (:meth:`targets`)."""
 
     def __init__(self, loss: UDRLoss, scheme: str, candidates: int) -> None:
         self.loss = loss
         self.scheme = scheme
         self.candidates = candidates
 
+    @classmethod
+    def from_settings(cls, cfg: TrainSettings, scale: float) -> Recipe:
+        """The recipe of the training settings `cfg` (`train.loss` naming this class), every similarity times
+        `scale`."""
+        raise NotImplementedError
+
+    @staticmethod
+    def candidates_of(cfg: TrainSettings) -> int:
+        """The candidates a query brings: `candidates_per_query` (the epr scheme: always 2)."""
+        return 2 if cfg.sampling == "epr" else cfg.candidates_per_query
+
     def sample(self, query, rng: np.random.Generator) -> list[int]:
         """Positions (0 = the LM's best) of the candidates `query` (a ScoredQuery) brings to this step."""
         return sample_candidates(len(query.candidate_ids), self.candidates, self.scheme, rng)
 
-    def targets(self, layout: CandidateLayout) -> Tensor | None:
-        """What the loss needs beyond the LM's ranks (none here)."""
-        return None
+    def prepare(self, initial: Callable[[], object], queries: Mapping | None, demos, batch_size: int) -> None:
+        """What the loss needs computed once before training, from the encoder training starts from
+        (`initial()`: called only where needed), the training queries ({task: its ScoredQuery list}), the
+        demonstration side (`demos`) and `batch_size` texts a batch (nothing here)."""
+
+    def targets(self, layout: CandidateLayout) -> dict[str, Tensor]:
+        """What the loss needs beyond the LM's ranks, as its keyword arguments (none here)."""
+        return {}
 
     def __call__(
         self, query_emb: Tensor, cand_emb: Tensor, layout: CandidateLayout, negatives: PoolNegatives | None = None
     ) -> LossParts:
-        return self.loss(query_emb, cand_emb, layout.ranks, layout.mask, self.targets(layout), negatives)
+        return self.loss(query_emb, cand_emb, layout.ranks, layout.mask, negatives, **self.targets(layout))
 
 
-class RankRecipe(Recipe):
-    """UDR's recipe: each query's sampled candidates ranked 1..l by the LM, L = lambda * L_rank +
-    (1 - lambda) * L_ib (paper) or 4 * L_rank + L_ib (published); with lambda 0 and the epr scheme,
+class PaperRecipe(Recipe):
+    """UDR's recipe as the paper writes it: each query's sampled candidates ranked 1..l by the LM, L = lambda *
+    L_rank + (1 - lambda) * L_ib (:class:`udr.retriever.losses.UDRLoss`); with lambda 0 and the epr scheme,
     the EPR baseline's in-batch loss alone over one positive and one hard negative."""
+
+    @classmethod
+    def from_settings(cls, cfg: TrainSettings, scale: float) -> PaperRecipe:
+        return cls(UDRLoss(cfg.loss_lambda, scale=scale), cfg.sampling, cls.candidates_of(cfg))
+
+
+class PublishedRecipe(Recipe):
+    """UDR's recipe as the published code computes it: L = 4 * L_rank + L_ib
+    (:class:`udr.retriever.losses.PublishedUDRLoss`; `train.loss_lambda` unread)."""
+
+    @classmethod
+    def from_settings(cls, cfg: TrainSettings, scale: float) -> PublishedRecipe:
+        return cls(PublishedUDRLoss(scale=scale), cfg.sampling, cls.candidates_of(cfg))
 
 
 class DistillRecipe(Recipe):
     """LLM-R's recipe: the LM's scores of each query's sampled candidates distilled into the retriever,
-    L = lambda * KL(p_LM || p_ret) + (1 - lambda) * L_ib, the scores standardised over each query's whole
-    scored list (:func:`teacher_scores`)."""
+    L = lambda * KL(p_LM || p_ret) + (1 - lambda) * L_ib (:class:`udr.retriever.losses.DistillUDRLoss`), the
+    scores standardised over each query's whole scored list (:func:`teacher_scores`)."""
 
-    def targets(self, layout: CandidateLayout) -> Tensor:
-        return teacher_scores(layout.picks, layout.width, layout.mask.device)
+    @classmethod
+    def from_settings(cls, cfg: TrainSettings, scale: float) -> DistillRecipe:
+        loss = DistillUDRLoss(cfg.loss_lambda, cfg.distill_temperature, scale=scale)
+        return cls(loss, cfg.sampling, cls.candidates_of(cfg))
+
+    def targets(self, layout: CandidateLayout) -> dict[str, Tensor]:
+        return {"scores": teacher_scores(layout.picks, layout.width, layout.mask.device)}
 
 
 class AnchoredRecipe(Recipe):
     """SeDPO's anchored pairwise recipe: each query brings its `top` best and `top` worst candidates by LM
     score (:func:`udr.retriever.sampling.anchor_positions`; fewer where its list is shorter than 2 * top),
     every (best, worst) pair whose LM scores differ is one term of :class:`udr.retriever.losses.AnchoredLoss`,
-    L = lambda * L_anchor + (1 - lambda) * L_ib, L_ib's positive the LM's best candidate. The reference
-    similarities are the initial encoder's, computed once before training for every query's whole list
-    (:func:`udr.retriever.training.reference_similarities`) and set as `reference`: {(task, query id): the
-    dot products of the query and its candidates, in LM order}."""
+    L = lambda * L_anchor + (1 - lambda) * L_ib (:class:`udr.retriever.losses.AnchoredUDRLoss`), L_ib's
+    positive the LM's best candidate. The reference similarities are the initial encoder's, computed by
+    :meth:`prepare` before training for every query's whole list (:func:`reference_similarities`):
+    `reference`, {(task, query id): the dot products of the query and its candidates, in LM order}."""
 
-    def __init__(self, loss: UDRLoss, top: int) -> None:
+    def __init__(self, loss: AnchoredUDRLoss, top: int) -> None:
         super().__init__(loss, "anchored", 2 * top)
         self.top = top
         self.reference: dict[tuple[str, int], np.ndarray] | None = None
 
+    @classmethod
+    def from_settings(cls, cfg: TrainSettings, scale: float) -> AnchoredRecipe:
+        return cls(AnchoredUDRLoss(cfg.loss_lambda, cfg.anchor_beta, scale=scale), cfg.anchor_top)
+
     def sample(self, query, rng: np.random.Generator) -> list[int]:
         return anchor_positions(len(query.candidate_ids), self.top)
+
+    def prepare(self, initial: Callable[[], object], queries: Mapping | None, demos, batch_size: int) -> None:
+        """The reference similarities of every query of `queries` by `initial()`, the encoder training starts
+        from."""
+        if queries is None:
+            raise UdrError("loss anchored: the training queries are needed to compute the reference similarities")
+        self.reference = reference_similarities(initial(), queries, demos, batch_size)
+
+    def targets(self, layout: CandidateLayout) -> dict[str, Tensor]:
+        ref, pairs = self.anchors(layout)
+        return {"ref_sim": ref, "pairs": pairs}
 
     def anchors(self, layout: CandidateLayout) -> tuple[Tensor, Tensor]:
         """The sampled candidates' reference similarities (B, width) and their (winner, loser) pairs
@@ -141,28 +209,23 @@ class AnchoredRecipe(Recipe):
         device = layout.mask.device
         return torch.tensor(ref, dtype=torch.float64, device=device), torch.tensor(pairs, device=device)
 
-    def __call__(
-        self, query_emb: Tensor, cand_emb: Tensor, layout: CandidateLayout, negatives: PoolNegatives | None = None
-    ) -> LossParts:
-        ref, pairs = self.anchors(layout)
-        return self.loss(query_emb, cand_emb, layout.ranks, layout.mask, None, negatives, ref_sim=ref, pairs=pairs)
+
+RECIPES: dict[str, type[Recipe]] = {
+    "paper": PaperRecipe,
+    "published": PublishedRecipe,
+    "distill": DistillRecipe,
+    "anchored": AnchoredRecipe,
+}
 
 
-def recipe_for(cfg, scale: float) -> Recipe:
-    """The recipe of the training settings `cfg` (a :class:`udr.config.TrainSettings`): its loss
-    (`loss`, `loss_lambda`, `distill_temperature`, `anchor_beta`, every similarity times `scale`) and
-    candidate sampling (`sampling`, `candidates_per_query`; the epr scheme always 2; loss anchored: the
-    `anchor_top` best and worst)."""
-    if cfg.loss == "anchored":
-        loss = UDRLoss(cfg.loss_lambda, cfg.loss, scale=scale, anchor_beta=cfg.anchor_beta)
-        return AnchoredRecipe(loss, cfg.anchor_top)
-    loss = UDRLoss(cfg.loss_lambda, cfg.loss, scale=scale, distill_temperature=cfg.distill_temperature)
-    candidates = 2 if cfg.sampling == "epr" else cfg.candidates_per_query
-    recipe = DistillRecipe if cfg.loss == "distill" else RankRecipe
-    return recipe(loss, cfg.sampling, candidates)
+def recipe_for(cfg: TrainSettings, scale: float) -> Recipe:
+    """The recipe of the training settings `cfg`: the class `cfg.loss` names (:data:`RECIPES`; the one place
+    that reads it), built from its settings (`loss_lambda`, `distill_temperature`, `anchor_beta`,
+    `anchor_top`, `sampling`, `candidates_per_query`), every similarity times `scale`."""
+    return RECIPES[cfg.loss].from_settings(cfg, scale)
 
 
-def epr_train_settings(cfg, task: str | None = None):
+def epr_train_settings(cfg: TrainSettings, task: str | None = None) -> TrainSettings:
     """The EPR baseline's recipe on UDR's budget, as training settings derived from UDR's `cfg`: one
     positive of the top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone
     over the batch's candidates, two encoders both trained, and as many epochs as all of UDR's rounds
@@ -177,6 +240,28 @@ def epr_train_settings(cfg, task: str | None = None):
     if task is not None:
         update |= {"tasks": [task], "alpha": type(cfg).model_fields["alpha"].default}
     return cfg.model_copy(update={**update, "freeze_demo_encoder": False, "shared_encoder": False})
+
+
+def reference_similarities(encoder, data: Mapping[str, Sequence], demos, batch_size: int) -> dict:
+    """The reference of loss anchored: {(task, query id): the dot products (float64, unscaled) of the query
+    and each of its candidates, in LM order} by `encoder` as it is (the one training starts from), without
+    dropout or gradient. The candidates' embeddings are a frozen E_d's cache (`demos`, a
+    :class:`FrozenDemoEncoder`), else E_d's own of each distinct candidate text; `batch_size` texts a batch."""
+    out = {}
+    for task, queries in data.items():
+        q = encoder.encode([sq.text for sq in queries], "query", batch_size=batch_size).astype(np.float64)
+        if isinstance(demos, FrozenDemoEncoder):
+            pool = demos.pools[task]
+            emb = pool.emb.detach().to("cpu", torch.float64).numpy()
+            rows = [[pool.row[c] for c in sq.candidate_ids] for sq in queries]
+        else:
+            texts = sorted({text for sq in queries for text in sq.candidate_texts})
+            at = {text: i for i, text in enumerate(texts)}
+            emb = encoder.encode(texts, "demo", batch_size=batch_size).astype(np.float64)
+            rows = [[at[text] for text in sq.candidate_texts] for sq in queries]
+        for sq, qv, r in zip(queries, q, rows):
+            out[(sq.task, sq.query_id)] = emb[r] @ qv
+    return out
 
 
 def teacher_scores(picks: list, width: int, device) -> Tensor:

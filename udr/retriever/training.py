@@ -7,8 +7,8 @@ p(T) ~ q_T^alpha (q_T = T's share of the scored queries); each query brings l ca
 from its LM-ranked list and ranked 1..l by the LM's scores. The batch is processed in micro-batches of
 `train.micro_batch` queries. What varies is chosen once, when the trainer is built (:func:`build_trainer`):
 
-- the recipe (:mod:`udr.retriever.recipes`): the candidates' sampling and the loss
-  (:class:`udr.retriever.losses.UDRLoss`; `train.loss` distill: the KL to the LM's scores);
+- the recipe (:mod:`udr.retriever.recipes`, one class per `train.loss`): the candidates' sampling, the
+  loss (:mod:`udr.retriever.losses`) and what it computes before the first step;
 - the demonstration side (:mod:`udr.retriever.demo_encoders`): E_d trained with E_q, or frozen
   (`train.freeze_demo_encoder`: each training task's pool embedded once, the in-batch loss over the
   query's whole task pool); `train.shared_encoder` ties E_d to E_q (one encoder for both sides);
@@ -37,12 +37,13 @@ import numpy as np
 import polars as pl
 import torch
 
+from udr.config import TrainSettings
 from udr.errors import UdrError
 from udr.retriever.backward import GradCacheBackward, PlainBackward
 from udr.retriever.demo_encoders import FrozenDemoEncoder, TrainedDemoEncoder
 from udr.retriever.encoder import BiEncoder, demo_texts, query_text
 from udr.retriever.losses import LossParts
-from udr.retriever.recipes import AnchoredRecipe, CandidateLayout, Recipe, recipe_for
+from udr.retriever.recipes import CandidateLayout, Recipe, recipe_for
 from udr.retriever.sampling import TaskSampler, step_rng
 from udr.util.files import write_atomic, write_text_atomic
 from udr.util.progress import progress_bar
@@ -88,7 +89,7 @@ class Trainer:
     demos: TrainedDemoEncoder | FrozenDemoEncoder
     backward: PlainBackward | GradCacheBackward
     device: object
-    cfg: object  # the round's TrainSettings
+    cfg: TrainSettings  # the round's
     seed: int  # with round: seeds every step's draws (step_rng) and dropout
     round: int
     history: list[dict] = field(default_factory=list)
@@ -200,29 +201,7 @@ def label_feedback(scores, labels, order, feedback: str):
     return frame.select(scores.columns)
 
 
-def reference_similarities(encoder, data: Mapping[str, Sequence[ScoredQuery]], demos, batch_size: int) -> dict:
-    """The reference of loss anchored: {(task, query id): the dot products (float64, unscaled) of the query
-    and each of its candidates, in LM order} by `encoder` as it is (the one training starts from), without
-    dropout or gradient. The candidates' embeddings are a frozen E_d's cache (`demos`, a
-    :class:`FrozenDemoEncoder`), else E_d's own of each distinct candidate text; `batch_size` texts a batch."""
-    out = {}
-    for task, queries in data.items():
-        q = encoder.encode([sq.text for sq in queries], "query", batch_size=batch_size).astype(np.float64)
-        if isinstance(demos, FrozenDemoEncoder):
-            pool = demos.pools[task]
-            emb = pool.emb.detach().to("cpu", torch.float64).numpy()
-            rows = [[pool.row[c] for c in sq.candidate_ids] for sq in queries]
-        else:
-            texts = sorted({text for sq in queries for text in sq.candidate_texts})
-            at = {text: i for i, text in enumerate(texts)}
-            emb = encoder.encode(texts, "demo", batch_size=batch_size).astype(np.float64)
-            rows = [[at[text] for text in sq.candidate_texts] for sq in queries]
-        for sq, qv, r in zip(queries, q, rows):
-            out[(sq.task, sq.query_id)] = emb[r] @ qv
-    return out
-
-
-def round_schedule(cfg, round_: int, data: Mapping[str, Sequence]) -> tuple[TaskSampler, int]:
+def round_schedule(cfg: TrainSettings, round_: int, data: Mapping[str, Sequence]) -> tuple[TaskSampler, int]:
     """A round's task sampler over `data` ({task: its scored queries}; p(T) ~ q_T^alpha) and its number of
     optimiser steps: `train.epochs_first` (round 0) or `train.epochs_later` passes over the queries, in
     batches of `train.batch_size` (`cfg`: the round's TrainSettings)."""
@@ -234,7 +213,7 @@ def round_schedule(cfg, round_: int, data: Mapping[str, Sequence]) -> tuple[Task
 
 def build_trainer(
     encoder,
-    cfg,
+    cfg: TrainSettings,
     *,
     steps: int,
     device,
@@ -339,26 +318,23 @@ def train_steps(
 
 
 def resume_trainer(
-    partial: Path, initial: Callable[[], BiEncoder], cfg, *, queries: Mapping | None = None, **options
+    partial: Path, initial: Callable[[], BiEncoder], cfg: TrainSettings, *, queries: Mapping | None = None, **options
 ) -> Trainer:
     """Step 2: :func:`build_trainer` (`cfg` and `options`: its arguments) for the bi-encoder of the
     checkpoint in `partial` where there is one, with its optimiser, schedule and loss history (a resumed
-    run), else for `initial()` (:mod:`udr.retriever.initial`). Loss anchored: the reference similarities of
-    `queries` ({task: its ScoredQuery list}) by `initial()`, before any step (:func:`reference_similarities`)."""
+    run), else for `initial()` (:mod:`udr.retriever.initial`). Before any step, the recipe prepares what its
+    loss needs from the encoder training starts from and `queries` ({task: its ScoredQuery list};
+    :meth:`udr.retriever.recipes.Recipe.prepare`: loss anchored's reference similarities)."""
     state_file = partial / "state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
     encoder = BiEncoder.load(partial / "encoder") if state is not None else initial()
     trainer = build_trainer(encoder, cfg, **options)
-    if isinstance(trainer.recipe, AnchoredRecipe):
-        if queries is None:
-            raise UdrError("loss anchored: the training queries are needed to compute the reference similarities")
-        # Fresh: the encoder has taken no step yet; resumed: the initial one again (a frozen E_d's cache is
-        # the initial E_d's either way).
-        reference = encoder if state is None else initial().share(cfg.shared_encoder).to(trainer.device)
-        with trainer.autocast():
-            trainer.recipe.reference = reference_similarities(
-                reference, queries, trainer.demos, options.get("pool_batch_size", 64)
-            )
+
+    def initial_encoder():  # fresh: the encoder has taken no step yet; resumed: the initial one again
+        return encoder if state is None else initial().share(cfg.shared_encoder).to(trainer.device)
+
+    with trainer.autocast():
+        trainer.recipe.prepare(initial_encoder, queries, trainer.demos, options.get("pool_batch_size", 64))
     if state is not None:
         opt_state = torch.load(partial / "optimizer.pt", map_location=trainer.device, weights_only=True)
         trainer.optimizer.load_state_dict(opt_state["optimizer"])

@@ -120,7 +120,7 @@ def run_train(
     if dp.rank == 0:
         open_partial(partial, fingerprint)
     dp.barrier()
-    trainer = build(settings, round_, Path(init), partial, device_type, dp.local_rank, steps, world=dp.world)
+    trainer = build(settings, round_, Path(init), partial, device_type, dp.local_rank, steps, data, world=dp.world)
     live = TrainLog(log_dir, trainer.history) if dp.rank == 0 else None
     log = live.log if live else None
     if not train_steps(trainer, data, sampler, steps, dp, partial, log, stop_after_steps, progress=progress):
@@ -156,13 +156,12 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
 
 
 def build(
-    settings, round_: int, init: Path, partial: Path, device_type: str, local_rank: int, steps: int, world: int = 1
+    settings, round_: int, init: Path, partial: Path, device_type: str, local_rank: int, steps: int, data: dict, world=1
 ) -> Trainer:
     """Step 2: the round's trainer (:func:`udr.retriever.training.resume_trainer`) for the bi-encoder of the
     checkpoint in `partial` if there is one (with its optimiser, schedule and history), else of `init`
-    (:func:`udr.retriever.initial.initial_encoder`); the pools of a frozen E_d, the queries of loss anchored."""
+    (:func:`udr.retriever.initial.initial_encoder`); a frozen E_d's pools; `data`: step 1's queries, for the recipe."""
     cfg, tasks = settings.train, settings.training_tasks()
-    data = load_scored_queries(settings, tasks, round_, settings.encoder) if cfg.loss == "anchored" else None
     pools = None
     if cfg.freeze_demo_encoder:
         pools = {t: (settings.task(t), read_prepared(settings.root, t, "train")) for t in tasks}

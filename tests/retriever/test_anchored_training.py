@@ -33,9 +33,10 @@ def _train(settings, root, out, **kw):
 
 @pytest.mark.parametrize("frozen", [False, True])
 def test_the_reference_is_the_initial_encoder_and_every_pair_starts_at_log_2(looped, tmp_path, frozen):
+    from udr.project.training import build_trainer as build
+    from udr.project.training import load_scored_queries
     from udr.retriever.encoder import BiEncoder
     from udr.retriever.recipes import AnchoredRecipe
-    from udr.stages.train import build, load_scored_queries
 
     root, settings = _project(
         looped,

@@ -221,11 +221,12 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
     import torch
 
     from udr.data.prepare import read_prepared
+    from udr.project.training import build_trainer as build
+    from udr.project.training import load_scored_queries
     from udr.retriever.demo_encoders import FrozenDemoEncoder
     from udr.retriever.encoder import BiEncoder, demo_texts
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import train_step
-    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     root, settings = _project(looped, tmp_path, "train.freeze_demo_encoder=true")
@@ -368,10 +369,11 @@ def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_pat
     Without it, smaller micro-batches give a different loss (each L_ib over its own candidates only)."""
     import torch
 
+    from udr.project.training import build_trainer as build
+    from udr.project.training import load_scored_queries
     from udr.retriever.backward import GradCacheBackward, PlainBackward
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import train_step
-    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     grads, losses = {}, {}

@@ -1,8 +1,9 @@
 """The `udr train` stage: one round of the paper's Algorithm 1 (or the EPR baseline) from the project's
 scores into a model directory, with its training log and model record. Steps: load (the training tasks'
-scored queries of the round, :func:`load_scored_queries`), build (:func:`build`: the bi-encoder of a
-checkpoint, the previous round's model or the base encoder, in a :class:`udr.retriever.training.Trainer`),
-run (:func:`udr.retriever.training.train_steps`), write (the model, its record, the log's summary).
+scored queries of the round, :func:`udr.project.training.load_scored_queries`), build
+(:func:`udr.project.training.build_trainer`: the bi-encoder of a checkpoint, the previous round's model or the
+base encoder, in a :class:`udr.retriever.training.Trainer`), run (:func:`udr.retriever.training.train_steps`),
+write (the model, its record, the log's summary).
 
 Resume: a checkpoint beside the output (``.<name>.partial``, :mod:`udr.util.resume`), whose manifest
 fingerprints the round, steps, seed, tasks, train and encoder settings, scores, init and world size, is
@@ -14,32 +15,23 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-import polars as pl
-import torch
-
-from udr.data.prepare import read_prepared
 from udr.errors import UdrError
-from udr.feedback.scores_file import load_scores
 from udr.paths import round_label
+from udr.project.training import build_trainer, load_scored_queries
 from udr.retriever.encoder import SETTINGS_NAME
-from udr.retriever.initial import describe_init, initial_encoder
+from udr.retriever.initial import describe_init
 from udr.retriever.recipes import epr_train_settings
 from udr.retriever.record import check_replace, recorded_train_settings, trained_model_record, write_record
 from udr.retriever.train_log import TrainLog
 from udr.retriever.training import (
-    ScoredQuery,
-    Trainer,
     TrainSummary,
     finish,
-    resume_trainer,
     round_schedule,
     train_steps,
-    training_queries,
 )
-from udr.util.distributed import Distributed, resolve_device_type, resolve_lm_precision
+from udr.util.distributed import Distributed, resolve_device_type
 from udr.util.files import file_sha256, remove
 from udr.util.resume import open_partial, partial_dir
 
@@ -120,7 +112,7 @@ def run_train(
     if dp.rank == 0:
         open_partial(partial, fingerprint)
     dp.barrier()
-    trainer = build(settings, round_, Path(init), partial, device_type, dp.local_rank, steps, world=dp.world)
+    trainer = build_trainer(settings, round_, Path(init), partial, device_type, dp.local_rank, steps, world=dp.world)
     live = TrainLog(log_dir, trainer.history) if dp.rank == 0 else None
     log = live.log if live else None
     if not train_steps(trainer, data, sampler, steps, dp, partial, log, stop_after_steps, progress=progress):
@@ -135,53 +127,6 @@ def run_train(
     remove(partial)
     dp.close()
     return summary
-
-
-def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_settings) -> dict[str, list[ScoredQuery]]:
-    """Step 1: each task's scored queries of `round_` with their candidates as encoder texts, LM order.
-    Only `score.queries_per_task` of them, as the scores' manifest lists them (its first n are the choice
-    of n, so a file scored for more queries holds them); a file scored for fewer, or with another seed,
-    is an error."""
-    out: dict[str, list[ScoredQuery]] = {}
-    feedback = settings.train.feedback  # lm, or labels / lm+labels: the labels of a task with labels rank them
-    for name in tasks:
-        path = settings.paths.scores(round_, name)
-        manifest, scores = load_scores(path, round_, name)
-        train = read_prepared(settings.root, name, "train")
-        wanted = manifest.chosen_queries(settings.score.queries_per_task, settings.seed, path, pool=train.height)
-        scores = scores.filter(pl.col("query_id").is_in(wanted.tolist())).sort(["query_id", "rank"])
-        candidates = settings.paths.candidates(round_, name)
-        out[name] = training_queries(settings.task(name), train, scores, encoder_settings, feedback, candidates)
-    return out
-
-
-def build(
-    settings, round_: int, init: Path, partial: Path, device_type: str, local_rank: int, steps: int, world: int = 1
-) -> Trainer:
-    """Step 2: the round's trainer (:func:`udr.retriever.training.resume_trainer`) for the bi-encoder of the
-    checkpoint in `partial` if there is one (with its optimiser, schedule and history), else of `init`
-    (:func:`udr.retriever.initial.initial_encoder`); the pools of a frozen E_d, the queries of loss anchored."""
-    cfg, tasks = settings.train, settings.training_tasks()
-    data = load_scored_queries(settings, tasks, round_, settings.encoder) if cfg.loss == "anchored" else None
-    pools = None
-    if cfg.freeze_demo_encoder:
-        pools = {t: (settings.task(t), read_prepared(settings.root, t, "train")) for t in tasks}
-    _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
-    base_spec = str(settings.models.encoder)
-    return resume_trainer(
-        partial,
-        lambda: initial_encoder(init, settings.encoder, base_spec=base_spec, shared=cfg.shared_encoder),
-        cfg,
-        steps=steps,
-        device=torch.device(f"cuda:{local_rank}" if device_type == "cuda" else "cpu"),
-        seed=settings.seed,
-        round_=round_,
-        world=world,
-        bf16=dtype == "bf16",
-        pools=pools,
-        pool_batch_size=settings.mine.batch_size,
-        queries=data,
-    )
 
 
 def training_record(settings, out: Path, *, method: str, round_: int, init: Path, summary) -> dict:

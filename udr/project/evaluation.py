@@ -36,12 +36,14 @@ def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
     one's own): random and BM25 embed nothing, and run whatever it says."""
     embeds = method is None or settings.paths.method_model(method) is not None
     device = resolve_device_type(settings.evaluate.device, "evaluate.device") if embeds else "cpu"
-    return RetrieverSetup(settings.seed, device, settings.mine.batch_size)
+    return RetrieverSetup(seed=settings.seed, device=device, batch_size=settings.mine.batch_size)
 
 
 def evaluation_setup(settings) -> EvaluationSetup:
     """The evaluate settings, the seed, and whether the task instruction leads each prompt (`score.instruction`)."""
-    return EvaluationSetup(settings.evaluate, settings.seed, settings.score.instruction == "prefix")
+    return EvaluationSetup(
+        evaluate=settings.evaluate, seed=settings.seed, instruction=settings.score.instruction == "prefix"
+    )
 
 
 def method_retriever(
@@ -66,7 +68,9 @@ def method_retriever(
 def result_files(settings, name: str, task_name: str, split: str = "test") -> ResultFiles:
     """Where the evaluation `name` (a method, or a name given with --save-as) of a task on `split` is written."""
     paths = settings.paths
-    return ResultFiles(paths.method_metrics(name, task_name, split), paths.predictions(name, task_name, split))
+    return ResultFiles(
+        result=paths.method_metrics(name, task_name, split), predictions=paths.predictions(name, task_name, split)
+    )
 
 
 def learned_model_fingerprint(settings, method: str, model: Path | None = None) -> str | None:

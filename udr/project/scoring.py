@@ -49,7 +49,14 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
         reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
     # Candidate order: a shard then holds each candidate's pairs together (its prefix runs once).
     todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
-    train_file = paths.prepared(task_name, "train")
     return ScoreWork(
-        settings.task(task_name), round_, train, train_file, cand_file, queries, reused, todo, settings.seed
+        task=settings.task(task_name),
+        round=round_,
+        train=train,
+        train_file=paths.prepared(task_name, "train"),
+        candidates_file=cand_file,
+        queries=queries,
+        reused=reused,
+        todo=todo,
+        seed=settings.seed,
     )

@@ -30,7 +30,7 @@ from udr.util.distributed import resolve_lm_precision
 
 def scoring_setup(settings) -> ScoringSetup:
     """The project's score settings, resolved LM and seed."""
-    return ScoringSetup(settings.score, settings.paths.base_model("lm"), settings.seed)
+    return ScoringSetup(score=settings.score, lm_dir=settings.paths.base_model("lm"), seed=settings.seed)
 
 
 def run_score(

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.retriever.search import check_diversity
 from udr.util.files import check_output_path, write_text_atomic
+
+if TYPE_CHECKING:
+    from udr.serving.api import Demonstration
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class RetrieveAnswer:
     written to the request's `output_file` where it names one."""
 
     task: str | None = None
-    demonstrations: tuple = ()
+    demonstrations: tuple[Demonstration, ...] = ()
     prompt: str | None = None
     lines: tuple[str, ...] = ()
 

@@ -119,10 +119,9 @@ def load_workload(settings, lm, task: str, rows: int):
     from dataclasses import replace
 
     from udr.evaluation.task_evaluation import task_evaluation
-    from udr.project.evaluation import evaluation_setup, method_retriever
-    from udr.stages.evaluate import load_task
+    from udr.project.evaluation import evaluation_setup, load_evaluated_task, method_retriever
 
-    pool, test_rows = load_task(settings, task)
+    pool, test_rows = load_evaluated_task(settings, task)
     bm25 = method_retriever(settings, "bm25", task, pool)
     ev = task_evaluation(lm, "bm25", settings.task(task), pool, test_rows, bm25, evaluation_setup(settings))
     if rows:

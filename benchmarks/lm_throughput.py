@@ -157,7 +157,7 @@ def scoring_items(settings, tokenizer, task_name: str, pairs) -> list:
 
 def default_pairs(settings, task_name: str) -> list[tuple[int, int]]:
     """The default run's round-0 pairs of a task: its scored queries' candidates (the stage's order)."""
-    from udr.stages.score import load_work
+    from udr.project.scoring import load_work
 
     work = load_work(settings, task_name, 0)
     return list(zip(work.todo["query_id"].to_list(), work.todo["candidate_id"].to_list()))

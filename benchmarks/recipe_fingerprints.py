@@ -82,8 +82,8 @@ def build_project(root: Path, data_dir: Path) -> Path:
 
 def train(root: Path, name: str, overrides, epr: bool, stop_after) -> dict:
     from udr.config import load_settings
+    from udr.project.training import run_train
     from udr.retriever.recipes import epr_train_settings
-    from udr.stages.train import run_train
 
     settings = load_settings(root / "params.yaml", list(overrides))
     if epr:

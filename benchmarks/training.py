@@ -46,9 +46,9 @@ def main() -> None:
 
     from benchmarks.lm_throughput import cpu_name
     from udr.config import load_settings
+    from udr.project.training import build_trainer, load_scored_queries
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import train_step
-    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     base = load_settings(args.params, args.set)
@@ -67,7 +67,7 @@ def main() -> None:
     init = base.paths.base_model("encoder")
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {
-            name: build(settings, 0, init, Path(tmp) / str(i), "cpu", 0, args.steps, data)
+            name: build_trainer(settings, 0, init, Path(tmp) / str(i), "cpu", 0, args.steps, data)
             for i, (name, settings) in enumerate(runs.items())
         }
         times = {n: [] for n in runs}

@@ -3,7 +3,8 @@
 that call them (the commands, the `udr exp` experiments, serving a project's retriever), are the only
 modules that read a project's whole settings and paths; the library under them (data, feedback, lm,
 retriever, evaluation, util) takes explicit arguments or one settings section, and imports none of them.
-Only the commands import the stages: the experiments, serving and udr/project reach the library directly."""
+Only the commands import the stages: the experiments, serving and udr/project reach the library directly, and so
+do the scripts beside the package (benchmarks/, tools/), which import no stage and no command either."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ ABOVE_THE_LIBRARY = ("udr.stages", "udr.project", "udr.cli", "udr.experiments", 
 # The layers above the library that import no stage: a stage module is its `udr <command>`'s alone.
 STAGE_FREE = ("experiments", "serving", "project")
 STAGE_LINES = 200  # a stage loads, calls the library and writes: no more lines than this
+# The scripts beside the package, and the layers they never import: a stage's or a command's code is its
+# command's driver; a script reaches the library or udr/project (what reads a project) instead.
+SCRIPT_DIRS = ("benchmarks", "tools")
+NOT_FOR_SCRIPTS = ("udr.stages", "udr.cli")
 # Modules of udr/stages that are no DVC stage's, each named with why it is still there, so that none is
 # added unnoticed: udr/stages/report.py (edited elsewhere) still imports the saved evaluations from here.
 NOT_STAGES: dict[str, str] = {}  # a module of udr/stages that is not a stage, with why (none now)
@@ -147,3 +152,22 @@ def test_the_experiments_serving_and_project_import_no_stage(module):
         assert not source.startswith("udr.stages"), f"{_name(module)} imports {source}: import the library instead"
     if not module.is_relative_to(PKG / "project"):  # udr/project names the stages that use it
         assert "udr.stages" not in text, f"{_name(module)} names a stage module (udr.stages): name the library's"
+
+
+def _scripts() -> list[Path]:
+    return sorted(p for folder in SCRIPT_DIRS for p in (PKG.parent / folder).rglob("*.py"))
+
+
+def test_the_scripts_are_found():
+    names = {p.relative_to(PKG.parent).as_posix() for p in _scripts()}
+    assert {"benchmarks/training.py", "benchmarks/evaluate.py", "tools/migrate_score_manifests.py"} <= names
+
+
+@pytest.mark.parametrize("script", _scripts(), ids=lambda p: p.relative_to(PKG.parent).as_posix())
+def test_benchmarks_and_tools_import_no_stage_and_no_command(script):
+    """benchmarks/ and tools/ run the library, udr/project, serving or the experiments, never a stage's or a
+    command's module (a command is run as `udr ...` in a process of its own)."""
+    for source, _ in _imports(ast.parse(script.read_text())):
+        assert not source.startswith(NOT_FOR_SCRIPTS), (
+            f"{script.relative_to(PKG.parent)} imports {source}: import the library (or udr/project) instead"
+        )

@@ -54,7 +54,7 @@ def _legacy_problem(old: dict) -> str:
 def migrate(settings, folder: Path, round_: int, report_dir: Path | None) -> list[str]:
     from udr.feedback.pair_scoring import ScoreSummary, pair_inputs
     from udr.feedback.scores_file import ScoresManifest, inputs_hash, query_choice
-    from udr.stages.score import load_work
+    from udr.project.scoring import load_work
     from udr.util.files import file_sha256, read_json_object, write_json_atomic
     from udr.util.readers import read_parquet_checked
 

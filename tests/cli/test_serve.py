@@ -179,8 +179,8 @@ def test_own_pool_from_the_command_line(cli, tmp_path):
         (("retrieve", QUERY, "--task", "sst2", "-k", "100"), "k out of range"),
         (("retrieve", QUERY, "--task", "sst2", "--model", "missing-dir"), "missing model missing-dir"),
         (("retrieve", QUERY), "no task given"),
+        # the request's checks of options that do not go together (tests/serving/test_request.py): two here
         (("retrieve",), "give one QUERY or --input FILE"),
-        (("retrieve", QUERY, "--task", "sst2", "--instruction", "x"), "--instruction goes with --pool"),
         (("retrieve", QUERY, "--task", "sst2", "--output", "o.jsonl"), "--output goes with --input"),
         (("retrieve", QUERY, "--pool", "absent.jsonl", "--instruction", "I: "), "pool file not found: absent.jsonl"),
     ],
@@ -334,8 +334,6 @@ def test_pool_columns_are_named_as_init_task_names_them(cli, served, tmp_path):
     code, _, err = cli("retrieve", "my card", "--pool", str(path), "--input-column", "text", *common)
     assert code == 1 and err.count("\n") == 1
     assert f"--input-column: no column 'text' in {path} (its columns: utterance, intent, source)" in err
-    code, _, err = cli("retrieve", "my card", "--task", "sst2", "--input-column", "utterance")
-    assert code == 1 and "--input-column goes with --pool" in err
     # A registered task's shape with other column names: sst2's labels read from the file's own columns.
     reviews = tmp_path / "reviews.csv"
     _write_pool(reviews, [{"review": f"film {i}", "stars": ("negative", "positive")[i % 2]} for i in range(4)])

@@ -22,6 +22,7 @@ from udr.lm.models import (
     resolve_model,
     sequence_log_likelihood,
 )
+from udr.util.notice import UdrNotice
 
 WORDS = [
     "the",
@@ -531,8 +532,8 @@ def test_a_spec_says_whether_it_is_a_folder_or_a_hub_id(tmp_path: Path, monkeypa
     (tmp_path / "someorg" / "tiny").mkdir(parents=True)
     assert models.hub_id("someorg/tiny") is None  # the local folder wins, silently
     assert capsys.readouterr().err == ""
-    assert models.hub_id("otherorg/tiny") == "otherorg/tiny"
-    assert "no local folder otherorg/tiny: taking it as the hub id" in capsys.readouterr().err
+    with pytest.warns(UdrNotice, match="^no local folder otherorg/tiny: taking it as the hub id"):
+        assert models.hub_id("otherorg/tiny") == "otherorg/tiny"
     with pytest.raises(UdrError, match="bad hub id 'hf:nope'"):
         models.hub_id("hf:nope")
     with pytest.raises(UdrError, match="unknown model spec './absent/model'"):

@@ -26,7 +26,7 @@ def _project(looped, tmp_path, *overrides):
 
 
 def _train(settings, root, out, **kw):
-    from udr.stages.train import run_train
+    from udr.project.training import run_train
 
     init = root / "models/base/encoder"
     return run_train(settings, 0, init=init, out=out, log_dir=out.with_name(out.name + "-log"), progress=False, **kw)
@@ -34,9 +34,10 @@ def _train(settings, root, out, **kw):
 
 @pytest.mark.parametrize("frozen", [False, True])
 def test_the_reference_is_the_initial_encoder_and_every_pair_starts_at_log_2(looped, tmp_path, frozen):
+    from udr.project.training import build_trainer as build
+    from udr.project.training import load_scored_queries
     from udr.retriever.encoder import BiEncoder
     from udr.retriever.recipes import AnchoredRecipe
-    from udr.stages.train import build, load_scored_queries
 
     root, settings = _project(
         looped,
@@ -65,7 +66,7 @@ def test_the_reference_is_the_initial_encoder_and_every_pair_starts_at_log_2(loo
 
 
 def test_anchored_training_runs_records_and_resumes_exactly(looped, tmp_path, monkeypatch):
-    import udr.stages.train as stage
+    import udr.project.training as stage
     from udr.retriever.encoder import BiEncoder
     from udr.retriever.record import read_record
 

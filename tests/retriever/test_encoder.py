@@ -111,8 +111,8 @@ def test_auto_pooling_trains_with_the_base_models_own_and_later_rounds_keep_it(l
     import yaml
 
     from udr.config import load_settings
+    from udr.project.training import run_train
     from udr.retriever.encoder import BiEncoder
-    from udr.stages.train import run_train
 
     base = tmp_path / "base"
     shutil.copytree(loop_project / "models" / "base" / "encoder", base)
@@ -138,8 +138,8 @@ def test_cosine_similarity_trains_unit_embeddings_and_later_rounds_keep_it(loop_
     import yaml
 
     from udr.config import load_settings
+    from udr.project.training import run_train
     from udr.retriever.encoder import BiEncoder
-    from udr.stages.train import run_train
 
     raw = yaml.safe_load((loop_project / "params.yaml").read_text())
     raw["train"].update(epochs_first=0.25)

@@ -110,7 +110,7 @@ def _old_load_scored_queries(settings, tasks, round_):
 def test_the_scored_queries_under_each_feedback(looped):
     from udr.config import load_settings
     from udr.data.prepare import read_prepared
-    from udr.stages.train import load_scored_queries
+    from udr.project.training import load_scored_queries
 
     def load(feedback):
         settings = load_settings(looped / "params.yaml", [f"train.feedback={feedback}"])
@@ -145,8 +145,8 @@ def test_the_scored_queries_under_each_feedback(looped):
 
 def test_training_on_label_feedback_runs_end_to_end(looped, tmp_path):
     from udr.config import load_settings
+    from udr.project.training import run_train
     from udr.retriever.record import read_record
-    from udr.stages.train import run_train
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))

@@ -418,8 +418,8 @@ def test_nan_or_infinite_scores_are_an_error(project, scored, tmp_path, bad):
     on: the round that reuses them and `udr train` refuse them in one line."""
     import json
 
+    from udr.project.training import load_scored_queries
     from udr.stages.score import run_score
-    from udr.stages.train import load_scored_queries
     from udr.util.files import file_sha256
 
     root = _copy(project, tmp_path)

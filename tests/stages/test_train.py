@@ -53,8 +53,8 @@ def test_training_moves_the_model(looped):
 def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     """Kill round 0's training after a few steps (a checkpoint exists), run again: same weights."""
     from udr.config import load_settings
+    from udr.project.training import run_train
     from udr.retriever.encoder import BiEncoder
-    from udr.stages.train import run_train
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
@@ -79,7 +79,7 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
 
 def test_single_task_training_reads_only_that_task(looped, tmp_path):
     from udr.config import load_settings
-    from udr.stages.train import run_train
+    from udr.project.training import run_train
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
@@ -160,7 +160,7 @@ def _project(looped, tmp_path, *overrides):
 
 
 def _train(settings, root, out, init=None, **kw):
-    from udr.stages.train import run_train
+    from udr.project.training import run_train
 
     init = init or root / "models/base/encoder"
     return run_train(settings, 0, init=init, out=out, log_dir=out.with_name(out.name + "-log"), progress=False, **kw)
@@ -172,7 +172,7 @@ def _weights(model) -> dict:
 
 def test_scored_queries_carry_the_lm_scores_in_lm_order(looped):
     from udr.config import load_settings
-    from udr.stages.train import load_scored_queries
+    from udr.project.training import load_scored_queries
 
     settings = load_settings(looped / "params.yaml")
     data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
@@ -191,7 +191,7 @@ def test_training_reads_the_scored_queries_params_ask_for(looped):
     from udr.config import load_settings
     from udr.errors import UdrError
     from udr.feedback.scores_file import query_choice
-    from udr.stages.train import load_scored_queries
+    from udr.project.training import load_scored_queries
 
     settings = load_settings(looped / "params.yaml", ["score.queries_per_task=3"])
     data = load_scored_queries(settings, list(TASKS), 0, settings.encoder)
@@ -221,11 +221,12 @@ def test_frozen_demo_encoder_moves_only_e_q_and_ranks_against_the_whole_pool(loo
     import torch
 
     from udr.data.prepare import read_prepared
+    from udr.project.training import build_trainer as build
+    from udr.project.training import load_scored_queries
     from udr.retriever.demo_encoders import FrozenDemoEncoder
     from udr.retriever.encoder import BiEncoder, demo_texts
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import train_step
-    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     root, settings = _project(looped, tmp_path, "train.freeze_demo_encoder=true")
@@ -368,10 +369,11 @@ def test_grad_cache_gives_the_whole_batch_loss_and_its_gradients(looped, tmp_pat
     Without it, smaller micro-batches give a different loss (each L_ib over its own candidates only)."""
     import torch
 
+    from udr.project.training import build_trainer as build
+    from udr.project.training import load_scored_queries
     from udr.retriever.backward import GradCacheBackward, PlainBackward
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import train_step
-    from udr.stages.train import build, load_scored_queries
     from udr.util.distributed import Distributed
 
     grads, losses = {}, {}

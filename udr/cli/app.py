@@ -1,4 +1,4 @@
-"""The `udr` Typer app, its shared options, and the entry point that turns a UdrError into one line.
+"""The `udr` Typer app, its shared options, and the entry point that turns a UdrError, or a notice, into one line.
 
 Imports of rich, udr.config (pydantic), udr.paths and udr.util.progress are inside the functions that use them, to
 keep `udr`'s start (`udr --help`) light.
@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from udr.errors import UdrError
+from udr.util.notice import notices_on_stderr
 
 app = typer.Typer(
     name="udr",
@@ -151,9 +152,11 @@ PIPELINE_MODULES = frozenset(
 
 
 def main() -> None:
-    """Console entry point: UdrError becomes one line on stderr and exit status 1."""
+    """Console entry point: UdrError becomes one line on stderr and exit status 1; a notice
+    (:class:`udr.util.notice.UdrNotice`) one line on stderr, ``udr: note: ...``."""
     try:
-        app()
+        with notices_on_stderr():
+            app()
     except UdrError as exc:
         print(f"udr: error: {exc}", file=sys.stderr)
         sys.exit(1)

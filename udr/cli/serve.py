@@ -6,11 +6,9 @@ Imports of rich and of the udr.serving and udr.retriever modules are inside the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +16,6 @@ import typer
 
 from udr.cli.app import ParamsOpt, SetOpt, app, console, load, show_progress
 from udr.errors import UdrError
-from udr.util.files import check_output_path, write_text_atomic
 
 
 @app.command("retrieve")
@@ -123,88 +120,43 @@ def retrieve_cmd(
     ] = "auto",
 ) -> None:
     """Retrieve demonstrations for a query (or a file of queries) with a trained retriever."""
-    if (query is None) == (input_file is None):
-        raise UdrError("give one QUERY or --input FILE (not both)")
-    if output_file is not None and input_file is None:
-        raise UdrError("--output goes with --input (a batch); a single query prints to the terminal")
-    for option, value in (
-        ("--instruction", instruction),
-        ("--input-column", input_column),
-        ("--target-column", target_column),
-    ):
-        if value is not None and pool is None:
-            raise UdrError(f"{option} goes with --pool (your own demonstrations)")
-    if output_file is not None:
-        output_file = check_output_path(output_file)  # resolved, before the model loads and the queries run
-        if output_file.resolve() == input_file.resolve():
-            raise UdrError(
-                f"--output {output_file} is the --input file: the results would replace it; give another path"
-            )
-    if query is not None:
-        from udr.serving.api import check_query
+    from udr.serving.request import RetrieveRequest, answer
 
-        check_query(query)
-    from udr.retriever.search import check_diversity
-
-    check_diversity(diversity)  # before the model loads
-    from udr.serving.api import Retriever, check_encoder_choice
-
-    check_encoder_choice(encoder)
-
-    with _notes_on_stderr():  # a note on an untrained task: one line on stderr, before the results
-        watched = show_progress()
-        retriever = Retriever.load(
-            model, params=params, device=device, progress=watched, search=search, encoder=encoder
-        )
-        if pool is not None:
-            task = retriever.add_pool(
-                pool, instruction=instruction, task=task, input_column=input_column, target_column=target_column
-            )
-        if input_file is not None:
-            from udr.serving.query_file import read_queries, retrieve_lines
-
-            queries = read_queries(input_file, task)
-            lines = retrieve_lines(retriever, queries, k, prompt=prompt, progress=watched, diversity=diversity)
-            text = "".join(line + "\n" for line in lines)
-            if output_file is None:
-                sys.stdout.write(text)
-            else:
-                write_text_atomic(output_file, text)
-                console().print(f"{len(lines)} queries -> {output_file}")
-            return
-        task = retriever.resolve_task(task)
-        demos = retriever.retrieve(query, task=task, k=k, diversity=diversity)
-        text = retriever.prompt(query, demos, task=task) if prompt else None
-        if as_json:
-            for rank, d in enumerate(demos, 1):
-                print(json.dumps({"rank": rank, **d.to_dict()}, ensure_ascii=False))
-            if text is not None:
-                print(json.dumps({"prompt": text}, ensure_ascii=False))
-        elif text is not None:
-            print(text)
+    request = RetrieveRequest(  # checked here, before the model loads and the queries run
+        query=query,
+        task=task,
+        k=k,
+        diversity=diversity,
+        as_json=as_json,
+        input_file=input_file,
+        output_file=output_file,
+        model=model,
+        prompt=prompt,
+        pool=pool,
+        instruction=instruction,
+        input_column=input_column,
+        target_column=target_column,
+        device=device,
+        params=params,
+        search=search,
+        encoder=encoder,
+    )
+    # A note on an untrained task goes to stderr (the entry point's notices), before the results.
+    result = answer(request, progress=show_progress())
+    if request.batch:
+        if request.output_file is None:
+            sys.stdout.write("".join(line + "\n" for line in result.lines))
         else:
-            _print_demonstrations(query, task, demos, diversity)
-
-
-@contextlib.contextmanager
-def _notes_on_stderr():
-    """The retriever's UntrainedTaskWarning printed as one line, `udr: note: ...`, on stderr (stdout carries
-    the results); other warnings as Python shows them. The warning filters still apply."""
-    from udr.serving.evidence import UntrainedTaskWarning
-
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, UntrainedTaskWarning):
-            print(f"udr: note: {message}", file=sys.stderr, flush=True)
-        else:
-            shown(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = shown
+            console().print(f"{len(result.lines)} queries -> {request.output_file}")
+    elif as_json:
+        for rank, d in enumerate(result.demonstrations, 1):
+            print(json.dumps({"rank": rank, **d.to_dict()}, ensure_ascii=False))
+        if result.prompt is not None:
+            print(json.dumps({"prompt": result.prompt}, ensure_ascii=False))
+    elif result.prompt is not None:
+        print(result.prompt)
+    else:
+        _print_demonstrations(query, result.task, list(result.demonstrations), diversity)
 
 
 def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) -> None:

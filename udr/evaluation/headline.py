@@ -5,13 +5,13 @@ bootstrap intervals. The README shows headline.md as it is (tests/test_docs.py c
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
 from udr.evaluation.comparisons import COMPARED
 from udr.util.files import read_json_object
+from udr.util.notice import notice
 
 METHODS = ("random", "bm25", "sbert", "epr", "udr")
 BASELINES = ("bm25", "sbert", "epr", "random")
@@ -19,12 +19,13 @@ BASELINES = ("bm25", "sbert", "epr", "random")
 
 def beside_columns(root: Path, paths: list[str]) -> list[dict]:
     """The committed experiments' summaries (each a summary.json with a label, its scored queries per task
-    and epochs), relative paths from the params file's folder; a missing one is left out with a notice."""
+    and epochs), relative paths from the params file's folder; a missing one is left out with a notice
+    (:mod:`udr.util.notice`)."""
     columns = []
     for entry in paths:
         path = root / entry
         if not path.is_file():
-            print(f"udr: evaluate.beside: no {entry} here; metrics/headline.md shows this run alone", file=sys.stderr)
+            notice(f"evaluate.beside: no {entry} here; metrics/headline.md shows this run alone")
             continue
         summary = read_json_object(path, "evaluate.beside summary", "commit the experiment's summary.json again")
         missing = [k for k in ("label", "scored_queries_per_task", "averages", "udr_minus") if k not in summary]

@@ -22,6 +22,7 @@ from udr.errors import UdrError
 from udr.lm.loading import PROVENANCE_FILE, read_provenance
 from udr.lm.scorer import continuation_log_likelihood
 from udr.util.files import building_dir, file_sha256, json_text, remove
+from udr.util.notice import notice
 from udr.util.weights import refuse_remote_code
 
 # Fixed sentence whose log-likelihood must survive a GGUF -> safetensors conversion unchanged.
@@ -135,7 +136,7 @@ def _build(spec: str, tmp: Path, kind: str) -> dict[str, Any]:
 
 def hub_id(spec: str) -> str | None:
     """The Hugging Face hub id a model spec names, or None: `hf:org/name` says so explicitly; a bare
-    `org/name` that is no local path is taken as one too, and a notice on stderr says which was meant
+    `org/name` that is no local path is taken as one too, and a notice (:mod:`udr.util.notice`) says which was meant
     (a path that starts with `.` or `/` is never a hub id)."""
     spec = str(spec)
     if spec.startswith(HUB_PREFIX):
@@ -145,7 +146,7 @@ def hub_id(spec: str) -> str | None:
         return repo_id
     if Path(spec).expanduser().exists() or not HUB_ID_RE.match(spec):
         return None
-    _status(f"no local folder {spec}: taking it as the hub id {spec} ({HUB_PREFIX}{spec} says so, ./{spec} a folder)")
+    notice(f"no local folder {spec}: taking it as the hub id {spec} ({HUB_PREFIX}{spec} says so, ./{spec} a folder)")
     return spec
 
 

@@ -1,7 +1,7 @@
-"""A project's inference LM and retrievers, as `udr evaluate` (:mod:`udr.stages.evaluate`) and the `udr exp`
-instruments (:mod:`udr.experiments.instruments`) read them: the project's settings and paths turned into the
-explicit arguments of :mod:`udr.evaluation.task_evaluation` and :func:`udr.evaluation.baselines.build_retriever`,
-and the checks that the prepared data is current.
+"""A project's inference LM and retrievers, as `udr evaluate` (:mod:`udr.stages.evaluate`), the `udr exp`
+instruments (:mod:`udr.experiments.instruments`) and the benchmarks read them: the project's settings and paths
+turned into the explicit arguments of :mod:`udr.evaluation.task_evaluation` and
+:func:`udr.evaluation.baselines.build_retriever`, and a task's pool and evaluated rows, checked current.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from udr.config import Split
+from udr.data.prepare import read_prepared
 from udr.errors import UdrError
 from udr.evaluation.baselines import RetrieverSetup, build_retriever, check_method
 from udr.evaluation.task_evaluation import EvaluationSetup, LanguageModel, ResultFiles, load_language_model
@@ -35,12 +37,14 @@ def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
     one's own): random and BM25 embed nothing, and run whatever it says."""
     embeds = method is None or settings.paths.method_model(method) is not None
     device = resolve_device_type(settings.evaluate.device, "evaluate.device") if embeds else "cpu"
-    return RetrieverSetup(settings.seed, device, settings.mine.batch_size)
+    return RetrieverSetup(seed=settings.seed, device=device, batch_size=settings.mine.batch_size)
 
 
 def evaluation_setup(settings) -> EvaluationSetup:
     """The evaluate settings, the seed, and whether the task instruction leads each prompt (`score.instruction`)."""
-    return EvaluationSetup(settings.evaluate, settings.seed, settings.score.instruction == "prefix")
+    return EvaluationSetup(
+        evaluate=settings.evaluate, seed=settings.seed, instruction=settings.score.instruction == "prefix"
+    )
 
 
 def method_retriever(
@@ -65,7 +69,9 @@ def method_retriever(
 def result_files(settings, name: str, task_name: str, split: str = "test") -> ResultFiles:
     """Where the evaluation `name` (a method, or a name given with --save-as) of a task on `split` is written."""
     paths = settings.paths
-    return ResultFiles(paths.method_metrics(name, task_name, split), paths.predictions(name, task_name, split))
+    return ResultFiles(
+        result=paths.method_metrics(name, task_name, split), predictions=paths.predictions(name, task_name, split)
+    )
 
 
 def learned_model_fingerprint(settings, method: str, task_name: str, model: Path | None = None) -> str | None:
@@ -94,3 +100,22 @@ def check_prepared_caps(settings, task_name: str, split: str) -> None:
             f"data/prepared/{task_name} was cut with {key} {got}, the params say {want}: run "
             f"`udr prepare -t {task_name}` first (or `udr evaluate --limit N` for a quick look)"
         )
+
+
+def load_evaluated_task(
+    settings, task_name: str, split: Split = "test", limit: int | None = None
+) -> tuple[object, list[dict]]:
+    """`udr evaluate`'s step 1: the task's pool (its prepared train frame) and its evaluated rows (the first
+    `limit` of `split`); a missing validation split, a split cut with other caps than the params', or no rows
+    is a one-line error."""
+    pool = read_prepared(settings.root, task_name, "train")
+    if split == "validation" and not settings.paths.prepared(task_name, split).is_file():
+        raise UdrError(
+            f"task {task_name} has no validation split: set prepare.tasks.{task_name}.validation "
+            f"to a number of rows and run `udr prepare -t {task_name}`"
+        )
+    check_prepared_caps(settings, task_name, split)
+    rows = read_prepared(settings.root, task_name, split).to_dicts()[:limit]
+    if not rows:
+        raise UdrError(f"task {task_name} has no {split} rows: nothing to evaluate")
+    return pool, rows

@@ -11,7 +11,6 @@ the functions that use them, to keep the start of `udr` and of its commands ligh
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +27,7 @@ from udr.evaluation.comparisons import (
     read_predictions,
 )
 from udr.paths import check_name_length
+from udr.util.notice import notice
 from udr.util.readers import read_json
 
 
@@ -205,7 +205,7 @@ def named_runs(settings, tasks: Sequence[str]) -> dict[str, dict[str, dict]]:
             continue  # a folder of metrics/ that is no named run
         if len(found) < len(paths):
             lacking = [t for t in tasks if t not in found]
-            print(f"udr: note: named run {name} has no result of {', '.join(lacking)}: left out", file=sys.stderr)
+            notice(f"named run {name} has no result of {', '.join(lacking)}: left out")
             continue
         out[name] = {t: checked_result(r, str(paths[t]), again) for t, r in found.items()}
     return out

@@ -1,1 +1,2 @@
-"""Serving: the Python `Retriever`, demonstration pools, their embedding cache, and batch query files."""
+"""Serving: the Python `Retriever`, demonstration pools, their embedding cache, batch query files, and
+`udr retrieve`'s request."""

@@ -6,9 +6,9 @@ untrained base encoder (the sbert baseline). So where a :class:`udr.Retriever` s
 the tasks the model was trained on (its record, ``udr_record.json``, or an export's model card), what the
 project measured on the tasks it never trained on (the "unseen" section of the `udr report` summary,
 ``metrics/summary.json``, where the retriever has a project) and how to check it on the user's own data.
-Python gets an :class:`UntrainedTaskWarning` (filter it as any warning); `udr retrieve` prints it as
-``udr: note: ...`` on stderr. Every name and number in it is read from those files; a file that is missing
-or unreadable leaves its part out, and never stops retrieval.
+Python gets an :class:`UntrainedTaskWarning` (a :class:`udr.util.notice.UdrNotice`: filter it as any
+warning); `udr retrieve` prints it as ``udr: note: ...`` on stderr. Every name and number in it is read from
+those files; a file that is missing or unreadable leaves its part out, and never stops retrieval.
 
 Where that measurement is resolved below zero by the project's claim margin (:func:`prefers_base`: the
 paired bootstrap interval of UDR − SBERT on the unseen average ends at −CLAIM_MARGIN or below), the retriever
@@ -26,8 +26,6 @@ import json
 import math
 import os
 import re
-import sys
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,8 @@ from pathlib import Path
 from udr.errors import UdrError, listed, shorten
 from udr.evaluation.bootstrap import CLAIM_MARGIN
 from udr.paths import Paths
+from udr.util.notice import UdrNotice
+from udr.util.notice import notice as udr_notice
 
 # The baseline the note compares with: the untrained base encoder (what serving UDR must beat), where the
 # summary has it; otherwise the summary's first baseline.
@@ -50,7 +50,7 @@ CARD_ROW = re.compile(r"^\|\s*([^|]+?)\s*\|\s*trained on \(")
 UNREADABLE = (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError, UdrError)
 
 
-class UntrainedTaskWarning(UserWarning):
+class UntrainedTaskWarning(UdrNotice):
     """A retriever serves a pool or task its model was not trained on (or whose training is unknown);
     the message says what the project measured on such tasks and how to check it on your data. Silence
     it with ``warnings.filterwarnings("ignore", category=UntrainedTaskWarning)``."""
@@ -272,18 +272,6 @@ def untrained_note(
 
 
 def notice(message: str) -> None:
-    """Warn `message` as an :class:`UntrainedTaskWarning` from the caller's first frame outside udr (the
-    user's line), shown each time it is called, subject to the warning filters (the caller says it once)."""
-    package = str(Path(__file__).resolve().parents[1]) + os.sep
-    frame = sys._getframe(1)
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame = frame.f_back
-    # registry=None: no registry of shown warnings, so that each retriever says it once, not each process.
-    warnings.warn_explicit(
-        message,
-        UntrainedTaskWarning,
-        frame.f_code.co_filename,
-        frame.f_lineno,
-        module=frame.f_globals.get("__name__"),
-        registry=None,
-    )
+    """Say `message` as an :class:`UntrainedTaskWarning` (:func:`udr.util.notice.notice`), each time it is
+    called (the caller says it once)."""
+    udr_notice(message, UntrainedTaskWarning)

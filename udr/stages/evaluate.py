@@ -1,7 +1,8 @@
 """The `udr evaluate` stage: in-context learning on each task's test split with one retriever's
 demonstrations, for a project's data, models and output files. Steps per task: load (the pool and the
-evaluated rows, checked current: :func:`load_task`), build (the method's retriever over the pool,
-:func:`udr.project.evaluation.method_retriever`), run and write (:func:`udr.evaluation.task_evaluation.evaluate_task`).
+evaluated rows, checked current: :func:`udr.project.evaluation.load_evaluated_task`), build (the method's retriever over
+the pool, :func:`udr.project.evaluation.method_retriever`), run and write
+(:func:`udr.evaluation.task_evaluation.evaluate_task`).
 
 Outputs, per method and task:
 - ``metrics/<method>/<task>.json``: metric, score, graded score, n, seconds, mean demonstrations and
@@ -20,7 +21,6 @@ from dataclasses import astuple
 from pathlib import Path
 
 from udr.config import Split
-from udr.data.prepare import read_prepared
 from udr.errors import UdrError
 from udr.evaluation.baselines import (
     EncoderMethod,
@@ -32,10 +32,10 @@ from udr.evaluation.baselines import (
 from udr.evaluation.saved_names import check_saved_name, encoder_saved_name
 from udr.evaluation.task_evaluation import LanguageModel, evaluate_task
 from udr.project.evaluation import (
-    check_prepared_caps,
     evaluation_setup,
     language_model,
     learned_model_fingerprint,
+    load_evaluated_task,
     method_retriever,
     result_files,
     retriever_setup,
@@ -105,23 +105,6 @@ def run_evaluate(
     }
 
 
-def load_task(settings, task_name: str, split: Split = "test", limit: int | None = None) -> tuple[object, list[dict]]:
-    """Step 1: the task's pool (its prepared train frame) and its evaluated rows (the first `limit` of
-    `split`); a missing validation split, a split cut with other caps than the params', or no rows is a
-    one-line error."""
-    pool = read_prepared(settings.root, task_name, "train")
-    if split == "validation" and not settings.paths.prepared(task_name, split).is_file():
-        raise UdrError(
-            f"task {task_name} has no validation split: set prepare.tasks.{task_name}.validation "
-            f"to a number of rows and run `udr prepare -t {task_name}`"
-        )
-    check_prepared_caps(settings, task_name, split)
-    rows = read_prepared(settings.root, task_name, split).to_dicts()[:limit]
-    if not rows:
-        raise UdrError(f"task {task_name} has no {split} rows: nothing to evaluate")
-    return pool, rows
-
-
 def evaluate_project_task(
     settings,
     lm: LanguageModel,
@@ -141,7 +124,7 @@ def evaluate_project_task(
     returns the result. A learned method's result names its model's fingerprint (of `model`, or of the task's
     model in a folder of per-task models), so a model card finds the results of its own model."""
     start = time.perf_counter()
-    pool, rows = load_task(settings, name, split, limit)
+    pool, rows = load_evaluated_task(settings, name, split, limit)
     if encoder is not None:
         retriever = encoder_retriever(encoder, settings.task(name), pool, retriever_setup(settings), progress)
     else:

@@ -13,8 +13,6 @@ commands light.
 
 from __future__ import annotations
 
-import sys
-
 from udr.errors import UdrError
 from udr.evaluation.comparisons import COMPARED, checked_result
 from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
@@ -23,6 +21,7 @@ from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averag
 from udr.project.saved_evaluations import compare_saved, named_runs, udr_versus_baselines
 from udr.util.files import read_json_object, write_json_atomic, write_text_atomic
 from udr.util.machine import machine_kind
+from udr.util.notice import notice
 from udr.util.readers import read_json
 
 
@@ -143,7 +142,7 @@ def machine_note(machines: list[str], here: str) -> str | None:
     if not machines or machines == [here]:
         return None
     return (
-        f"note: these results were made on {'; '.join(machines)}; this machine is {here}: a run here may "
+        f"these results were made on {'; '.join(machines)}; this machine is {here}: a run here may "
         "differ from them in the last bits (docs/reproducibility.md)"
     )
 
@@ -175,7 +174,7 @@ def run_report(settings) -> dict:
         markdown += f"\nMade on: {'; '.join(machines) or 'not recorded'} (from the result files).\n"
     note = machine_note(machines, machine_kind("cpu"))
     if note:
-        print(f"udr: {note}", file=sys.stderr)
+        notice(note)
     write_json_atomic(paths.summary, summary)
     write_json_atomic(paths.headline, flat_headline(summary))
     if summary:

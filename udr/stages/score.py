@@ -7,9 +7,9 @@ ties broken by lower candidate id), scored_in (the round that computed the score
 beside (`.json`, :mod:`udr.feedback.scores_file`: the scored queries, what the scores depend on, the
 checksum); counts, time and throughput go to `metrics/score/round<N>/<task>.json`.
 
-Steps: load (the round's pairs, :func:`load_work`), reuse (the shipped feedback's pairs after a sample
-of them agrees, :func:`udr.feedback.shipped.take_shipped`, else an earlier run's, :func:`reuse_earlier_run`),
-run and write (:func:`udr.feedback.pair_scoring.score_work`).
+Steps: load (the round's pairs, :func:`udr.project.scoring.load_work`), reuse (the shipped feedback's pairs
+after a sample of them agrees, :func:`udr.feedback.shipped.take_shipped`, else an earlier run's,
+:func:`reuse_earlier_run`), run and write (:func:`udr.feedback.pair_scoring.score_work`).
 
 Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
@@ -20,19 +20,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
-from udr.data.prepare import read_prepared
 from udr.errors import UdrError
 from udr.feedback.pair_scoring import ScoreSummary, ScoreWork, ScoringSetup, score_inputs, score_work
-from udr.feedback.scores_file import load_scores, query_choice, read_scores
+from udr.feedback.scores_file import load_scores
 from udr.feedback.shipped import take_shipped
+from udr.project.scoring import load_work
 from udr.util.distributed import resolve_lm_precision
 
 
 def scoring_setup(settings) -> ScoringSetup:
     """The project's score settings, resolved LM and seed."""
-    return ScoringSetup(settings.score, settings.paths.base_model("lm"), settings.seed)
+    return ScoringSetup(score=settings.score, lm_dir=settings.paths.base_model("lm"), seed=settings.seed)
 
 
 def run_score(
@@ -68,46 +66,6 @@ def shipped_file(settings, task: str) -> Path:
     """Where `task`'s shipped round-0 scores would be (`score.shipped`, relative to the params file's folder)."""
     folder = Path(settings.score.shipped)
     return (folder if folder.is_absolute() else settings.root / folder) / f"{task}.parquet"
-
-
-def load_work(settings, task_name: str, round_: int) -> ScoreWork:
-    """Step 1: the round's candidate pairs of the scored queries, split into reused and to-do."""
-    import polars as pl
-
-    paths = settings.paths
-    train = read_prepared(settings.root, task_name, "train")
-    cand_file = paths.candidates(round_, task_name)
-    if not cand_file.is_file():
-        step = "udr candidates" if round_ == 0 else f"udr mine --round {round_}"
-        raise UdrError(f"missing candidates {cand_file}: run `{step}` first")
-    cands = pl.read_parquet(cand_file, columns=["query_id", "candidate_id"])
-    known = set(train["id"].to_list())
-    unknown = sorted((set(cands["query_id"].to_list()) | set(cands["candidate_id"].to_list())) - known)
-    if unknown:
-        raise UdrError(
-            f"{cand_file} names {len(unknown)} id(s) not in the prepared train split of "
-            f"{task_name} (first: {unknown[:5]}); re-run `udr candidates` after `udr prepare`"
-        )
-    # the first queries_per_task of the seeded choice, in its order (the manifest's)
-    queries = query_choice(np.asarray(train["id"].to_list()), settings.seed, task_name)[
-        : settings.score.queries_per_task
-    ]
-    pairs = cands.filter(pl.col("query_id").is_in(queries.tolist())).unique().sort(["query_id", "candidate_id"])
-    reused = pl.DataFrame(
-        schema={"query_id": pl.Int64, "candidate_id": pl.Int64, "score": pl.Float64, "scored_in": pl.Int16}
-    )
-    if round_ > 0:
-        previous = paths.scores(round_ - 1, task_name)
-        if not previous.is_file():
-            raise UdrError(f"missing scores of round {round_ - 1}: {previous}; run it first")
-        old = read_scores(previous, round_ - 1, task_name, ["query_id", "candidate_id", "score", "scored_in"])
-        reused = pairs.join(old, on=["query_id", "candidate_id"], how="inner").select(reused.columns)
-    # Candidate order: a shard then holds each candidate's pairs together (its prefix runs once).
-    todo = pairs.join(reused, on=["query_id", "candidate_id"], how="anti").sort(["candidate_id", "query_id"])
-    train_file = paths.prepared(task_name, "train")
-    return ScoreWork(
-        settings.task(task_name), round_, train, train_file, cand_file, queries, reused, todo, settings.seed
-    )
 
 
 def reuse_earlier_run(setup: ScoringSetup, work: ScoreWork, out: Path) -> ScoreWork:

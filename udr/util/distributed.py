@@ -8,9 +8,9 @@ Imports of torch are inside the functions that use them, to keep the start of `u
 from __future__ import annotations
 
 import os
-import sys
 
 from udr.errors import UdrError
+from udr.util.notice import notice
 
 
 def resolve_device_type(want: str, key: str) -> str:
@@ -25,14 +25,14 @@ def resolve_device_type(want: str, key: str) -> str:
 def resolve_lm_precision(device: str, dtype: str, section: str) -> tuple[str, str]:
     """(device type, dtype) for an LM stage's `device` and `dtype` parameters: dtype auto means
     bf16 autocast on a GPU that supports it, fp32 otherwise. bf16 on a CPU without native bf16
-    products gets a warning on stderr (:func:`slow_cpu_bf16_warning`)."""
+    products gets a notice (:func:`slow_cpu_bf16_warning`, :mod:`udr.util.notice`)."""
     import torch
 
     device_type = resolve_device_type(device, f"{section}.device")
     if dtype == "auto":
         dtype = "bf16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     if device_type == "cpu" and dtype == "bf16" and not cpu_has_bf16_kernels():
-        print(slow_cpu_bf16_warning(section), file=sys.stderr)
+        notice(slow_cpu_bf16_warning(section))
     return device_type, dtype
 
 
@@ -48,9 +48,9 @@ def cpu_has_bf16_kernels() -> bool:
 
 
 def slow_cpu_bf16_warning(section: str) -> str:
-    """The one-line warning for bf16 autocast on a CPU without bf16 kernels."""
+    """The one-line notice for bf16 autocast on a CPU without bf16 kernels."""
     return (
-        f"udr: warning: {section}.dtype is bf16 but this CPU has no bf16 matrix kernels (AVX-512/AMX): "
+        f"{section}.dtype is bf16 but this CPU has no bf16 matrix kernels (AVX-512/AMX): "
         f"bf16 autocast runs several times slower than fp32 here, and its scores may differ in the last "
         f"bits from a CPU that has them; `{section}.dtype: fp32` is faster here (other scores)"
     )

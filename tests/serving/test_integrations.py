@@ -107,3 +107,76 @@ def test_langchain_prompt_keeps_braces_of_examples_and_query(real_retriever):
     chosen = selector.select_examples({"input": query})
     expected = "".join(f"{e['input']}\t{e['output']}\n" for e in chosen) + f"{query}\t"
     assert text == expected
+
+
+CARDS = [
+    ("my card was declined at the shop", "declined"),
+    ("the card payment did not go through", "declined"),
+    ("I lost my card yesterday", "lost"),
+    ("someone stole my wallet and card", "lost"),
+    ("how do I raise my credit limit", "limit"),
+    ("can I get a higher limit on my card", "limit"),
+]
+
+
+@pytest.fixture
+def cards_csv(tmp_path):
+    """An own pool as a user has one: a CSV whose columns are not udr's (text, intent), and a note column."""
+    import csv
+
+    path = tmp_path / "cards.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([("text", "intent", "note"), *((t, i, "app") for t, i in CARDS)])
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_langchain_selector_over_an_own_pool_file(real_retriever, cards_csv):
+    """`pool=` a CSV with its instruction and columns: the selector chooses what `udr retrieve --pool` retrieves
+    from it, and its prompt_template gives that pool's `udr retrieve --prompt` prompt; add_example adds a row."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    columns = {"instruction": "Intent of the message: ", "input_column": "text", "target_column": "intent"}
+    selector = UDRExampleSelector(real_retriever, pool=cards_csv, k=3, **columns)
+    query = "my card got declined"
+    name = real_retriever.add_pool(cards_csv, **columns)
+    demos = real_retriever.retrieve(query, task=name, k=3)
+    assert selector.select_examples({"input": query}) == [{"input": d.input, "output": d.output} for d in demos[::-1]]
+    assert _few_shot(selector).format(input=query) == real_retriever.prompt(query, demos, task=name)
+    added = {"input": "my card got declined at the cafe", "output": "declined"}
+    selector.add_example(added)
+    selector.k = len(CARDS) + 1
+    chosen = selector.select_examples({"input": query})
+    assert sorted(e["input"] for e in chosen) == sorted([t for t, _ in CARDS] + [added["input"]])
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_langchain_selector_serves_a_pool_the_retriever_was_given(real_retriever, cards_csv, served, tmp_path):
+    """`task=` the name `add_pool` (or `from_pool`: "own") gave an own pool: the selector retrieves from it and
+    its prompt_template renders with it, not "unknown task 'own'"."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    name = real_retriever.add_pool(
+        cards_csv, instruction="Intent of the message: ", input_column="text", target_column="intent"
+    )
+    assert name == "own"
+    selector = UDRExampleSelector(real_retriever, task=name, k=2)
+    query = "I can't find my card"
+    demos = real_retriever.retrieve(query, task=name, k=2)
+    assert selector.select_examples({"input": query}) == [{"input": d.input, "output": d.output} for d in demos[::-1]]
+    assert _few_shot(selector).format(input=query) == real_retriever.prompt(query, demos, task=name)
+
+
+def test_langchain_pool_errors_are_one_line(real_retriever, cards_csv):
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.errors import UdrError
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    with pytest.raises(UdrError, match=r"missing field 'input' \(its columns: text, intent, note\)"):
+        UDRExampleSelector(real_retriever, pool=cards_csv, instruction="Intent: ")
+    with pytest.raises(UdrError, match="or the instruction of your pool= or examples="):
+        UDRExampleSelector(real_retriever, pool=cards_csv, input_column="text", target_column="intent")
+    with pytest.raises(UdrError, match="name the columns of pool=: give the pool too"):
+        UDRExampleSelector(real_retriever, task="sst2", input_column="text")

@@ -18,6 +18,8 @@ from dspy.utils.dummies import DummyLM  # noqa: E402
 from udr.errors import UdrError  # noqa: E402
 from udr.serving.dspy_fewshot import UDRFewShot  # noqa: E402
 
+pytestmark = pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+
 QUERY = "a gripping, funny film"
 QUERIES = [QUERY, "a dull, lifeless mess of a movie", "the actors are superb in it", "the director's best work"]
 SIGNATURE = "sentence -> sentiment"

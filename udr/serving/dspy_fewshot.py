@@ -146,8 +146,7 @@ class UDRFewShot(dspy.Module):
             if instruction is None:
                 instruction = demo_receiver(predictor).signature.instructions
             self.instruction = instruction
-        # The pool embedded now: errors and the cost come here, not in each thread's first call.
-        retriever.retrieve_batch([], task=self._pool_name())
+        self._embed_pool()
 
     def _records(self, trainset) -> list[dict]:
         """The trainset's examples as own-pool records {input, target}; a one-line error for a bad one."""
@@ -166,6 +165,10 @@ class UDRFewShot(dspy.Module):
         if self._pool is None:
             self._pool = self.retriever.add_pool(self.records, instruction=self.instruction, name=f"dspy-{id(self)}")
         return self._pool
+
+    def _embed_pool(self) -> None:
+        """Embed the pool now (add the trainset's): errors and the cost come here, not in each thread's first call."""
+        self.retriever.retrieve_batch([], task=self._pool_name())
 
     def demonstrations(self, query: str) -> list:
         """The k retrieved demonstrations for `query` as dspy.Examples, most similar last."""
@@ -223,6 +226,7 @@ class UDRFewShot(dspy.Module):
         self.task, self.records, self.instruction = settings["task"], records, settings["instruction"]
         self.k, self.diversity = settings["k"], settings["diversity"]
         self.input_field, self.output_field = settings["input_field"], settings["output_field"]
+        self._embed_pool()
         return self
 
     def __getstate__(self):
@@ -243,6 +247,7 @@ class UDRFewShot(dspy.Module):
         from udr.serving.api import Retriever
 
         self.retriever = Retriever.load(source["path"], root=source["root"], cache_dir=source["cache_dir"])
+        self._embed_pool()
 
     def __deepcopy__(self, memo):
         """A deep copy (DSPy's optimizers copy programs) that shares the retriever, whose weights stay put."""

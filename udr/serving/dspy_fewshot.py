@@ -220,10 +220,8 @@ class UDRFewShot(dspy.Module):
             )
         check_fields(demo_receiver(self.predictor), settings["input_field"], settings["output_field"])
         super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
-        records = settings["trainset"]
-        if records != self.records:
-            self._pool = None  # the saved trainset is added on the next call
-        self.task, self.records, self.instruction = settings["task"], records, settings["instruction"]
+        self.task, self.records, self.instruction = settings["task"], settings["trainset"], settings["instruction"]
+        self._pool = None  # the saved trainset (with its instruction) is added below
         self.k, self.diversity = settings["k"], settings["diversity"]
         self.input_field, self.output_field = settings["input_field"], settings["output_field"]
         self._embed_pool()

@@ -66,10 +66,11 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export(run
     write_user_csv(tmp_path / "mine.csv", data_dir, slice(0, None, 160))
     write_user_csv(tmp_path / "mine-test.csv", data_dir, slice(1, None, 641))
     args = ["adapt", "opinion", "--from", str(tmp_path / "mine.csv"), "--test", str(tmp_path / "mine-test.csv")]
-    args += ["--input", "utterance", "--label", "kind", "--validation", "10", "--queries", "6"]
+    args += ["--input", "utterance", "--label", "kind", "--validation", "10", "--queries", "6", "--max-train", "30"]
     out, err = udr(*args, "--export", str(tmp_path / "winner"))
 
     assert "plan: score 6 queries (18 pairs)" in err and "minutes" in err, err
+    assert "opinion: the pool keeps a seeded 30 of its 40 train rows (--max-train 30)" in err, err
     ws = root / "workspaces" / "opinion"
     report = json.loads((ws / "metrics" / "adapt.json").read_text())
     methods = [row["method"] for row in report["validation"]]

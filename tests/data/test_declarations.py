@@ -137,8 +137,8 @@ def test_every_file_format_gives_the_same_examples(tmp_path, suffix):
     assert [e.input for e in loaded.train.examples] == [r["review"] for r in ROWS]
     assert [e.label for e in loaded.test.examples] == [0, 1, 0, 1]
     assert loaded.provenance["files"] == {"train": f"train{suffix}", "test": f"test{suffix}"}
-    # Ids are stable per row: the line (JSONL; CSV/TSV after the header) or the row (parquet).
-    assert loaded.train.ids == list(range(10) if suffix in (".jsonl", ".parquet") else range(1, 11))
+    # Ids are stable per row, the same in every format: its 0-based position among the file's data rows.
+    assert loaded.train.ids == list(range(10))
 
 
 def test_without_a_test_file_both_splits_are_carved(tmp_path):

@@ -1,4 +1,4 @@
-"""Shared by the serving tests: a bi-encoder of a real sentence encoder."""
+"""Shared by the serving tests: a bi-encoder of a real sentence encoder, and a retriever of it."""
 
 from __future__ import annotations
 
@@ -17,3 +17,11 @@ def real_model(tmp_path_factory):
     settings = BiEncoderSettings(max_query_length=48, max_demo_length=64, pooling="mean", similarity="dot")
     BiEncoder.from_base(base, settings).save(tmp / "model")
     return tmp / "model"
+
+
+@pytest.fixture
+def real_retriever(served, real_model, tmp_path):
+    """A Retriever of `real_model` over the `served` project's pools (sst2, break), caching in tmp_path."""
+    from udr import Retriever
+
+    return Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache")

@@ -1,18 +1,11 @@
-"""The LangChain example selector and the DSPy few-shot component, against the real libraries (the
-`langchain` and `dspy` extras), on a real sentence encoder and real prepared pools."""
+"""The LangChain example selector against the real library (the `langchain` extra), on a real sentence
+encoder and real prepared pools (the DSPy component: test_dspy_fewshot.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 QUERY = "a gripping, funny film"
-
-
-@pytest.fixture
-def retriever(served, real_model, tmp_path):
-    from udr import Retriever
-
-    return Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache")
 
 
 def _few_shot(selector):
@@ -24,54 +17,54 @@ def _few_shot(selector):
     return prompt
 
 
-def test_langchain_selector_builds_udrs_own_prompt(retriever):
+def test_langchain_selector_builds_udrs_own_prompt(real_retriever):
     pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
     from udr.serving.langchain_selector import UDRExampleSelector
 
-    selector = UDRExampleSelector(retriever, task="sst2", k=3)
+    selector = UDRExampleSelector(real_retriever, task="sst2", k=3)
     chosen = selector.select_examples({"input": QUERY})
-    demos = retriever.retrieve(QUERY, task="sst2", k=3)
+    demos = real_retriever.retrieve(QUERY, task="sst2", k=3)
     assert chosen == [{"input": d.input, "output": d.output} for d in reversed(demos)]  # most similar last
     prompt = _few_shot(selector)
-    assert prompt.format(input=QUERY) == retriever.prompt(QUERY, demos, task="sst2")
+    assert prompt.format(input=QUERY) == real_retriever.prompt(QUERY, demos, task="sst2")
 
 
 @pytest.mark.parametrize(
     "query", ["a gripping,\nfunny\tfilm", "Who invented the game Scrabble ?\tAnswer: Human .\nwhat"]
 )
-def test_langchain_prompt_writes_the_query_as_udr_retrieve_does(retriever, query):
+def test_langchain_prompt_writes_the_query_as_udr_retrieve_does(real_retriever, query):
     """A query with line breaks or tabs gives the prompt `udr retrieve --prompt` gives (one line), not
     extra lines that read as demonstrations."""
     pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
     from udr.serving.langchain_selector import UDRExampleSelector
 
-    selector = UDRExampleSelector(retriever, task="sst2", k=3)
-    demos = retriever.retrieve(query, task="sst2", k=3)
+    selector = UDRExampleSelector(real_retriever, task="sst2", k=3)
+    demos = real_retriever.retrieve(query, task="sst2", k=3)
     text = _few_shot(selector).format(input=query)
-    assert text == retriever.prompt(query, demos, task="sst2") and len(text.splitlines()) == 4
+    assert text == real_retriever.prompt(query, demos, task="sst2") and len(text.splitlines()) == 4
 
 
 @pytest.mark.parametrize("query", ["def f(x):\n    return x + 1", "a gripping,\nfunny\tfilm"])
-def test_langchain_retrieves_for_the_query_udr_retrieve_retrieves_for(retriever, query, monkeypatch):
+def test_langchain_retrieves_for_the_query_udr_retrieve_retrieves_for(real_retriever, query, monkeypatch):
     """The selector retrieves for the query as given (multi-line included), as `udr retrieve --prompt`
     does; only the prompt writes it cleaned."""
     pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
     from udr.serving.langchain_selector import UDRExampleSelector
 
     asked = []
-    real = retriever.retrieve
+    real = real_retriever.retrieve
 
     def spy(q, *args, **kwargs):
         asked.append(q)
         return real(q, *args, **kwargs)
 
-    monkeypatch.setattr(retriever, "retrieve", spy)
-    text = _few_shot(UDRExampleSelector(retriever, task="sst2", k=3)).format(input=query)
+    monkeypatch.setattr(real_retriever, "retrieve", spy)
+    text = _few_shot(UDRExampleSelector(real_retriever, task="sst2", k=3)).format(input=query)
     assert asked == [query]
-    assert text == retriever.prompt(query, real(query, task="sst2", k=3), task="sst2")
+    assert text == real_retriever.prompt(query, real(query, task="sst2", k=3), task="sst2")
 
 
-def test_langchain_selector_serves_added_examples(retriever):
+def test_langchain_selector_serves_added_examples(real_retriever):
     pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
     from udr.errors import UdrError
     from udr.serving.langchain_selector import UDRExampleSelector
@@ -82,7 +75,12 @@ def test_langchain_selector_serves_added_examples(retriever):
         {"question": "How many lakes are in Canada?", "answer": "SELECT count(*) FROM lake WHERE country = 'Canada'"},
     ]
     selector = UDRExampleSelector(
-        retriever, instruction="Translate to SQL: ", examples=own[:2], k=2, input_key="question", output_key="answer"
+        real_retriever,
+        instruction="Translate to SQL: ",
+        examples=own[:2],
+        k=2,
+        input_key="question",
+        output_key="answer",
     )
     selector.add_example(own[2])
     chosen = selector.select_examples({"question": "How many lakes are in Finland?"})
@@ -91,7 +89,7 @@ def test_langchain_selector_serves_added_examples(retriever):
         selector.add_example({"question": "q"})
 
 
-def test_langchain_prompt_keeps_braces_of_examples_and_query(retriever):
+def test_langchain_prompt_keeps_braces_of_examples_and_query(real_retriever):
     """Code and JSON examples (the python_code task's pool has them) and a query with braces come out of a
     FewShotPromptTemplate unchanged, not as a KeyError."""
     pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
@@ -101,7 +99,7 @@ def test_langchain_prompt_keeps_braces_of_examples_and_query(retriever):
         {"input": "a dict of sizes", "output": "sizes = {'size': 3, 'n': {}}"},
         {"input": "format a name", "output": "f'{name}!'"},
     ]
-    selector = UDRExampleSelector(retriever, instruction="Write Python: ", examples=own, k=2)
+    selector = UDRExampleSelector(real_retriever, instruction="Write Python: ", examples=own, k=2)
     prompt = _few_shot(selector)
     query = "a set {1, 2} of sizes"
     text = prompt.format(input=query)
@@ -111,49 +109,74 @@ def test_langchain_prompt_keeps_braces_of_examples_and_query(retriever):
     assert text == expected
 
 
-def test_dspy_program_gets_udrs_demonstrations(retriever):
-    dspy = pytest.importorskip("dspy", reason="the dspy extra is not installed")
-    from dspy.utils.dummies import DummyLM
+CARDS = [
+    ("my card was declined at the shop", "declined"),
+    ("the card payment did not go through", "declined"),
+    ("I lost my card yesterday", "lost"),
+    ("someone stole my wallet and card", "lost"),
+    ("how do I raise my credit limit", "limit"),
+    ("can I get a higher limit on my card", "limit"),
+]
 
-    from udr.serving.dspy_fewshot import UDRFewShot
 
-    program = UDRFewShot(
-        dspy.Predict("sentence -> sentiment"),
-        retriever,
-        task="sst2",
-        k=3,
-        input_field="sentence",
-        output_field="sentiment",
+@pytest.fixture
+def cards_csv(tmp_path):
+    """An own pool as a user has one: a CSV whose columns are not udr's (text, intent), and a note column."""
+    import csv
+
+    path = tmp_path / "cards.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([("text", "intent", "note"), *((t, i, "app") for t, i in CARDS)])
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_langchain_selector_over_an_own_pool_file(real_retriever, cards_csv):
+    """`pool=` a CSV with its instruction and columns: the selector chooses what `udr retrieve --pool` retrieves
+    from it, and its prompt_template gives that pool's `udr retrieve --prompt` prompt; add_example adds a row."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    columns = {"instruction": "Intent of the message: ", "input_column": "text", "target_column": "intent"}
+    selector = UDRExampleSelector(real_retriever, pool=cards_csv, k=3, **columns)
+    query = "my card got declined"
+    name = real_retriever.add_pool(cards_csv, **columns)
+    demos = real_retriever.retrieve(query, task=name, k=3)
+    assert selector.select_examples({"input": query}) == [{"input": d.input, "output": d.output} for d in demos[::-1]]
+    assert _few_shot(selector).format(input=query) == real_retriever.prompt(query, demos, task=name)
+    added = {"input": "my card got declined at the cafe", "output": "declined"}
+    selector.add_example(added)
+    selector.k = len(CARDS) + 1
+    chosen = selector.select_examples({"input": query})
+    assert sorted(e["input"] for e in chosen) == sorted([t for t, _ in CARDS] + [added["input"]])
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_langchain_selector_serves_a_pool_the_retriever_was_given(real_retriever, cards_csv, served, tmp_path):
+    """`task=` the name `add_pool` (or `from_pool`: "own") gave an own pool: the selector retrieves from it and
+    its prompt_template renders with it, not "unknown task 'own'"."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    name = real_retriever.add_pool(
+        cards_csv, instruction="Intent of the message: ", input_column="text", target_column="intent"
     )
-    lm = DummyLM([{"sentiment": "It was great ."}])
-    with dspy.context(lm=lm):
-        result = program(sentence=QUERY)
-    assert result.sentiment == "It was great ."
-    demos = retriever.retrieve(QUERY, task="sst2", k=3)
-    assert [d.sentence for d in program.predictor.demos] == [d.input for d in reversed(demos)]
-    sent = "\n".join(str(m["content"]) for m in lm.history[-1]["messages"])
-    assert all(d.input in sent for d in demos)  # the LM saw every retrieved demonstration
-
-    trainset = [dspy.Example(sentence=d.input, sentiment=d.output) for d in demos]
-    own = UDRFewShot(
-        dspy.Predict("sentence -> sentiment"),
-        retriever,
-        trainset=trainset,
-        k=2,
-        input_field="sentence",
-        output_field="sentiment",
-    )
-    assert len(own.demonstrations(QUERY)) == 2
+    assert name == "own"
+    selector = UDRExampleSelector(real_retriever, task=name, k=2)
+    query = "I can't find my card"
+    demos = real_retriever.retrieve(query, task=name, k=2)
+    assert selector.select_examples({"input": query}) == [{"input": d.input, "output": d.output} for d in demos[::-1]]
+    assert _few_shot(selector).format(input=query) == real_retriever.prompt(query, demos, task=name)
 
 
-def test_dspy_field_names_the_signature_lacks_are_one_line_errors(retriever):
-    dspy = pytest.importorskip("dspy", reason="the dspy extra is not installed")
+def test_langchain_pool_errors_are_one_line(real_retriever, cards_csv):
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
     from udr.errors import UdrError
-    from udr.serving.dspy_fewshot import UDRFewShot
+    from udr.serving.langchain_selector import UDRExampleSelector
 
-    with pytest.raises(UdrError, match=r"no input field 'question' \(its inputs: sentence\): pass input_field="):
-        UDRFewShot(dspy.Predict("sentence -> sentiment"), retriever, task="sst2")
-    with pytest.raises(UdrError, match=r"no output field 'label' \(its outputs: sentiment\): pass output_field="):
-        UDRFewShot(
-            dspy.Predict("sentence -> sentiment"), retriever, task="sst2", input_field="sentence", output_field="label"
-        )
+    with pytest.raises(UdrError, match=r"missing field 'input' \(its columns: text, intent, note\)"):
+        UDRExampleSelector(real_retriever, pool=cards_csv, instruction="Intent: ")
+    with pytest.raises(UdrError, match="or the instruction of your pool= or examples="):
+        UDRExampleSelector(real_retriever, pool=cards_csv, input_column="text", target_column="intent")
+    with pytest.raises(UdrError, match="name the columns of pool=: give the pool too"):
+        UDRExampleSelector(real_retriever, task="sst2", input_column="text")

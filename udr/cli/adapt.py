@@ -60,7 +60,7 @@ def run_adapt(project_settings, request, *, say, progress: bool = True):
     """`udr adapt`: the steps of :mod:`udr.project.adapt` in a new workspace `request.folder`; returns the
     outcome, also written to the workspace's `metrics/adapt.json` and `metrics/adapt.md`."""
     from udr.config import load_settings
-    from udr.data.prepare import read_prepared
+    from udr.data.prepare import pool_cut_note, read_prepared
     from udr.data.sources import read_records
     from udr.project.workspace import init_workspace
     from udr.stages.candidates import run_candidates
@@ -89,7 +89,9 @@ def run_adapt(project_settings, request, *, say, progress: bool = True):
     say(f"workspace {ws.folder}: task {r.name}, input '{ws.input}', label '{ws.label}' ({ws.labels} labels)")
     settings = load_settings(ws.params)
     steps = adapt.Steps(say)
-    steps.run("prepare", run_prepare, settings, r.name)
+    cut = pool_cut_note(steps.run("prepare", run_prepare, settings, r.name), "--max-train")
+    if cut is not None:
+        say(cut)
     counts = {s: len(read_prepared(settings.root, r.name, s)) for s in ("train", "validation", "test")}
     test_methods = adapt.CANDIDATES[1:] if r.test_all else ("recommended", "sbert", "bm25")
     plan = adapt.plan_adaptation(

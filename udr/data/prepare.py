@@ -125,6 +125,19 @@ def prepare_task(
     return meta
 
 
+def pool_cut_note(meta: dict, cap_option: str) -> str | None:
+    """One line where `prepare_task` (its `meta`) cut the pool to its cap, naming `cap_option` (how the user
+    raises it); None where the pool kept every distinct train row."""
+    train = meta["counts"]["train"]
+    distinct = train["available"] - train.get("repeats_dropped", 0)
+    if train["kept"] >= distinct:
+        return None
+    return (
+        f"{meta['task']}: the pool keeps a seeded {train['kept']} of its {distinct} train rows ({cap_option} "
+        f"{train['cap']}); raise {cap_option} to keep them all"
+    )
+
+
 def read_prepared(root: Path, task: str, split: str):
     """The prepared split as a polars DataFrame, or a UdrError saying to run `udr prepare`."""
     import polars as pl

@@ -1,9 +1,10 @@
 """Reading a task's source (mirror files, a user's files, a builder of this package, or the hub) into
 normalised rows, with a seeded train/test split where the source has only one file.
 
-Every row keeps a stable integer id: its 0-based line number in the source file it came from (CSV / TSV:
-the header is line 0; parquet and built records: the row's position; for merged multi-reference test
-rows, the id of the first member), so ids do not change when caps change.
+Every row keeps a stable integer id: its 0-based position among the records of the source it came from (a
+CSV / TSV header and a blank line of JSON lines are no record: the first data row is 0; for merged
+multi-reference test rows, the id of the first member), so ids do not change when caps change, and a file's
+row has the id its own pool gives it (`udr retrieve --pool`, :mod:`udr.serving.pools`).
 
 Imports of polars and datasets are inside the functions that use them, to keep the start of `udr` and of its
 commands light; datasets (the `hub` extra) is needed only for a task read from the Hugging Face Hub.
@@ -139,14 +140,15 @@ def _normalize_file(task: Task, path: Path, field: str) -> Rows:
 
 
 def normalize_rows(task: Task, records: list[tuple[int, dict]], where: str) -> Rows:
-    """Apply the task's normaliser; a malformed row fails with `where:line` and the reason."""
+    """Apply the task's normaliser to (0-based line, record) pairs; a row's id is its position among
+    `records`, and a malformed row fails with `where:line` and the reason."""
     ids, examples = [], []
-    for lineno, record in records:
+    for position, (lineno, record) in enumerate(records):
         try:
             examples.append(task.normalize(record))
         except RowError as exc:
             raise UdrError(f"{where}:{lineno + 1}: malformed row for task {task.name}: {exc}") from None
-        ids.append(lineno)
+        ids.append(position)
     return Rows(ids, examples)
 
 

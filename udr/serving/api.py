@@ -381,6 +381,12 @@ class Retriever:
             self._fingerprint = model_fingerprint(self.model_dir)
         return self._fingerprint
 
+    def pool_task(self, name: str):
+        """The task pool `name` is read as (its instruction and template): a pool served here (an own pool by the
+        name `add_pool` gave it, e.g. "own"), else the registry's task of that name."""
+        pool = self._pools.get(name)
+        return pool.task if pool is not None else get_task(name, self.registry)
+
     def tasks(self) -> list[str]:
         """The tasks this retriever can serve now: own pools, the model folder's and the prepared pipeline tasks."""
         return sorted(set(self._pools) | set(self._pipeline_tasks()))

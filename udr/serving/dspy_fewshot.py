@@ -1,18 +1,27 @@
 """UDR demonstrations for DSPy programs (the `dspy` extra: `pip install 'udr[dspy]'`).
 
-:class:`UDRFewShot` wraps a DSPy predictor: before each call it sets the predictor's demos to the k
-demonstrations UDR retrieves for that call's input, as `dspy.KNNFewShot` does with a symmetric embedder,
-but with UDR's query and demonstration encoders::
+:class:`UDRFewShot` wraps a DSPy predictor (a `dspy.Predict`, a `dspy.ChainOfThought`, or any module with one
+Predict that hands its call's keywords to it): each call retrieves the k demonstrations UDR finds for that
+call's input, as `dspy.KNNFewShot` does with a symmetric embedder, but with UDR's query and demonstration
+encoders, and passes them with the call (`demos=`), so calls from several threads (`dspy.Evaluate(num_threads=...)`)
+or tasks (`acall`) each get their own::
 
-    qa = UDRFewShot(dspy.Predict("question -> answer"), Retriever.load("models/final"), task="trec")
+    qa = UDRFewShot(dspy.ChainOfThought("question -> answer"), Retriever.load("models/final"), task="trec")
     qa(question="Who wrote the novel Dracula?")
 
 The demonstrations come from the task's pool (inputs in `input_field`, answers in `output_field`, by
 default `question` and `answer`: name your signature's fields otherwise) or from your own `trainset` of
-`dspy.Example`s.
+`dspy.Example`s. `save("program.json")` / `load(...)` keep the predictor's state and UDR's settings (the
+trainset's rows, k, the fields, the model's path and fingerprint, never its weights); `save(DIR,
+save_program=True)` pickles the program without the retriever, which `dspy.load` loads again from its path.
 """
 
 from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+from pathlib import Path
 
 from udr.data.tasks import get_task
 
@@ -24,6 +33,8 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise UdrError("the DSPy component needs dspy: pip install 'udr[dspy]'") from exc
 
 from udr.errors import UdrError
+
+STATE_KEY = "udr"  # UDRFewShot's own settings in the state `dump_state` writes beside the predictor's
 
 
 def check_fields(predictor, input_field: str, output_field: str) -> None:
@@ -43,8 +54,64 @@ def check_fields(predictor, input_field: str, output_field: str) -> None:
             )
 
 
+def demo_receiver(module) -> dspy.Predict:
+    """The Predict that reads the demos a call of `module` passes (`demos=`): `module` itself, or the one
+    Predict of a module whose forward hands its keywords on (a ChainOfThought); else a one-line error."""
+    if isinstance(module, dspy.Predict):
+        return module
+    name = type(module).__name__
+    if not isinstance(module, dspy.Module):
+        raise UdrError(f"UDRFewShot wraps a DSPy module (dspy.Predict, dspy.ChainOfThought, ...): got a {name}")
+    found = module.named_predictors()
+    if len(found) != 1:
+        names = ", ".join(n for n, _ in found) or "none"
+        raise UdrError(
+            f"UDRFewShot: {name} has {len(found)} Predict modules ({names}): wrap a module with one "
+            "(dspy.Predict, dspy.ChainOfThought), or each Predict on its own"
+        )
+    params = inspect.signature(type(module).forward).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        raise UdrError(
+            f"UDRFewShot: {name}.forward takes no **kwargs to hand the call's demos= to its Predict "
+            f"({found[0][0]}): wrap that Predict instead"
+        )
+    return found[0][1]
+
+
+def _state_settings(raw) -> dict:
+    """UDRFewShot's settings read back from a saved state's STATE_KEY entry, checked (one-line errors)."""
+    from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+    class Row(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        input: str
+        target: str
+
+    class Settings(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        model: str
+        fingerprint: str
+        task: str | None
+        trainset: list[Row] | None
+        instruction: str | None
+        k: int = Field(ge=1)
+        diversity: float = Field(ge=0.0, le=1.0)
+        input_field: str
+        output_field: str
+
+    if raw is None:
+        raise UdrError(f"UDRFewShot.load: the state has no '{STATE_KEY}' entry: it was saved from another program")
+    try:
+        return Settings.model_validate(raw).model_dump()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(map(str, error["loc"])) or STATE_KEY
+        raise UdrError(f"UDRFewShot.load: bad '{STATE_KEY}' entry in the state ({where}: {error['msg']})") from None
+
+
 class UDRFewShot(dspy.Module):
-    """A predictor whose few-shot demos are retrieved by UDR for each input, most similar last."""
+    """A predictor whose few-shot demos are retrieved by UDR for each call's input, most similar last.
+    retriever: a :class:`udr.Retriever`, or the path of a model it loads (`Retriever.load`)."""
 
     def __init__(
         self,
@@ -60,36 +127,130 @@ class UDRFewShot(dspy.Module):
         diversity: float = 0.0,
     ):
         super().__init__()
-        check_fields(predictor, input_field, output_field)
+        check_fields(demo_receiver(predictor), input_field, output_field)
+        if isinstance(retriever, (str, Path)):
+            from udr.serving.api import Retriever
+
+            retriever = Retriever.load(retriever)
         self.predictor, self.retriever = predictor, retriever
         self.k, self.diversity = k, diversity
         self.input_field, self.output_field = input_field, output_field
         if trainset is None and task is None:
             raise UdrError("UDRFewShot needs a task (its pool) or a trainset")
-        self.pool = task
+        self.task, self.records, self.instruction = task, None, instruction
+        self._pool: str | None = None  # the retriever's name of the trainset's pool, once added
         if trainset is not None:
-            records = []
-            for i, example in enumerate(trainset):
-                values = {f: getattr(example, f, None) for f in (input_field, output_field)}
-                if not all(isinstance(v, str) and v.strip() for v in values.values()):
-                    raise UdrError(f"trainset example {i} needs non-empty '{input_field}' and '{output_field}'")
-                records.append({"input": values[input_field], "target": values[output_field]})
+            self.records = self._records(trainset)
             if instruction is None and task is not None:
                 instruction = get_task(task, retriever.registry).instruction
             if instruction is None:
-                instruction = predictor.signature.instructions
-            self.pool = retriever.add_pool(records, instruction=instruction, name=f"dspy-{id(self)}")
+                instruction = demo_receiver(predictor).signature.instructions
+            self.instruction = instruction
+        self._embed_pool()
+
+    def _records(self, trainset) -> list[dict]:
+        """The trainset's examples as own-pool records {input, target}; a one-line error for a bad one."""
+        records = []
+        for i, example in enumerate(trainset):
+            values = {f: getattr(example, f, None) for f in (self.input_field, self.output_field)}
+            if not all(isinstance(v, str) and v.strip() for v in values.values()):
+                raise UdrError(f"trainset example {i} needs non-empty '{self.input_field}' and '{self.output_field}'")
+            records.append({"input": values[self.input_field], "target": values[self.output_field]})
+        return records
+
+    def _pool_name(self) -> str:
+        """The pool demonstrations come from: the task's, or the trainset's (added to the retriever once)."""
+        if self.records is None:
+            return self.task
+        if self._pool is None:
+            self._pool = self.retriever.add_pool(self.records, instruction=self.instruction, name=f"dspy-{id(self)}")
+        return self._pool
+
+    def _embed_pool(self) -> None:
+        """Embed the pool now (add the trainset's): errors and the cost come here, not in each thread's first call."""
+        self.retriever.retrieve_batch([], task=self._pool_name())
 
     def demonstrations(self, query: str) -> list:
         """The k retrieved demonstrations for `query` as dspy.Examples, most similar last."""
-        demos = self.retriever.retrieve(query, task=self.pool, k=self.k, diversity=self.diversity)
+        demos = self.retriever.retrieve(query, task=self._pool_name(), k=self.k, diversity=self.diversity)
         return [
             dspy.Example(**{self.input_field: d.input, self.output_field: d.output}).with_inputs(self.input_field)
             for d in reversed(demos)
         ]
 
-    def forward(self, **kwargs):
+    def _query(self, kwargs: dict) -> str:
+        if "demos" in kwargs:
+            raise UdrError("UDRFewShot retrieves each call's demos: call it without demos=")
         if self.input_field not in kwargs:
             raise UdrError(f"UDRFewShot: the call has no '{self.input_field}' (it has {', '.join(kwargs)})")
-        self.predictor.demos = self.demonstrations(kwargs[self.input_field])
-        return self.predictor(**kwargs)
+        return kwargs[self.input_field]
+
+    def forward(self, **kwargs):
+        demos = self.demonstrations(self._query(kwargs))
+        return self.predictor(**kwargs, demos=demos)
+
+    async def aforward(self, **kwargs):
+        demos = await asyncio.to_thread(self.demonstrations, self._query(kwargs))
+        return await self.predictor.acall(**kwargs, demos=demos)
+
+    # ------------------------------------------------------------ saving
+
+    def dump_state(self, json_mode=True):
+        """The predictor's state and, under STATE_KEY, UDR's settings (the model by path and fingerprint)."""
+        settings = {
+            "model": str(Path(self.retriever.model_dir).resolve()),
+            "fingerprint": self.retriever.fingerprint,
+            "task": self.task,
+            "trainset": self.records,
+            "instruction": self.instruction,
+            "k": self.k,
+            "diversity": self.diversity,
+            "input_field": self.input_field,
+            "output_field": self.output_field,
+        }
+        return {**super().dump_state(json_mode=json_mode), STATE_KEY: settings}
+
+    def load_state(self, state, *, allow_unsafe_lm_state=False):
+        """Restore what :meth:`dump_state` wrote; a state saved with another model is a one-line error."""
+        settings = _state_settings(state.get(STATE_KEY))
+        if settings["fingerprint"] != self.retriever.fingerprint:
+            raise UdrError(
+                f"UDRFewShot.load: the state was saved with the model {settings['model']}, and this program's "
+                f"retriever serves another ({self.retriever.model_dir}): build it with that model"
+            )
+        check_fields(demo_receiver(self.predictor), settings["input_field"], settings["output_field"])
+        super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        self.task, self.records, self.instruction = settings["task"], settings["trainset"], settings["instruction"]
+        self._pool = None  # the saved trainset (with its instruction) is added below
+        self.k, self.diversity = settings["k"], settings["diversity"]
+        self.input_field, self.output_field = settings["input_field"], settings["output_field"]
+        self._embed_pool()
+        return self
+
+    def __getstate__(self):
+        """Pickled (`save_program=True`) without the retriever: its model's path, project and cache instead."""
+        state = super().__getstate__()
+        retriever = state.pop("retriever")
+        state["retriever_from"] = {
+            "path": str(Path(retriever.model_dir).resolve()),
+            "root": str(Path(retriever.root).resolve()),
+            "cache_dir": None if retriever.cache_dir is None else str(retriever.cache_dir),
+        }
+        state["_pool"] = None
+        return state
+
+    def __setstate__(self, state):
+        source = state.pop("retriever_from")
+        super().__setstate__(state)
+        from udr.serving.api import Retriever
+
+        self.retriever = Retriever.load(source["path"], root=source["root"], cache_dir=source["cache_dir"])
+        self._embed_pool()
+
+    def __deepcopy__(self, memo):
+        """A deep copy (DSPy's optimizers copy programs) that shares the retriever, whose weights stay put."""
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            new.__dict__[name] = value if name == "retriever" else copy.deepcopy(value, memo)
+        return new

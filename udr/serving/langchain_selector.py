@@ -6,15 +6,23 @@
 gives the prompt `udr retrieve --prompt` gives: the demonstrations rendered with the task's template, the
 most similar right before the query, the query written as the pool's inputs are (one line), the
 demonstrations retrieved for the query as given (as `udr retrieve` retrieves them). Examples are
-dicts {input_key: ..., output_key: ...}; with `task` naming a project pool they come from it, and
-`add_example` (or `examples=`) serves your own instead.
+dicts {input_key: ..., output_key: ...}; with `task` naming a pool the retriever serves (a project task, or
+the name `add_pool` gave your own pool) they come from it. Your own pool, a file or a list of rows as
+`udr retrieve --pool` reads them, goes in `pool=` with its `instruction=` (and `input_column=` /
+`target_column=` where its columns have other names)::
+
+    selector = UDRExampleSelector(retriever, pool="cards.csv", instruction="Intent: ", input_column="text",
+                                  target_column="intent")
+
+`add_example` (or `examples=`) adds your own examples to `pool=`'s, or serves them instead of the task's pool.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from udr.data.tasks import DEFAULT_TEMPLATE, get_task
+from udr.data.tasks import DEFAULT_TEMPLATE
 
 try:
     from langchain_core.example_selectors import BaseExampleSelector
@@ -79,29 +87,58 @@ class UDRExampleSelector(BaseExampleSelector):
         retriever,
         *,
         task: str | None = None,
+        pool: list[dict] | Path | str | None = None,
         examples: list[dict] | None = None,
         instruction: str | None = None,
+        input_column: str | None = None,
+        target_column: str | None = None,
         k: int = 4,
         diversity: float = 0.0,
         input_key: str = "input",
         output_key: str = "output",
         ascending: bool = True,
     ):
+        """pool: your own demonstrations, a file (.jsonl, .csv, .tsv, .parquet) or a list of rows, read as
+        `udr retrieve --pool` reads them: in the shape of `task` where named (its template and, by default,
+        its instruction), else `{"input", "target"}` (or `input_column` / `target_column`) with `instruction`."""
         self.retriever, self.k, self.diversity, self.ascending = retriever, k, diversity, ascending
         self.input_key, self.output_key = input_key, output_key
         self.task = task
         self.instruction = instruction
         self._own: list[dict] = []
-        self._uses_own = examples is not None or task is None  # else the task's pool
+        self._uses_own = examples is not None or pool is not None or task is None  # else the task's pool
         self._pool: str | None = None  # the retriever's pool of `_own`, once added (None: not yet, or stale)
         if task is None and instruction is None:
-            raise UdrError("UDRExampleSelector needs a task (its pool and instruction) or an instruction")
+            raise UdrError(
+                "UDRExampleSelector needs a task (its pool and instruction) or the instruction of your pool= or "
+                "examples="
+            )
+        if pool is not None:
+            self._own.extend(self._read_pool(pool, input_column, target_column))
+        elif input_column is not None or target_column is not None:
+            raise UdrError("input_column / target_column name the columns of pool=: give the pool too")
         for example in examples or ():
             self.add_example(example)
 
+    def _read_pool(self, pool, input_column: str | None, target_column: str | None) -> list[dict]:
+        """`pool=`'s rows as own records {input, target}, read as `udr retrieve --pool` reads them."""
+        from udr.serving.pools import Columns, file_pool, own_task, records_pool
+
+        registry = self.retriever.registry if self.task is not None else None
+        spec = own_task(self.instruction, like=self.task, registry=registry)
+        columns = Columns(input_column, target_column)
+        if isinstance(pool, (str, Path)):
+            read = file_pool(Path(pool), spec, columns)
+        elif isinstance(pool, dict) or not hasattr(pool, "__iter__"):
+            raise UdrError(f"pool=: expected a file or a list of rows, got a {type(pool).__name__}")
+        else:
+            read = records_pool(pool, spec, where="pool=", columns=columns)
+        return [{"input": x, "target": y} for x, y in zip(read.inputs, read.outputs)]
+
     def _spec(self):
-        """The task whose template and instruction render the examples (None: no task named)."""
-        return None if self.task is None else get_task(self.task, self.retriever.registry)
+        """The task whose template and instruction render the examples (None: no task named): a pool the
+        retriever serves under that name (your own, from `add_pool`), else the registry's task."""
+        return None if self.task is None else self.retriever.pool_task(self.task)
 
     def _template(self) -> str:
         """The task's template with LangChain's variables in place of {input} and {answer}."""
@@ -140,7 +177,7 @@ class UDRExampleSelector(BaseExampleSelector):
         )
 
     def add_example(self, example: dict[str, str]) -> Any:
-        """Serve `example` ({input_key, output_key}) too: your own examples replace the task's pool."""
+        """Serve `example` ({input_key, output_key}) too: with `pool=`'s rows, or instead of the task's pool."""
         for key in (self.input_key, self.output_key):
             if not isinstance(example.get(key), str) or not example[key].strip():
                 raise UdrError(f"example needs a non-empty string '{key}': got {example!r}")

@@ -5,9 +5,11 @@ the copy of it that `udr index` puts in the model folder, ``pools/<task>.parquet
 records, for tasks UDR never saw in training. Own records follow the row shapes
 of the task registry (:mod:`udr.data.tasks`): with a registered task named, that task's shape (sst2:
 ``{"text", "label"}``); without one, the generation shape ``{"input": ..., "target": ...}``.
-Pool ids are the prepared ids for pipeline pools and, for own records, the record's 0-based position in
-the pool as given: the list index, or the n-th data row of a file (a CSV or TSV header, or a blank JSON line,
-is no row), whatever the entry point (`udr retrieve --pool`, `add_pool`, `from_pool`, an export's pool).
+Pool ids are one convention whatever the route: a record's 0-based position in its source, the list index or
+the n-th data row of a file (a CSV or TSV header, or a blank JSON line, is no row). An own pool
+(`udr retrieve --pool`, `add_pool`, `from_pool`) numbers its records so, and a pipeline pool (served by task
+name, from a model folder or an export) carries the prepared ids, which `udr prepare` numbers the same way
+(:mod:`udr.data.sources`): the same file's row has one id by every route.
 
 Imports of polars, udr.config and udr.data.declarations (pydantic) are inside the functions that use them, to keep
 `from udr import Retriever` and `udr retrieve` light.
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.data.prepare import read_prepared
-from udr.data.sources import FILE_FORMATS, Rows, distinct_rows, normalize_rows, read_records
+from udr.data.sources import FILE_FORMATS, distinct_rows, normalize_rows, read_records
 from udr.data.tasks import BuiltinSource, Generation, Task, get_task
 from udr.errors import UdrError
 from udr.paths import Paths
@@ -242,9 +244,7 @@ def records_pool(
                 f"{where}:{lineno + 1}: malformed row: expected an object (dict), got {type(record).__name__}"
             )
     pairs = _with_columns(pairs, task, columns or Columns(), where)
-    rows = normalize_rows(task, pairs, where)  # ids: the line numbers, which name a malformed row
-    position = {line: i for i, (line, _) in enumerate(pairs)}
-    rows = distinct_rows(Rows([position[line] for line in rows.ids], rows.examples))  # a repeat is served once
+    rows = distinct_rows(normalize_rows(task, pairs, where))  # ids: positions among the records; a repeat once
     if not rows.examples:
         raise UdrError(f"{where}: no demonstrations (the pool is empty)")
     return Pool(

@@ -29,6 +29,9 @@ def test_a_second_process_is_refused_in_one_line_naming_the_holders_pid(tmp_path
     with holding(target, "workspace"):  # free again once the holder ended
         assert lock_file(target).read_text().strip() == str(os.getpid())
     assert not lock_file(target).exists()  # the holder deletes it
+    with holding(tmp_path / "new" / "deep" / "ws", "workspace"):
+        assert lock_file(tmp_path / "new" / "deep" / "ws").is_file()
+    assert not (tmp_path / "new").exists()  # and the folders it made for it, left empty
 
 
 def _try_lock(target, queue):

@@ -27,8 +27,8 @@ from udr.paths import round_label
 from udr.retriever.encoder import SETTINGS_NAME
 from udr.retriever.initial import describe_init, initial_encoder
 from udr.retriever.recipes import epr_train_settings
-from udr.retriever.record import check_replace, recorded_train_settings, trained_model_record, write_record
-from udr.retriever.train_log import TrainLog
+from udr.retriever.record import recorded_train_settings, trained_model_record, write_record
+from udr.retriever.train_log import TrainLog, writing_run
 from udr.retriever.training import (
     ScoredQuery,
     Trainer,
@@ -40,7 +40,7 @@ from udr.retriever.training import (
     training_queries,
 )
 from udr.util.distributed import Distributed, resolve_device_type, resolve_lm_precision
-from udr.util.files import file_sha256, remove
+from udr.util.files import file_sha256, remove, resolve_target
 from udr.util.resume import open_partial, partial_dir
 
 
@@ -56,8 +56,8 @@ def run_train_stage(
 ):
     """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder; `init`: from
     that bi-encoder instead) into the round's model directory (`out`: a named model directory instead,
-    its log under metrics/train/runs/<its name>) and training log; returns (summary or None off rank 0,
-    output directory). A model recorded from another params file is not replaced unless `replace`."""
+    its log under metrics/train/runs/<its name>, no other folder's) and training log, both locked; returns
+    (summary or None off rank 0, output directory). A model from another params file is kept unless `replace`."""
     paths = settings.paths
     settings.train.check_round(round_)
     if epr and round_ != 0:
@@ -74,11 +74,11 @@ def run_train_stage(
     else:
         default_out, log_dir = paths.round_model(round_), paths.train_log(round_label(round_))
     # The path is resolved before anything is derived from it: `nosuch/..` is the current directory.
-    out = check_replace(Path(out) if out is not None else default_out, settings.params_file, settings.root, replace)
-    if out != default_out.resolve():
-        log_dir = paths.named_train_log(out)
+    target = resolve_target(Path(out) if out is not None else default_out, "--out")
+    log_dir = paths.named_train_log(target) if target != default_out.resolve() else log_dir
     method = "epr" if epr else "udr"
-    summary = run_train(settings, round_, init=Path(init), out=out, log_dir=log_dir, progress=progress, method=method)
+    with writing_run(target, log_dir, settings.params_file, settings.root, replace) as out:
+        summary = run_train(settings, round_, init=init, out=out, log_dir=log_dir, progress=progress, method=method)
     return summary, out
 
 

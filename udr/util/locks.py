@@ -5,7 +5,8 @@ The lock of `target` is the file `.NAME.lock` beside it, held with `flock` for a
 the holder's pid written in it. It is taken before the writer's first "already exists" check, so two
 processes never both pass it: the second is refused in one line naming the holder's pid. The kernel drops
 a lock whose holder died (killed, crashed), so the file a dead holder left is simply taken over. The
-holder deletes the file when it is done. A process may take a lock it already holds (nested steps).
+holder deletes the file when it is done, and the folders it made for it where they stayed empty. A process
+may take a lock it already holds (nested steps).
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ def holding(target: Path, what: str) -> Iterator[None]:
         finally:
             _held[key] -= 1
         return
-    fd = _acquire(lock, f"{what} {shorten(target, 120)}")
+    made = [p for p in (lock.parent, *lock.parent.parents) if not p.exists()]  # folders the lock makes
+    try:
+        fd = _acquire(lock, f"{what} {shorten(target, 120)}")
+    except BaseException:
+        _remove_empty(made)
+        raise
     _held[key] = 1
     try:
         yield
@@ -52,17 +58,26 @@ def holding(target: Path, what: str) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(lock)  # before the unlock: a process that opened it meanwhile sees another file and retries
         os.close(fd)
+        _remove_empty(made)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a lock made (innermost first) where nothing else was written in them."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _acquire(lock: Path, shown: str) -> int:
     """The open, locked descriptor of `lock`, the holder's pid written in it."""
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UdrError(f"cannot lock {shown}: {first_line(exc)}") from None
     while True:
         try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            continue  # its folder, made by another process's lock, was removed as we made ours
         except OSError as exc:
             raise UdrError(f"cannot lock {shown}: {first_line(exc)}") from None
         try:

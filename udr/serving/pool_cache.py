@@ -5,7 +5,8 @@ changed file, instruction or template is embedded again) and stored as ``<cache>
 with a JSON sidecar (:func:`udr.retriever.index.save_embeddings`, written atomically). The cache lives in
 ``$UDR_CACHE_DIR``, else ``$XDG_CACHE_HOME/udr``, else ``~/.cache/udr``. Entries are never read
 as pickles; an unreadable entry, or one whose array does not match the checksum stored beside it,
-is embedded again and replaced.
+is embedded again and replaced. One process embeds and writes an entry at a time (its lock,
+:mod:`udr.util.locks`): a second is refused in one line; a finished entry is read without it.
 
 Imports of udr.retriever.encoder (pydantic) are inside the functions that use them, to keep `from udr import
 Retriever` and `udr retrieve` light.

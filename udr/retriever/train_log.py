@@ -19,7 +19,7 @@ import numpy as np
 
 from udr.errors import UdrError
 from udr.paths import NAMED_RUNS
-from udr.retriever.record import check_replace
+from udr.retriever.record import writing_model
 from udr.util.files import remove, shown_path, write_atomic, write_json_atomic, write_text_atomic
 from udr.util.locks import holding
 
@@ -31,15 +31,15 @@ LOGGED_MODEL = "model.txt"
 @contextlib.contextmanager
 def writing_run(out: Path, log_dir: Path, params_file: str, root: Path, replace: bool) -> Iterator[Path]:
     """Hold the locks of the resolved model folder `out` and of its training log `log_dir` (only on the
-    process that writes, rank 0 under torchrun), then check them: `out` as :func:`check_replace` does, and
+    process that writes, rank 0 under torchrun), then check them: `out` as `writing_model` does, and
     a named run's log (under metrics/train/runs/) must be no other model folder's of the same name (a log
     naming none, an older one, is anyone's). Yields `out`, whose log then records it (:data:`LOGGED_MODEL`)."""
     named = Path(log_dir).parent.name == NAMED_RUNS
-    with contextlib.ExitStack() as locks:
-        if int(os.environ.get("RANK", "0")) == 0:
-            locks.enter_context(holding(out, "model folder"))
-            locks.enter_context(holding(log_dir, "training log"))
-        out = check_replace(out, params_file, root, replace)
+    writes = int(os.environ.get("RANK", "0")) == 0
+    with (
+        writing_model(out, params_file, root, replace, lock=writes) as out,
+        holding(log_dir, "training log") if writes else contextlib.nullcontext(),
+    ):
         owner = _logged_model(log_dir) if named else None
         if owner and owner != str(out):
             shown = shown_path(log_dir, root)
@@ -47,7 +47,7 @@ def writing_run(out: Path, log_dir: Path, params_file: str, root: Path, replace:
                 f"{shown} is the training log of the model folder {owner}, not {out}: "
                 f"give --out a folder of another name, or remove {shown}"
             )
-        if named and int(os.environ.get("RANK", "0")) == 0:
+        if named and writes:
             write_text_atomic(Path(log_dir) / LOGGED_MODEL, f"{out}\n")
         yield out
 

@@ -142,7 +142,8 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(adapt_cli, "evaluate_candidate", killed)
-        assert "simulated kill" in one_line_error(stopped)
+        code, _, err = run_cli(stopped, root)
+        assert code == 1 and err.strip().splitlines()[-1] == "udr: error: simulated kill", err
     steps = json.loads((tmp_path / "stopped" / "adapt-steps.json").read_text())["done"]
     assert "validate epr" in steps and "validate udr" not in steps and "export" not in steps
     adapted = tmp_path / "stopped" / "models" / "adapted" / "udr_record.json"
@@ -168,7 +169,8 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(adapt_cli, "evaluate_candidate", killed)
         mp.setattr("udr.stages.prepare.run_prepare", refuse)
-        assert "stop" in one_line_error([*stopped, "--queries", "7", "--restart"])
+        code, _, err = run_cli([*stopped, "--queries", "7", "--restart"], root)
+        assert code == 1 and err.strip().splitlines()[-1] == "udr: error: stop", err
     record = json.loads((tmp_path / "stopped" / "adapt-steps.json").read_text())
     assert record["request"]["queries"] == "7" and record["done"] == {}
     assert not (tmp_path / "stopped" / "models" / "adapted").exists()

@@ -1,9 +1,9 @@
 """`udr adapt`: a user's labelled file to the best demonstration retriever for their task. The command wires
-the project's stages together in a new workspace, step by step (:mod:`udr.project.adapt` says which and
-decides the plan, the recommendation and the report).
+the project's stages together in a workspace, step by step (:mod:`udr.project.adapt` says which, decides
+the plan, the recommendation and the report, and records the finished steps a run resumes from).
 
-Imports of rich, udr.config, udr.data, udr.project.workspace, udr.retriever and udr.stages are inside
-the functions that use them, to keep `udr`'s start (`udr --help`) light.
+Imports of rich, udr.config, udr.data, udr.project.workspace, udr.retriever, udr.serving and udr.stages are
+inside the functions that use them, to keep `udr`'s start (`udr --help`) light.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ pipeline is left as it is:
 6. test: the recommended retriever and the baselines on the test rows, once;
 7. export: the winner, ready for `udr retrieve`, Python, LangChain and DSPy.
 
+Each step, as it finishes, is recorded in the workspace with the request's fingerprint (:class:`StepRecord`),
+so the same command run again resumes a stopped run, its finished steps skipped.
+
 Imports of transformers, yaml, udr.data, udr.serving, udr.project.saved_evaluations and udr.util (readers,
 safe_yaml) are inside the functions that use them, to keep the start of `udr` light.
 """
@@ -25,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.util.files import building_dir, shown_path, write_text_atomic
+from udr.util.files import building_dir, file_sha256, read_json_object, remove, shown_path, write_text_atomic
 
 # The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
 # UDR trained on the task's own feedback; `udr` and `epr` are the project's models, never trained on it.
@@ -320,8 +323,6 @@ OPTIONS = {
 def request_fingerprint(request: AdaptRequest) -> dict[str, str | None]:
     """What decides a run's work and results: every option but the workspace (`--from` and `--test` by
     their bytes, `--export` resolved), each as text."""
-    from udr.util.files import file_sha256
-
     out: dict[str, str | None] = {}
     for name in OPTIONS:
         value = getattr(request, name)
@@ -352,8 +353,6 @@ class StepRecord:
     @classmethod
     def read(cls, folder: Path) -> StepRecord | None:
         """The record in `folder`, None where it has none; an unreadable one is a one-line error."""
-        from udr.util.files import read_json_object
-
         path = Path(folder) / STEPS_NAME
         if not path.is_file():
             return None
@@ -372,8 +371,6 @@ def resumed_record(folder: Path, request: dict, restart: bool, shown: str) -> St
     """The step record of the run `udr adapt` resumes in the workspace `folder` (shown as `shown`), None
     where it starts one (no folder, or `restart`: the run there removed). A folder that is no udr adapt
     workspace, or one of another request, is a one-line error and stays as it is."""
-    from udr.util.files import remove
-
     if not folder.exists():
         return None
     if not (folder / STEPS_NAME).is_file():

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import write_csv_task, write_params
 from tests.tiny_models import save_tiny_encoder, save_tiny_lm
+from udr.errors import UdrError
 
 
 def write_user_csv(path, data_dir, lines: slice) -> None:
@@ -25,7 +26,7 @@ def write_user_csv(path, data_dir, lines: slice) -> None:
 
 
 @pytest.mark.slow
-def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export(run_cli, tmp_path, data_dir):
+def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and_resumes(run_cli, tmp_path, data_dir):
     from udr.lm.models import resolve_model
 
     root = tmp_path / "project"
@@ -57,16 +58,35 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export(run
         return err
 
     assert "make run" in one_line_error(["adapt", "opinion", "--from", str(tmp_path / "none.csv")])  # no rates yet
-    for stage in (["prepare"], ["candidates"], ["score"], ["train"], ["train", "--epr"], ["index"]):
+    for stage in (["prepare"], ["candidates"], ["score"], ["train"]):
         udr(*stage)
     for method in ("random", "bm25", "sbert"):
         udr("evaluate", "--method", method)
+    # no EPR to compare (nor a trained UDR): refused before anything is written
+    assert "this project has no models/final" in one_line_error(["adapt", "opinion", "--from", str(tmp_path / "x")])
+    udr("index")
+    assert "this project has no models/epr" in one_line_error(["adapt", "opinion", "--from", str(tmp_path / "x")])
+    udr("train", "--epr")
     before = {p: p.read_bytes() for p in (root / "metrics").rglob("*") if p.is_file()}
 
     write_user_csv(tmp_path / "mine.csv", data_dir, slice(0, None, 160))
     write_user_csv(tmp_path / "mine-test.csv", data_dir, slice(1, None, 641))
     args = ["adapt", "opinion", "--from", str(tmp_path / "mine.csv"), "--test", str(tmp_path / "mine-test.csv")]
     args += ["--input", "utterance", "--label", "kind", "--validation", "10", "--queries", "6", "--max-train", "30"]
+    # targets and rows checked before anything is written: no workspace, so the same command later runs
+    from tests.locking import another_process_holding
+
+    for bad, message in (
+        (["--export", "/proc/self/x"], "cannot write export target /proc/self/x"),
+        (["--export", str(tmp_path / ("n" * 300))], "longer than the file system allows"),
+        (["--validation", "50"], "--validation 50"),
+        (["--test", str(tmp_path / "mine.csv")], "holds the rows of --from"),
+        (["--input", "kind"], "--input and --label are both column 'kind'"),
+    ):
+        assert message in one_line_error([*args, *bad]), bad
+    with another_process_holding(root / "workspaces" / "opinion") as pid:
+        assert f"pid {pid}" in one_line_error(args)
+    assert not (root / "workspaces").exists()
     out, err = udr(*args, "--export", str(tmp_path / "winner"))
 
     assert "plan: score 6 queries (18 pairs)" in err and "minutes" in err, err
@@ -105,4 +125,53 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export(run
     # the project's own pipeline is as it was
     assert {p: p.read_bytes() for p in (root / "metrics").rglob("*") if p.is_file()} == before
 
-    assert "already exists" in one_line_error(args)  # the workspace exists: nothing replaced
+    # The same command again: every step done, skipped; the same outcome, nothing recomputed.
+    out, err = udr(*args, "--export", str(tmp_path / "winner"))
+    assert "resuming" in err and "train: done before, skipped" in err and "export: done before, skipped" in err
+    assert json.loads((ws / "metrics" / "adapt.json").read_text())["choice"] == report["choice"]
+
+    # A run stopped in a middle step (validating UDR), run again, finishes with the same recommendation.
+    import udr.cli.adapt as adapt_cli
+
+    stopped = [*args, "--dir", str(tmp_path / "stopped")]
+    real = adapt_cli.evaluate_candidate
+
+    def killed(settings, task, method, split, **kw):
+        if (method, split) == ("udr", "validation"):
+            raise UdrError("simulated kill")
+        return real(settings, task, method, split, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(adapt_cli, "evaluate_candidate", killed)
+        code, _, err = run_cli(stopped, root)
+        assert code == 1 and err.strip().splitlines()[-1] == "udr: error: simulated kill", err
+    steps = json.loads((tmp_path / "stopped" / "adapt-steps.json").read_text())["done"]
+    assert "validate epr" in steps and "validate udr" not in steps and "export" not in steps
+    adapted = tmp_path / "stopped" / "models" / "adapted" / "udr_record.json"
+    trained_at = adapted.stat().st_mtime_ns
+    assert "holds a udr adapt run of another request (--queries 6, not 7)" in one_line_error(
+        [*stopped, "--queries", "7"]
+    )
+    out, err = udr(*stopped)
+    assert "resuming" in err and "score: done before, skipped" in err and "validate udr: done in" in err, err
+    assert adapted.stat().st_mtime_ns == trained_at  # the adapted model was not trained again
+    resumed = json.loads((tmp_path / "stopped" / "metrics" / "adapt.json").read_text())
+    assert resumed["choice"] == report["choice"]
+    assert [(r["method"], r["score"]) for r in resumed["validation"]] == [
+        (r["method"], r["score"]) for r in report["validation"]
+    ]
+    assert resumed["test"] == report["test"]
+    assert set(resumed["seconds"]) == set(report["seconds"])
+
+    def refuse(*_, **__):
+        raise UdrError("stop")
+
+    # --restart starts over: the run there removed, the new request's record written (stopped again at once).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(adapt_cli, "evaluate_candidate", killed)
+        mp.setattr("udr.stages.prepare.run_prepare", refuse)
+        code, _, err = run_cli([*stopped, "--queries", "7", "--restart"], root)
+        assert code == 1 and err.strip().splitlines()[-1] == "udr: error: stop", err
+    record = json.loads((tmp_path / "stopped" / "adapt-steps.json").read_text())
+    assert record["request"]["queries"] == "7" and record["done"] == {}
+    assert not (tmp_path / "stopped" / "models" / "adapted").exists()

@@ -184,3 +184,53 @@ def test_workspace_paths_keep_a_linked_data_folder_as_named(project, run_cli, tm
         assert yaml.safe_load((ws / "params.yaml").read_text())["data"]["source_dir"] == wanted
         assert load_settings(ws / "params.yaml").data_dir() == data_dir.resolve()
         assert os.readlink(ws / "models" / "final") == "../../../models/final"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "sentiment", "--label", "sentiment"], "--input and --label are both column 'sentiment'"),
+        (["--label", "sentiment", "--test", "SAME"], "holds the rows of --from"),
+        (["--label", "sentiment", "--test", "COPY"], "holds the rows of --from"),
+        (["--label", "sentiment", "--max-train", "1"], "--max-train 1: the demonstration pool needs 2 rows"),
+        (["--label", "sentiment", "--from", "ONE_INPUT"], "holds 1 distinct value"),
+    ],
+)
+def test_what_the_files_alone_decide_is_refused_before_anything_is_written(project, run_cli, tmp_path, args, message):
+    root, csv = project
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(csv.read_bytes())
+    one = tmp_path / "one.csv"
+    pl.read_csv(csv).with_columns(pl.lit("the same review").alias("review")).write_csv(one)
+    files = {"SAME": str(csv), "COPY": str(copy), "ONE_INPUT": str(one)}
+    args = [files.get(a, a) for a in args]
+    code, _, err = run_cli(["init-task", "opinions", "--from", str(csv), *args], root)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (root / "workspaces").exists()
+
+
+def test_validation_rows_that_leave_no_pool_are_refused_before_anything_is_written(project, run_cli):
+    from udr.config import load_settings
+    from udr.errors import UdrError
+    from udr.project.workspace import init_workspace
+
+    root, csv = project
+    settings = load_settings(root / "params.yaml")
+    folder = root / "workspaces" / "opinions"
+    kwargs = {"label_column": "sentiment", "test_source": None}
+    with pytest.raises(UdrError, match=r"--validation 31: .* has 32 train rows.* --validation 30 or less"):
+        init_workspace(settings, "opinions", csv, folder, validation=31, **kwargs)  # 40 rows, 8 carved for test
+    assert not (root / "workspaces").exists()
+    init_workspace(settings, "opinions", csv, folder, validation=30, **kwargs)  # the most `udr prepare` takes
+    code, _, err = run_cli(["prepare"], folder)
+    assert code == 0, err
+
+
+def test_a_workspace_another_process_writes_is_refused_naming_its_pid(project, run_cli):
+    from tests.locking import another_process_holding
+
+    root, csv = project
+    with another_process_holding(root / "workspaces" / "opinions") as pid:
+        code, _, err = run_cli(["init-task", "opinions", "--from", str(csv), "--label", "sentiment"], root)
+    assert code == 1 and f"pid {pid}" in err and "workspace" in err and len(err.strip().splitlines()) == 1, err
+    assert not (root / "workspaces").exists()

@@ -218,3 +218,34 @@ def test_a_named_run_never_replaces_the_pipelines_own_training_log(project, run_
     assert code == 0, err
     assert _tree(pipeline_log) == before
     assert (project / "metrics/train/runs" / name / "summary.json").is_file()
+
+
+def test_two_model_folders_of_one_name_never_share_a_log(project, run_cli, tmp_path):
+    """A named run's identity is its whole target: `--out ../x/run1` owns metrics/train/runs/run1, and
+    `--out ../y/run1` is refused in one line, the first run's log as it was."""
+    args = ["train", "-r", "0", "-p", "params-news.yaml", "--out"]
+    code, _, err = run_cli([*args, str(tmp_path / "x" / "run1")], project)
+    assert code == 0, err
+    log = project / "metrics/train/runs/run1"
+    assert (log / "model.txt").read_text().strip() == str((tmp_path / "x" / "run1").resolve())
+    before = _tree(log)
+    code, _, err = run_cli([*args, str(tmp_path / "y" / "run1")], project)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "training log of the model folder" in err and str(tmp_path / "x" / "run1") in err, err
+    assert not (tmp_path / "y" / "run1").exists() and _tree(log) == before
+    code, _, err = run_cli([*args, str(tmp_path / "x" / "run1")], project)  # the same target again: its own log
+    assert code == 0, err
+    assert (log / "model.txt").read_text().strip() == str((tmp_path / "x" / "run1").resolve())
+
+
+@pytest.mark.parametrize("held", ["model", "log"])
+def test_a_named_run_another_process_writes_is_refused_naming_its_pid(project, run_cli, tmp_path, held):
+    from tests.locking import another_process_holding
+
+    out = tmp_path / "run2"
+    target = out if held == "model" else project / "metrics/train/runs/run2"
+    with another_process_holding(target) as pid:
+        code, _, err = run_cli(["train", "-r", "0", "-p", "params-news.yaml", "--out", str(out)], project)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"pid {pid}" in err and ("model folder" if held == "model" else "training log") in err, err
+    assert not out.exists()

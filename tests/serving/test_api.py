@@ -111,6 +111,26 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
     assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2
 
 
+def test_a_pool_another_process_is_embedding_is_refused_naming_its_pid(served, tmp_path):
+    """Two processes embedding one pool into one cache: the second is refused in one line naming the
+    first's pid; a finished entry is read while another process holds its lock."""
+    from tests.locking import another_process_holding
+    from udr import Retriever
+    from udr.errors import UdrError
+
+    records = [{"input": f"def f{i}(x): return x - {i}", "target": f"subtract {i}"} for i in range(8)]
+    kwargs = {"instruction": "Comment on the code. Code: ", "root": served}
+    Retriever.from_pool(records, **kwargs, cache_dir=tmp_path / "done")
+    (entry,) = (tmp_path / "done" / "pools").glob("*.npy")  # the key is the model's and the texts', not the folder's
+    with another_process_holding(tmp_path / "new" / "pools" / entry.name) as pid:
+        with pytest.raises(UdrError, match=f"pool embedding cache entry .*pid {pid}") as err:
+            Retriever.from_pool(records, **kwargs, cache_dir=tmp_path / "new")
+        assert len(str(err.value).splitlines()) == 1
+        assert not list((tmp_path / "new" / "pools").glob("*.npy"))
+    with another_process_holding(entry):
+        Retriever.from_pool(records, **kwargs, cache_dir=tmp_path / "done")  # read whole, without the lock
+
+
 @pytest.mark.parametrize("damage", ["half the rows", "nan", "width"])
 def test_an_altered_cache_entry_is_embedded_again(served, tmp_path, damage):
     """A cache file that is well formed but altered (other rows, a NaN, another width with a matching

@@ -279,3 +279,14 @@ def test_an_own_pools_ids_are_the_rows_a_sentence_transformers_export_scores(
     docs = model.encode_document([task.render(x, y) for x, y in rows], prompt=instruction, convert_to_numpy=True)
     scores = model.similarity(model.encode_query([query], prompt=instruction), docs).numpy()[0]
     assert [int(i) for i in np.argsort(-scores, kind="stable")[:3]] == [x["pool_id"] for x in got]
+
+
+def test_an_export_another_process_writes_is_refused_naming_its_pid(run_cli, served, real_model, tmp_path):
+    from tests.locking import another_process_holding
+
+    target = tmp_path / "shared-export"
+    with another_process_holding(target) as pid:
+        code, _, err = run_cli(["export", str(target), "--model", str(real_model)], served)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"pid {pid}" in err and "export folder" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, no lock left

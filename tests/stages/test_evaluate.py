@@ -363,3 +363,23 @@ def test_damaged_saved_predictions_are_one_line_errors(tmp_path, data_dir):
         with pytest.raises(UdrError, match=message) as info:
             prediction_metric(settings, "bm25", "sst2", examples, "accuracy")
         assert "\n" not in str(info.value)
+
+
+def test_a_saved_evaluation_another_process_writes_is_refused_naming_its_pid(evaluated, run_cli, tmp_path):
+    """Two `udr evaluate --save-as NAME` at once: the second is refused before any work, in one line naming
+    the first's pid, and writes nothing (neither says "saved as NAME" over the other's results)."""
+    import shutil
+
+    from tests.locking import another_process_holding
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    with another_process_holding(project / "metrics" / "samename" / "sst2.json") as pid:
+        code, out, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "--save-as", "samename"], project)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"pid {pid}" in err and "metrics/samename/sst2.json" in err and "saved as" not in out + err
+    assert not (project / "data" / "predictions" / "samename").exists()
+    assert not (project / "metrics" / "samename").exists()
+    code, out, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "--save-as", "samename"], project)
+    assert code == 0 and "(saved as samename)" in out + err, err
+    assert [p.name for p in (project / "metrics" / "samename").iterdir()] == ["sst2.json"]  # no lock file left

@@ -213,24 +213,24 @@ def export_cmd(
 ) -> None:
     """Export the trained retriever for other tools, with its tasks' pools and a model card written from the
     model's own record."""
-    from udr.serving.export import EXPORT_FORMATS, check_export_target, export_pools, export_sentence_transformers
+    from udr.serving.export import EXPORT_FORMATS, export_pools, export_sentence_transformers, writing_export
     from udr.serving.model_card import card_tasks, model_card
 
     if format_ not in EXPORT_FORMATS:
         raise UdrError(f"unknown export format '{format_}' (known: {', '.join(EXPORT_FORMATS)})")
-    target = check_export_target(out_dir)  # resolved, before the model card reads the run
-    settings = load(params, set_)
-    model_dir = model or settings.paths.final_model
-    chosen = card_tasks(settings, model_dir, tasks)
-    pools = export_pools(model_dir, chosen, lambda t: settings.paths.prepared(t, "train"))
-    for task_name in tasks or ():
-        if task_name not in pools:
-            raise UdrError(
-                f"task '{task_name}' has no pool to export: the model folder carries none and the project has "
-                f"not prepared it; run `udr prepare -t {task_name}` first"
-            )
-    card = model_card(settings, model_dir, name or str(out_dir), chosen)
-    meta = export_sentence_transformers(model_dir, target, chosen, card, pools)
+    with writing_export(out_dir) as target:  # locked and checked, before the model card reads the run
+        settings = load(params, set_)
+        model_dir = model or settings.paths.final_model
+        chosen = card_tasks(settings, model_dir, tasks)
+        pools = export_pools(model_dir, chosen, lambda t: settings.paths.prepared(t, "train"))
+        for task_name in tasks or ():
+            if task_name not in pools:
+                raise UdrError(
+                    f"task '{task_name}' has no pool to export: the model folder carries none and the project has "
+                    f"not prepared it; run `udr prepare -t {task_name}` first"
+                )
+        card = model_card(settings, model_dir, name or str(out_dir), chosen)
+        meta = export_sentence_transformers(model_dir, target, chosen, card, pools)
     shown = os.path.relpath(model_dir) if Path(model_dir).is_absolute() else model_dir
     console().print(
         f"exported {shown} -> {out_dir} (sentence-transformers, {len(meta['tasks'])} task prompts, "

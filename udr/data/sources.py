@@ -61,11 +61,16 @@ def distinct_rows(rows: Rows) -> Rows:
     return rows if len(keep) == len(rows) else rows.take(keep)
 
 
+def carved_test_rows(n: int, test_fraction: float) -> int:
+    """How many of n rows (2 or more) a seeded split sets aside as test rows."""
+    return min(n - 1, max(1, round(n * test_fraction)))
+
+
 def seeded_split(n: int, test_fraction: float, seed: int, task: str) -> tuple[np.ndarray, np.ndarray]:
     """Positions of (train, test) for a seeded random split of n rows; both sorted ascending."""
     if n < 2:
         raise UdrError(f"task {task}: cannot split {n} row(s) into train and test")
-    n_test = min(n - 1, max(1, round(n * test_fraction)))
+    n_test = carved_test_rows(n, test_fraction)
     perm = task_rng(seed, task, "split").permutation(n)
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 

@@ -11,6 +11,9 @@ pipeline is left as it is:
 6. test: the recommended retriever and the baselines on the test rows, once;
 7. export: the winner, ready for `udr retrieve`, Python, LangChain and DSPy.
 
+Each step, as it finishes, is recorded in the workspace with the request's fingerprint (:class:`StepRecord`),
+so the same command run again resumes a stopped run, its finished steps skipped.
+
 Imports of transformers, yaml, udr.data, udr.serving, udr.project.saved_evaluations and udr.util (readers,
 safe_yaml) are inside the functions that use them, to keep the start of `udr` light.
 """
@@ -21,11 +24,11 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.util.files import building_dir, write_text_atomic
+from udr.util.files import building_dir, file_sha256, read_json_object, remove, shown_path, write_text_atomic
 
 # The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
 # UDR trained on the task's own feedback; `udr` and `epr` are the project's models, never trained on it.
@@ -77,9 +80,16 @@ class Plan:
         return (
             f"plan: score {self.queries} queries ({self.pairs} pairs), train {self.train_steps} steps, evaluate "
             f"{len(CANDIDATES)} retrievers on {self.validation_rows} validation rows and {len(self.test_methods)} "
-            f"on {self.test_rows} test rows: about {minutes:.0f} minutes ({parts}; at the rates this project "
-            f"recorded on {self.machine or 'an unknown machine'})"
+            f"on {self.test_rows} test rows: about {minutes:.0f} minutes, an estimate, not a bound ({parts}; at "
+            f"the rates this project recorded on {self.machine or 'an unknown machine'}, model loading left out)"
         )
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Plan:
+        """The plan a run recorded (``asdict``) back as a Plan."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        return cls(**{**values, "test_methods": tuple(values.get("test_methods", ()))})
 
 
 def recorded_rates(project_settings) -> Rates:
@@ -257,18 +267,140 @@ def write_outcome(folder: Path, outcome: Outcome) -> tuple[Path, Path]:
 
 
 class Steps:
-    """Times named steps and reports each as it ends (`say`: where one-line progress goes)."""
+    """Times named steps and reports each as it ends (`say`: where one-line progress goes); with a `record`,
+    each finished step is written to it, and a step it holds already (a run resumed) is skipped."""
 
-    def __init__(self, say: Callable[[str], None]):
+    def __init__(self, say: Callable[[str], None], record: StepRecord | None = None):
         self.say = say
+        self.record = record
         self.seconds: dict[str, float] = {}
 
-    def run(self, name: str, fn: Callable, *args, **kwargs):
+    def run(self, name: str, fn: Callable, *args, **kwargs) -> None:
+        """Run step `name` (`fn(*args, **kwargs)`) unless the record holds it done."""
+
+        def step() -> None:  # its value is not kept
+            fn(*args, **kwargs)
+
+        self.kept(name, step)
+
+    def kept(self, name: str, fn: Callable[[], str | dict | None]) -> str | dict | None:
+        """Run step `name`, whose value (a text, or a mapping of JSON values) the record keeps: a resumed
+        run gets it from there."""
+        if self.record is not None and name in self.record.done:
+            done = self.record.done[name]
+            self.seconds[name] = done["seconds"]
+            self.say(f"{name}: done before, skipped")
+            return done.get("value")
         start = time.perf_counter()
-        value = fn(*args, **kwargs)
+        value = fn()
         self.seconds[name] = round(time.perf_counter() - start, 1)
+        if self.record is not None:
+            self.record.finish(name, self.seconds[name], value)
         self.say(f"{name}: done in {self.seconds[name] / 60:.1f} min")
         return value
+
+
+STEPS_NAME = "adapt-steps.json"  # in a workspace `udr adapt` made: its request and the steps it finished
+# The request's fields as the command's options name them (in the line refusing another request).
+OPTIONS = {
+    "name": "NAME",
+    "source": "--from",
+    "test": "--test",
+    "input_column": "--input",
+    "label_column": "--label",
+    "instruction": "--instruction",
+    "metric": "--metric",
+    "validation": "--validation",
+    "queries": "--queries",
+    "minutes": "--minutes",
+    "max_train": "--max-train",
+    "max_test": "--max-test",
+    "export": "--export",
+    "test_all": "--test-all",
+}
+
+
+def request_fingerprint(request: AdaptRequest) -> dict[str, str | None]:
+    """What decides a run's work and results: every option but the workspace (`--from` and `--test` by
+    their bytes, `--export` resolved), each as text."""
+    out: dict[str, str | None] = {}
+    for name in OPTIONS:
+        value = getattr(request, name)
+        if value is not None and name in ("source", "test"):
+            value = f"sha256:{file_sha256(value)}"
+        elif value is not None and name == "export":
+            value = Path(value).resolve()
+        out[name] = None if value is None else str(value)
+    return out
+
+
+@dataclass
+class StepRecord:
+    """`udr adapt`'s record in its workspace (:data:`STEPS_NAME`): the request's fingerprint
+    (:func:`request_fingerprint`) and each finished step's seconds and value, written as each step ends."""
+
+    folder: Path
+    request: dict
+    done: dict[str, dict] = field(default_factory=dict)
+
+    def text(self) -> str:
+        return json.dumps({"request": self.request, "done": self.done}, indent=2) + "\n"
+
+    def finish(self, name: str, seconds: float, value: str | dict | None) -> None:
+        self.done[name] = {"seconds": seconds, **({"value": value} if value is not None else {})}
+        write_text_atomic(self.folder / STEPS_NAME, self.text())
+
+    @classmethod
+    def read(cls, folder: Path) -> StepRecord | None:
+        """The record in `folder`, None where it has none; an unreadable one is a one-line error."""
+        path = Path(folder) / STEPS_NAME
+        if not path.is_file():
+            return None
+        fix = "add --restart to start the run over"
+        data = read_json_object(path, "udr adapt step record", fix)
+        request, done = data.get("request"), data.get("done")
+        steps_ok = isinstance(done, dict) and all(
+            isinstance(v, dict) and isinstance(v.get("seconds"), (int, float)) for v in done.values()
+        )
+        if not isinstance(request, dict) or not steps_ok:
+            raise UdrError(f"malformed udr adapt step record {path}: expected a request and its done steps; {fix}")
+        return cls(Path(folder), request, done)
+
+
+def resumed_record(folder: Path, request: dict, restart: bool, shown: str) -> StepRecord | None:
+    """The step record of the run `udr adapt` resumes in the workspace `folder` (shown as `shown`), None
+    where it starts one (no folder, or `restart`: the run there removed). A folder that is no udr adapt
+    workspace, or one of another request, is a one-line error and stays as it is."""
+    if not folder.exists():
+        return None
+    if not (folder / STEPS_NAME).is_file():
+        raise UdrError(f"{shown} already exists and is no udr adapt run: give another --dir, or remove it first")
+    if restart:
+        remove(folder)
+        return None
+    record = StepRecord.read(folder)
+    for key, value in request.items():
+        if record.request.get(key) != value:
+            was = record.request.get(key)
+            raise UdrError(
+                f"{shown} holds a udr adapt run of another request ({OPTIONS.get(key, key)} {was}, not {value}): "
+                "run that command to resume it, give another --dir, or add --restart to start over"
+            )
+    return record
+
+
+def check_project_models(project_settings) -> None:
+    """A one-line UdrError, before anything is written, where the project lacks a model a run compares or
+    starts from: the trained UDR (`models/final`, also the adapted UDR's start) and EPR (`models/epr`)."""
+    from udr.retriever.encoder import SETTINGS_NAME
+
+    paths = project_settings.paths
+    for model, command in ((paths.final_model, "udr index"), (paths.epr_model, "udr train --epr")):
+        if not (model / SETTINGS_NAME).is_file():
+            raise UdrError(
+                f"udr adapt compares UDR and EPR: this project has no {shown_path(model, project_settings.root)} "
+                f"(run `{command}`, or `make run`)"
+            )
 
 
 def row_tokens(settings, task: str, sample: int = 200) -> float:
@@ -294,28 +426,28 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
     sentence-transformers export carrying `task`'s pool, with its model card (`udr retrieve -t TASK --model
     TARGET` serves it); SBERT as a copy of the base encoder (already a sentence-transformers model). BM25
     has no weights to export: the line says so."""
-    from udr.serving.export import check_export_target, export_pools, export_sentence_transformers
+    from udr.serving.export import export_pools, export_sentence_transformers, writing_export
     from udr.serving.model_card import card_tasks, model_card
 
     if method in ("bm25", "random"):
         return f"{method} has no model to export: retrieve with it through `udr evaluate -m {method}`'s own code"
-    out = check_export_target(target)
-    if method == REFERENCE:
-        with building_dir(out) as tmp:
-            shutil.copytree(settings.paths.base_model("encoder").resolve(), tmp, dirs_exist_ok=True)
-        return (
-            f"{target} (the base encoder, a sentence-transformers model; in this project "
-            "`udr retrieve --pool FILE --encoder base` serves your rows with it)"
-        )
-    model_dir = {
-        ADAPTED: adapted_model(settings),
-        "udr": settings.paths.final_model,
-        "epr": settings.paths.epr_model,
-    }[method]
-    chosen = card_tasks(settings, model_dir, [task])
-    pools = export_pools(model_dir, chosen, lambda name: settings.paths.prepared(name, "train"))
-    card = model_card(settings, model_dir, str(target), chosen)
-    export_sentence_transformers(model_dir, out, chosen, card, pools)
+    with writing_export(target) as out:
+        if method == REFERENCE:
+            with building_dir(out) as tmp:
+                shutil.copytree(settings.paths.base_model("encoder").resolve(), tmp, dirs_exist_ok=True)
+            return (
+                f"{target} (the base encoder, a sentence-transformers model; in this project "
+                "`udr retrieve --pool FILE --encoder base` serves your rows with it)"
+            )
+        model_dir = {
+            ADAPTED: adapted_model(settings),
+            "udr": settings.paths.final_model,
+            "epr": settings.paths.epr_model,
+        }[method]
+        chosen = card_tasks(settings, model_dir, [task])
+        pools = export_pools(model_dir, chosen, lambda name: settings.paths.prepared(name, "train"))
+        card = model_card(settings, model_dir, str(target), chosen)
+        export_sentence_transformers(model_dir, out, chosen, card, pools)
     return f"{target} (sentence-transformers with the pool of {task} and its model card)"
 
 
@@ -352,3 +484,4 @@ class AdaptRequest:
     max_test: int = 300
     export: Path | None = None
     test_all: bool = False
+    restart: bool = False  # start over in a workspace a run left (not part of the request's fingerprint)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from udr.errors import UdrError, listed
 from udr.util.files import building_dir, resolve_target, write_text_atomic
+from udr.util.locks import holding
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
 LINKED_MODELS = ("base", "final", "epr")
@@ -113,17 +114,15 @@ def init_workspace(
     max_test: int = 200,
     test_source: Path | None = None,
     validation: int | None = None,
+    extra_files: dict[str, str] | None = None,
 ) -> Workspace:
-    """Write `folder` (it must not exist) for the classification task `name` over the data file `source`
-    (and `test_source`, its test split, read with the same columns): `data/tasks/<name>.yaml` and a copy
-    of the file(s) beside it, `params.yaml` (:func:`workspace_params`; `validation`: rows carved from the
-    train rows to choose settings on), and links to the project's models; written beside, then renamed."""
-    import yaml
-
-    from udr.config import settings_from_mapping
-    from udr.data.declarations import TASK_NAME, parse_declarations
-    from udr.data.sources import check_columns, read_records
-    from udr.util.safe_yaml import load_yaml
+    """Write `folder` (it must not exist; locked, :mod:`udr.util.locks`, before it is checked) for the
+    classification task `name` over the data file `source` (and `test_source`, its test split, read with
+    the same columns): `data/tasks/<name>.yaml` and a copy of the file(s) beside it, `params.yaml`
+    (:func:`workspace_params`; `validation`: rows carved from the train rows to choose settings on), links
+    to the project's models, and `extra_files` ({name: text}, e.g. `udr adapt`'s step record); written beside,
+    then renamed. What the files alone decide (:func:`check_rows`) is checked before anything is written."""
+    from udr.data.declarations import TASK_NAME
 
     if not TASK_NAME.fullmatch(name):
         raise UdrError(
@@ -135,8 +134,46 @@ def init_workspace(
         )
     shown = folder
     folder = resolve_target(folder, "--dir")  # `..` and links resolved, a file above it refused, before any work
-    if folder.exists():
-        raise UdrError(f"{shown} already exists: give another --dir, or remove it first")
+    with holding(folder, "workspace"):
+        if folder.exists():
+            raise UdrError(f"{shown} already exists: give another --dir, or remove it first")
+        return _write_workspace(
+            settings,
+            name,
+            Path(source),
+            folder,
+            input_column=input_column,
+            label_column=label_column,
+            instruction=instruction,
+            metric=metric,
+            caps={"max_train": max_train, "max_test": max_test, **({"validation": validation} if validation else {})},
+            test_source=Path(test_source) if test_source is not None else None,
+            extra_files=extra_files or {},
+        )
+
+
+def _write_workspace(
+    settings,
+    name: str,
+    source: Path,
+    folder: Path,
+    *,
+    input_column: str | None,
+    label_column: str | None,
+    instruction: str | None,
+    metric: str | None,
+    caps: dict,
+    test_source: Path | None,
+    extra_files: dict[str, str],
+) -> Workspace:
+    """:func:`init_workspace`'s work, under its lock: the files read and checked, then the folder written."""
+    import yaml
+
+    from udr.config import settings_from_mapping
+    from udr.data.declarations import parse_declarations
+    from udr.data.sources import check_columns, read_records
+    from udr.util.safe_yaml import load_yaml
+
     records = read_records(Path(source), name)
     if not records:
         raise UdrError(f"task {name}: data file {source} has no rows")
@@ -148,7 +185,15 @@ def init_workspace(
         raise UdrError(
             f"--label: column '{label_column}' of {source} holds {len(labels)} value: a task needs 2 or more"
         )
+    if input_column == label_column:
+        raise UdrError(f"--input and --label are both column '{input_column}': the label must be another column")
+    if test_source is not None and _same_file(source, test_source):
+        raise UdrError(
+            f"--test {test_source} holds the rows of --from {source}: a test file must be rows apart "
+            "(leave --test out to carve test rows from --from)"
+        )
     test_records = _test_records(Path(test_source), name, input_column, label_column, labels) if test_source else None
+    check_rows(records, input_column, caps, test_records is not None, settings.prepare.test_fraction, source)
     data_file = f"{name}{Path(source).suffix.lower()}"
     files = {"train": data_file}
     if test_source is not None:
@@ -162,7 +207,6 @@ def init_workspace(
         **({"metric": metric} if metric else {}),
     }
     project_raw = load_yaml((settings.root / settings.params_file).read_text(encoding="utf-8"), "params file") or {}
-    caps = {"max_train": max_train, "max_test": max_test, **({"validation": validation} if validation else {})}
     folder.parent.mkdir(parents=True, exist_ok=True)
     with building_dir(folder) as tmp:
         tasks_dir = tmp / "data" / "tasks"
@@ -186,6 +230,8 @@ def init_workspace(
             (tmp / "models" / model).symlink_to(
                 workspace_path(Path("models") / model, settings.root, folder / "models")
             )
+        for file_name, text in extra_files.items():
+            write_text_atomic(tmp / file_name, text)
     return Workspace(
         folder,
         folder / "params.yaml",
@@ -196,6 +242,42 @@ def init_workspace(
         len(labels),
         len(test_records) if test_records is not None else None,
     )
+
+
+def check_rows(records: list, input_column: str, caps: dict, test_given: bool, test_fraction: float, source) -> None:
+    """A one-line UdrError, before anything is written, where the rows of `source` cannot make a task with
+    the caps `caps` (max_train, validation): one distinct input, a pool cap below 2, or validation rows
+    that leave fewer than 2 train rows (as `udr prepare` would find after the workspace is written)."""
+    from udr.data.sources import carved_test_rows
+
+    inputs = {str(r.get(input_column)).strip() for _, r in records}
+    if len(inputs) < 2:
+        raise UdrError(
+            f"--input: column '{input_column}' of {source} holds {len(inputs)} distinct value: need 2 or more"
+        )
+    if caps["max_train"] < 2:
+        raise UdrError(f"--max-train {caps['max_train']}: the demonstration pool needs 2 rows or more")
+    n = len(records)
+    train = n if test_given else n - carved_test_rows(n, test_fraction)
+    validation = caps.get("validation") or 0
+    if train - validation < 2:
+        raise UdrError(
+            f"--validation {validation}: {source} has {train} train rows, which leaves fewer than 2 for the "
+            f"pool; give --validation {max(train - 2, 0)} or less, or more rows"
+        )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file, or two files of the same bytes."""
+    from udr.util.files import file_sha256
+
+    a, b = Path(a), Path(b)
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.stat().st_size == b.stat().st_size and file_sha256(a) == file_sha256(b)
+    except OSError:
+        return False
 
 
 def _test_records(

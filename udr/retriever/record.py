@@ -9,12 +9,15 @@ and a run from another params file refuses to replace a recorded model unless to
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from udr.errors import UdrError, quoted
 from udr.retriever.encoder import MADE, SETTINGS_NAME
-from udr.util.files import check_dir_target, read_json_object, shown_path, write_json_atomic
+from udr.util.files import check_dir_target, read_json_object, resolve_target, shown_path, write_json_atomic
+from udr.util.locks import holding
 
 RECORD_FILE = "udr_record.json"
 
@@ -91,6 +94,17 @@ def check_replace(out: Path, params_file: str, root: Path, replace: bool, option
         f"{shown_path(out, project)} holds a model made from {made}, and this run reads {reads}: "
         f"give {option} DIR for a model of its own, or --replace to overwrite it"
     )
+
+
+@contextlib.contextmanager
+def writing_model(
+    out: Path, params_file: str, root: Path, replace: bool, option: str = "--out", lock: bool = True
+) -> Iterator[Path]:
+    """Hold the lock of the model folder `out` (:mod:`udr.util.locks`; not where `lock` is False: the
+    torchrun processes that do not write), then check it (:func:`check_replace`); yields the resolved folder."""
+    target = resolve_target(Path(out), option)
+    with holding(target, "model folder") if lock else contextlib.nullcontext():
+        yield check_replace(target, params_file, root, replace, option)
 
 
 def rebase_project(record: dict, from_dir: Path, to_dir: Path) -> dict:

@@ -7,16 +7,57 @@ Imports of matplotlib are inside the functions that use them, to keep `udr`'s st
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from udr.util.files import remove, write_atomic, write_json_atomic, write_text_atomic
+from udr.errors import UdrError
+from udr.paths import NAMED_RUNS
+from udr.retriever.record import writing_model
+from udr.util.files import remove, shown_path, write_atomic, write_json_atomic, write_text_atomic
+from udr.util.locks import holding
 
 LOGGED = ("loss", "rank", "in_batch", "lr")
+# In a named run's log (metrics/train/runs/<name>/): the resolved model folder it logs, its identity.
+LOGGED_MODEL = "model.txt"
+
+
+@contextlib.contextmanager
+def writing_run(out: Path, log_dir: Path, params_file: str, root: Path, replace: bool) -> Iterator[Path]:
+    """Hold the locks of the resolved model folder `out` and of its training log `log_dir` (only on the
+    process that writes, rank 0 under torchrun), then check them: `out` as `writing_model` does, and
+    a named run's log (under metrics/train/runs/) must be no other model folder's of the same name (a log
+    naming none, an older one, is anyone's). Yields `out`, whose log then records it (:data:`LOGGED_MODEL`)."""
+    named = Path(log_dir).parent.name == NAMED_RUNS
+    writes = int(os.environ.get("RANK", "0")) == 0
+    with (
+        writing_model(out, params_file, root, replace, lock=writes) as out,
+        holding(log_dir, "training log") if writes else contextlib.nullcontext(),
+    ):
+        owner = _logged_model(log_dir) if named else None
+        if owner and owner != str(out):
+            shown = shown_path(log_dir, root)
+            raise UdrError(
+                f"{shown} is the training log of the model folder {owner}, not {out}: "
+                f"give --out a folder of another name, or remove {shown}"
+            )
+        if named and writes:
+            write_text_atomic(Path(log_dir) / LOGGED_MODEL, f"{out}\n")
+        yield out
+
+
+def _logged_model(log_dir: Path) -> str | None:
+    """The model folder a named run's log records (:data:`LOGGED_MODEL`), or None."""
+    try:
+        return (Path(log_dir) / LOGGED_MODEL).read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 class TrainLog:
@@ -25,11 +66,15 @@ class TrainLog:
 
     Written here rather than through dvclive, whose logger imports most of DVC (scmrepo, dulwich, dvc-data):
     training runs where DVC is not installed, e.g. under torchrun on a GPU machine. The history is replayed
-    from the checkpoint on resume, so a resumed run's log equals an uninterrupted run's."""
+    from the checkpoint on resume, so a resumed run's log equals an uninterrupted run's. The model folder a
+    named run's log records (:func:`writing_run`) is kept."""
 
     def __init__(self, log_dir: Path, history: list[dict]):
+        model = _logged_model(log_dir)
         remove(log_dir)
         self.dir = log_dir
+        if model is not None:
+            write_text_atomic(log_dir / LOGGED_MODEL, f"{model}\n")
         self.plots = log_dir / "plots" / "metrics" / "train"
         for record in history:
             self.log(record)

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from udr.errors import UdrError
 from udr.retriever.encoder import EXPORT_NAME as EXPORT_META
 from udr.retriever.encoder import BiEncoder
-from udr.util.files import building_dir, check_dir_target, json_text, staging_dir
+from udr.util.files import building_dir, check_dir_target, json_text, resolve_target, staging_dir
+from udr.util.locks import holding
 from udr.util.weights import refuse_remote_code
 
 EXPORT_FORMATS = ("sentence-transformers",)
@@ -168,9 +170,13 @@ def export_sentence_transformers(
         "document_prompts": bool(settings.instruction),
         "pools": sorted(pools or {}),
     }
-    out_dir = check_export_target(out_dir)
     ours = (EXPORT_META,), "an earlier udr export"
-    with building_dir(out_dir, *ours) as tmp, staging_dir(out_dir) as staging, _quiet_transformers():
+    with (
+        writing_export(out_dir) as out_dir,
+        building_dir(out_dir, *ours) as tmp,
+        staging_dir(out_dir) as staging,
+        _quiet_transformers(),
+    ):
         build_sentence_transformer(Path(model_dir), prompts, staging).save(str(tmp))
         for folder in ROUTE_DIRS.values():
             if not (tmp / folder / "config.json").is_file():
@@ -179,6 +185,15 @@ def export_sentence_transformers(
         (tmp / EXPORT_META).write_text(json_text(meta))
         (tmp / "README.md").write_text(card)
     return meta
+
+
+@contextlib.contextmanager
+def writing_export(out_dir: Path) -> Iterator[Path]:
+    """Hold the lock of the export folder `out_dir` (:mod:`udr.util.locks`), then check it
+    (:func:`check_export_target`); yields the resolved folder to write."""
+    target = resolve_target(Path(out_dir), "export target")
+    with holding(target, "export folder"):
+        yield check_export_target(target)
 
 
 def check_export_target(out_dir: Path) -> Path:

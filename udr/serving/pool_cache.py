@@ -5,7 +5,8 @@ changed file, instruction or template is embedded again) and stored as ``<cache>
 with a JSON sidecar (:func:`udr.retriever.index.save_embeddings`, written atomically). The cache lives in
 ``$UDR_CACHE_DIR``, else ``$XDG_CACHE_HOME/udr``, else ``~/.cache/udr``. Entries are never read
 as pickles; an unreadable entry, or one whose array does not match the checksum stored beside it,
-is embedded again and replaced.
+is embedded again and replaced. One process embeds and writes an entry at a time (its lock,
+:mod:`udr.util.locks`): a second is refused in one line; a finished entry is read without it.
 
 Imports of udr.retriever.encoder (pydantic) are inside the functions that use them, to keep `from udr import
 Retriever` and `udr retrieve` light.
@@ -21,6 +22,7 @@ import numpy as np
 
 from udr.errors import UdrError
 from udr.retriever.index import embeddings_sha256, load_embeddings, save_embeddings
+from udr.util.locks import holding
 
 
 def default_cache_dir() -> Path:
@@ -50,27 +52,36 @@ def cached_pool_embeddings(
 
     texts = demo_texts(pool.task, pool.inputs, pool.outputs, encoder.settings)
     path = cache_path(cache_dir or default_cache_dir(), fingerprint, texts)
-    if path.is_file():
+    cached = _cached(path, fingerprint, len(pool))  # an entry is written whole (renamed): read without the lock
+    if cached is not None:
+        return cached, True
+    with holding(path, "pool embedding cache entry"):  # one process embeds and writes it; a second is refused
+        cached = _cached(path, fingerprint, len(pool))
+        if cached is not None:
+            return cached, True
+        emb = encoder.encode(
+            texts,
+            "demo",
+            batch_size=batch_size,
+            progress=progress,
+            description=f"embedding {pool.name} pool ({len(pool)} demonstrations)",
+        )
         try:
-            emb, meta = load_embeddings(path)
-            if (
-                meta.get("model") == fingerprint
-                and emb.shape[0] == len(pool)
-                and meta.get("sha256") == embeddings_sha256(emb)
-            ):
-                return emb, True
-        except UdrError:
-            pass  # unreadable, half-replaced or altered (checksum): embed again below
-    emb = encoder.encode(
-        texts,
-        "demo",
-        batch_size=batch_size,
-        progress=progress,
-        description=f"embedding {pool.name} pool ({len(pool)} demonstrations)",
-    )
-    try:
-        meta = {"model": fingerprint, "pool": pool.source, "rows": len(pool), "sha256": embeddings_sha256(emb)}
-        save_embeddings(path, emb, meta)
-    except OSError as exc:
-        raise UdrError(f"cannot write the embedding cache {path}: {exc} (set $UDR_CACHE_DIR)") from None
+            meta = {"model": fingerprint, "pool": pool.source, "rows": len(pool), "sha256": embeddings_sha256(emb)}
+            save_embeddings(path, emb, meta)
+        except OSError as exc:
+            raise UdrError(f"cannot write the embedding cache {path}: {exc} (set $UDR_CACHE_DIR)") from None
     return emb, False
+
+
+def _cached(path: Path, fingerprint: str, rows: int) -> np.ndarray | None:
+    """The entry's embeddings where it is there, of the model `fingerprint`, of `rows` rows and matching its
+    checksum; None otherwise (missing, unreadable, half-replaced or altered: embedded again)."""
+    if not path.is_file():
+        return None
+    try:
+        emb, meta = load_embeddings(path)
+    except UdrError:
+        return None
+    ok = meta.get("model") == fingerprint and emb.shape[0] == rows and meta.get("sha256") == embeddings_sha256(emb)
+    return emb if ok else None

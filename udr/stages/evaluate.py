@@ -16,6 +16,7 @@ writes under its --save-as name, or its folder's, as a named evaluation does.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import astuple
 from pathlib import Path
@@ -40,6 +41,7 @@ from udr.project.evaluation import (
     result_files,
     retriever_setup,
 )
+from udr.util.locks import holding
 
 
 def run_evaluate(
@@ -81,28 +83,32 @@ def run_evaluate(
             raise UdrError(f"--model goes with -m epr or -m udr (a trained bi-encoder), not {method}")
         if not Path(model).is_dir():
             raise UdrError(f"missing model {model}: give a trained udr bi-encoder directory")
-    encoder = load_encoder_method(spec, instruction) if spec is not None else None
-    lm = language_model(settings)
     if not tasks:
         # the pipeline's per-task EPR has no model of a task it never trained on; a --model may serve them all
         tasks = settings.method_tasks(method) if model is None else settings.evaluation_tasks()
         if split == "validation":  # settings are chosen on the trained-on tasks: unseen ones stay unseen
             tasks = [t for t in tasks if t not in settings.evaluate.unseen_tasks]
-    return {
-        name: evaluate_project_task(
-            settings,
-            lm,
-            method,
-            name,
-            split=split,
-            progress=progress,
-            limit=limit,
-            model=model,
-            save_as=save_as,
-            encoder=encoder,
-        )
-        for name in tasks
-    }
+    with contextlib.ExitStack() as locks:  # each result written is this process's alone, before any work
+        if limit is None and (model is None or save_as is not None):
+            for name in tasks:
+                locks.enter_context(holding(result_files(settings, save_as or method, name, split).result, "result"))
+        encoder = load_encoder_method(spec, instruction) if spec is not None else None
+        lm = language_model(settings)
+        return {
+            name: evaluate_project_task(
+                settings,
+                lm,
+                method,
+                name,
+                split=split,
+                progress=progress,
+                limit=limit,
+                model=model,
+                save_as=save_as,
+                encoder=encoder,
+            )
+            for name in tasks
+        }
 
 
 def evaluate_project_task(

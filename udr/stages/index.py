@@ -23,7 +23,7 @@ from udr.retriever.index import (
     read_model_declarations,
     save_embeddings,
 )
-from udr.retriever.record import check_replace, read_record, rebase_project, write_record
+from udr.retriever.record import read_record, rebase_project, write_record, writing_model
 from udr.util.distributed import resolve_device_type
 from udr.util.files import building_dir, check_no_links_out, file_sha256, write_atomic, write_json_atomic
 
@@ -43,7 +43,7 @@ def run_index(
 
     tasks: index only these (the others' indexes are kept); the folder must then already hold the model.
     A folder recorded from another params file is not replaced unless `replace`."""
-    from udr.retriever.encoder import SETTINGS_NAME, BiEncoder
+    from udr.retriever.encoder import SETTINGS_NAME
 
     paths = settings.paths
     if model is None:
@@ -56,7 +56,14 @@ def run_index(
         if not (src / SETTINGS_NAME).is_file():
             raise UdrError(f"missing model {src}: --model takes a trained udr bi-encoder directory")
     dst = Path(out) if out is not None else src if model is not None else paths.final_model
-    dst = check_replace(dst, settings.params_file, settings.root, replace)  # resolved: `..` and links
+    with writing_model(dst, settings.params_file, settings.root, replace) as target:  # locked, resolved, checked
+        return _write_index(settings, src, target, model, tasks, progress)
+
+
+def _write_index(settings, src: Path, dst: Path, model: Path | None, tasks: list[str] | None, progress: bool) -> dict:
+    """:func:`run_index`'s work into the resolved, locked folder `dst`."""
+    from udr.retriever.encoder import BiEncoder
+
     for folder in dict.fromkeys((src, dst)):  # nothing is read or written through a link out of either
         if folder.is_dir():
             check_no_links_out(folder)

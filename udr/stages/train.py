@@ -11,7 +11,8 @@ from udr.paths import round_label
 from udr.project.training import run_train
 from udr.retriever.encoder import SETTINGS_NAME
 from udr.retriever.recipes import epr_train_settings
-from udr.retriever.record import check_replace
+from udr.retriever.train_log import writing_run
+from udr.util.files import resolve_target
 
 
 def run_train_stage(
@@ -26,10 +27,10 @@ def run_train_stage(
     progress: bool = True,
 ):
     """`udr train`: round N from round N-1's model (round 0 and EPR from the base encoder; `init`: from that
-    bi-encoder) into the round's model directory (`out`: a named one, logged under metrics/train/runs/) and
-    training log; returns (summary or None off rank 0, output directory). `epr`: the EPR baseline of `task`
-    on its feedback alone (the paper's), or without `task` of every training task (the ablation). A model
-    recorded from another params file is not replaced unless `replace`."""
+    bi-encoder) into the round's model directory (`out`: a named one, logged under metrics/train/runs/, no other
+    folder's) and training log, both locked; returns (summary or None off rank 0, output directory). `epr`:
+    the EPR baseline of `task` on its feedback alone (the paper's), or without `task` of every training task
+    (the ablation). A model recorded from another params file is not replaced unless `replace`."""
     paths = settings.paths
     settings.train.check_round(round_)
     if epr and round_ != 0:
@@ -46,9 +47,9 @@ def run_train_stage(
     else:
         default_out, log_dir = paths.round_model(round_), paths.train_log(round_label(round_))
     # The path is resolved before anything is derived from it: `nosuch/..` is the current directory.
-    out = check_replace(Path(out) if out is not None else default_out, settings.params_file, settings.root, replace)
-    if out != default_out.resolve():
-        log_dir = paths.named_train_log(out)
+    target = resolve_target(Path(out) if out is not None else default_out, "--out")
+    log_dir = paths.named_train_log(target) if target != default_out.resolve() else log_dir
     method = "epr" if epr else "udr"
-    summary = run_train(settings, round_, init=Path(init), out=out, log_dir=log_dir, progress=progress, method=method)
+    with writing_run(target, log_dir, settings.params_file, settings.root, replace) as out:
+        summary = run_train(settings, round_, init=init, out=out, log_dir=log_dir, progress=progress, method=method)
     return summary, out

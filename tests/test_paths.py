@@ -33,8 +33,12 @@ def test_layout():
     assert paths.predictions("udr", "e2e") == Path("/proj/data/predictions/udr/e2e.parquet")
     assert paths.base_model("lm") == Path("/proj/models/base/lm")
     assert paths.round_model(1) == Path("/proj/models/rounds/round1")
-    assert paths.epr_model("sst2") == Path("/proj/models/epr/sst2")
-    assert paths.epr_multitask_model == Path("/proj/models/epr-multitask")
+    assert paths.baseline_folders("epr", "sst2") == (
+        Path("/proj/models/epr/sst2"),
+        Path("/proj/metrics/train/epr/sst2"),
+    )
+    assert paths.baseline_folders("epr", None)[0] == Path("/proj/models/epr-multitask")
+    assert paths.baseline_folders("dr-target", "trec")[0] == Path("/proj/models/dr-target/trec")
     assert paths.final_model == Path("/proj/models/final")
     assert Paths.index(paths.final_model, "sst2") == Path("/proj/models/final/index/sst2.npy")
     assert paths.train_log("round0") == Path("/proj/metrics/train/round0")

@@ -6,8 +6,8 @@ data/scores/round<N>/<task>.parquet (+ .json)                udr score
 models/base/{lm,encoder,eval_lm}/                            udr models (eval_lm: udr evaluate)
 models/rounds/round<N>/, metrics/train/round<N>/             udr train --round N
 <DIR>/, metrics/train/runs/<DIR's name>/                     udr train --out DIR (a named run)
-models/epr/<task>/, metrics/train/epr/<task>/                udr train --epr --task TASK (EPR, per task)
-models/epr-multitask/, metrics/train/epr-multitask/          udr train --epr (the multi-task ablation)
+models/<b>/<task>/, metrics/train/<b>/<task>/                udr train --<b> --task TASK (b: epr, dr-target)
+models/<b>-multitask/, metrics/train/<b>-multitask/          udr train --<b> (one model of every task)
 models/final/ (+ index/<task>.npy)                           udr index
 metrics/<method>/<task>.json, data/predictions/<method>/     udr evaluate
 data/oracle/<task>.parquet, metrics/{ceiling,agreement}.md   udr exp ceiling / agreement (validation)
@@ -31,7 +31,10 @@ METHOD_MODEL_COMMANDS = {"sbert": "udr models", "epr": "udr train --epr --task T
 # The evaluated methods trained one retriever per task (the paper's EPR baseline): their model folder holds a
 # bi-encoder per task (<folder>/<task>/), and a task they never trained on (an unseen one) has none.
 PER_TASK_METHODS = ("epr",)
-EPR_MULTITASK = "epr-multitask"  # the multi-task model with EPR's recipe: the ablation "without list-wise ranking"
+# The baselines `udr train --<name> --task T` trains per task (models/<name>/<task>/): EPR (the LM's feedback)
+# and DR-Target (the BM25 similarity of targets), both with EPR's recipe; without --task, one multi-task model
+# (models/<name>-multitask/; EPR's is the ablation "without list-wise ranking").
+TRAINED_BASELINES = ("epr", "dr-target")
 
 
 # Bytes of a name a user gives that becomes one folder or file name (a saved evaluation's, a task's): far
@@ -113,19 +116,13 @@ class Paths:
         """The per-task EPR baselines' folder: one bi-encoder per task, models/epr/<task>/."""
         return self.root / "models" / "epr"
 
-    def epr_model(self, task: str) -> Path:
-        return self.epr_models / task
-
-    @property
-    def epr_multitask_model(self) -> Path:
-        """One bi-encoder trained with EPR's recipe on every training task at once (the ablation)."""
-        return self.root / "models" / EPR_MULTITASK
-
-    def epr_folders(self, task: str | None) -> tuple[Path, Path]:
-        """(model, training log) of `task`'s EPR baseline, or of the multi-task EPR where `task` is None."""
+    def baseline_folders(self, baseline: str, task: str | None) -> tuple[Path, Path]:
+        """(model, training log) of `task`'s trained `baseline` (:data:`TRAINED_BASELINES`), or of the
+        baseline's multi-task model where `task` is None (the EPR one: the ablation)."""
         if task is None:
-            return self.epr_multitask_model, self.train_log(EPR_MULTITASK)
-        return self.epr_model(task), self.train_log("epr") / task
+            name = f"{baseline}-multitask"
+            return self.root / "models" / name, self.train_log(name)
+        return self.root / "models" / baseline / task, self.train_log(baseline) / task
 
     @property
     def final_model(self) -> Path:
@@ -160,8 +157,7 @@ class Paths:
 
     # ---------------------------------------------------------------- metrics
     def train_log(self, name: str) -> Path:
-        """Training logs of a round (round<N>), of a task's EPR baseline (epr/<task>) or of the multi-task
-        EPR ablation (epr-multitask)."""
+        """Training logs of a round (round<N>) or of a trained baseline (epr/<task>, epr-multitask, ...)."""
         return self.root / "metrics" / "train" / name
 
     def named_train_log(self, model_dir: Path) -> Path:

@@ -62,11 +62,9 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
         udr(*stage)
     for method in ("random", "bm25", "sbert"):
         udr("evaluate", "--method", method)
-    # no EPR to compare (nor a trained UDR): refused before anything is written
+    # no trained UDR to compare and start from: refused before anything is written
     assert "this project has no models/final" in one_line_error(["adapt", "opinion", "--from", str(tmp_path / "x")])
     udr("index")
-    assert "this project has no models/epr" in one_line_error(["adapt", "opinion", "--from", str(tmp_path / "x")])
-    udr("train", "--epr")
     before = {p: p.read_bytes() for p in (root / "metrics").rglob("*") if p.is_file()}
 
     write_user_csv(tmp_path / "mine.csv", data_dir, slice(0, None, 160))
@@ -94,7 +92,7 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
     ws = root / "workspaces" / "opinion"
     report = json.loads((ws / "metrics" / "adapt.json").read_text())
     methods = [row["method"] for row in report["validation"]]
-    assert methods == ["random", "bm25", "sbert", "epr", "udr", "adapted"]
+    assert methods == ["random", "bm25", "sbert", "udr", "adapted"]  # no per-task EPR of a new task
     assert all(row["n"] == 10 for row in report["validation"])
     sbert_row = next(row for row in report["validation"] if row["method"] == "sbert")
     assert sbert_row["versus_sbert"] is None
@@ -146,7 +144,7 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
         code, _, err = run_cli(stopped, root)
         assert code == 1 and err.strip().splitlines()[-1] == "udr: error: simulated kill", err
     steps = json.loads((tmp_path / "stopped" / "adapt-steps.json").read_text())["done"]
-    assert "validate epr" in steps and "validate udr" not in steps and "export" not in steps
+    assert "validate sbert" in steps and "validate udr" not in steps and "export" not in steps
     adapted = tmp_path / "stopped" / "models" / "adapted" / "udr_record.json"
     trained_at = adapted.stat().st_mtime_ns
     assert "holds a udr adapt run of another request (--queries 6, not 7)" in one_line_error(

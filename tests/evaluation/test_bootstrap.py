@@ -34,7 +34,7 @@ def test_an_interval_in_a_table_is_bold_where_resolved():
 def test_resolved_means_clear_of_zero_by_the_claim_margin_on_unrounded_bounds_either_way():
     """A claim needs the interval clear of 0 by CLAIM_MARGIN: an upper bound of -0.04 (printed -0.0) or a
     lower bound of +0.003 or +0.49 is no claim, whatever its rounding shows; -0.5 and +0.5 are."""
-    from udr.evaluation.bootstrap import CLAIM_MARGIN
+    from udr.evaluation.claims import CLAIM_MARGIN
 
     assert CLAIM_MARGIN == 0.5
     for low, high, claim in (

@@ -74,9 +74,11 @@ def test_per_task_epr_evaluates_each_task_with_its_own_model(evaluated):
 
 def test_per_task_epr_errors(evaluated, run_cli):
     code, _, err = run_cli(["train", "--task", "sst2"], evaluated)
-    assert code == 1 and "--task 'sst2': with --epr" in err
+    assert code == 1 and "--task 'sst2': with a baseline" in err
     code, _, err = run_cli(["train", "--epr", "--task", "nosuch"], evaluated)
-    assert code == 1 and "--task 'nosuch': with --epr, a task of prepare.tasks (sst2, break)" in err
+    assert code == 1 and "--task 'nosuch': with a baseline, a task of prepare.tasks (sst2, break)" in err
+    code, _, err = run_cli(["train", "--epr", "--dr-target"], evaluated)
+    assert code == 1 and "--epr and --dr-target exclude each other" in err
     code, _, err = run_cli(["evaluate", "-m", "epr", "-t", UNSEEN_TASK, "--limit", "1"], evaluated)
     assert code == 1 and f"none of {UNSEEN_TASK}" in err and "udr train --epr --task" in err
 
@@ -383,3 +385,20 @@ def test_a_saved_evaluation_another_process_writes_is_refused_naming_its_pid(eva
     code, out, err = run_cli(["evaluate", "-m", "bm25", "-t", "sst2", "--save-as", "samename"], project)
     assert code == 0 and "(saved as samename)" in out + err, err
     assert [p.name for p in (project / "metrics" / "samename").iterdir()] == ["sst2.json"]  # no lock file left
+
+
+def test_dr_target_trains_per_task_on_target_similarity_and_evaluates_as_a_saved_run(evaluated, run_cli):
+    """`udr train --dr-target --task T`: EPR's recipe on candidates ranked by their targets' BM25 similarity
+    (recorded as feedback target) -> models/dr-target/T; evaluated through -m epr --model with --save-as."""
+    code, _, err = run_cli(["train", "--dr-target", "--task", "sst2"], evaluated)
+    assert code == 0, err
+    record = json.loads((evaluated / "models" / "dr-target" / "sst2" / "udr_record.json").read_text())
+    assert record["method"] == "dr-target" and record["train"]["feedback"] == "target"
+    assert record["train"]["sampling"] == "epr" and record["train"]["tasks"] == ["sst2"]
+    args = ["evaluate", "-m", "epr", "--model", "models/dr-target", "--save-as", "dr-target", "-t", "sst2"]
+    code, _, err = run_cli(args, evaluated)
+    assert code == 0, err
+    result = json.loads((evaluated / "metrics" / "dr-target" / "sst2.json").read_text())
+    from udr.retriever.index import model_fingerprint
+
+    assert result["model"] == model_fingerprint(evaluated / "models" / "dr-target" / "sst2")

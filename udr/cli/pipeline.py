@@ -171,9 +171,19 @@ def train_cmd(
             "(the ablation).",
         ),
     ] = False,
+    dr_target: Annotated[
+        bool,
+        typer.Option(
+            "--dr-target",
+            help="Train the DR-Target baseline: EPR's recipe with candidates ranked by the BM25 similarity of their "
+            "targets (no LM); with --task -> models/dr-target/TASK/.",
+        ),
+    ] = False,
     task: Annotated[
         str | None,
-        typer.Option("--task", "-t", help="With --epr: the task whose EPR baseline to train.", show_default=False),
+        typer.Option(
+            "--task", "-t", help="With --epr or --dr-target: the task whose baseline to train.", show_default=False
+        ),
     ] = None,
     out: OutOpt = None,
     init: Annotated[
@@ -193,11 +203,16 @@ def train_cmd(
     from udr.stages.train import run_train_stage
 
     settings = load(params, set_)
+    if epr and dr_target:
+        raise UdrError("--epr and --dr-target exclude each other: one baseline at a time")
+    baseline = "epr" if epr else "dr-target" if dr_target else None
     summary, out = run_train_stage(
-        settings, round_, epr=epr, task=task, out=out, init=init, replace=replace, progress=show_progress()
+        settings, round_, baseline=baseline, task=task, out=out, init=init, replace=replace, progress=show_progress()
     )
     if summary is not None:
-        name = (f"{task}'s EPR baseline" if task else "multi-task EPR") if epr else f"round {round_}"
+        name = (
+            (f"{task}'s {baseline} baseline" if task else f"multi-task {baseline}") if baseline else f"round {round_}"
+        )
         console().print(
             f"trained {name}: {summary.steps} steps, loss {summary.loss_start:.4f} -> "
             f"{summary.loss_end:.4f}, {summary.seconds}s -> {shown_path(out, settings.root)}"

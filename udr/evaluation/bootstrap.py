@@ -22,18 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from udr.errors import UdrError
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.evaluation.metrics import GradedStatistics
 
 # A function of example indices -> the graded score of one method on those examples.
 MetricOn = Callable[[np.ndarray], float]
-
-# Resamples of every committed interval: at 1000 an interval's ends move by tenths of a point between seeds of
-# the bootstrap itself, enough to move a bound across the margin below.
-BOOTSTRAP_RESAMPLES = 10_000
-# Points by which an interval must clear 0 for its difference to count as resolved (a claim, shown in bold):
-# more than the committed averages and interval ends moved between the CPU kinds of this project's machines
-# (0.3 points at most for untrained retrievers, docs/reproducibility.md), so that a claim holds on all of them.
-CLAIM_MARGIN = 0.5
 
 
 @dataclass(frozen=True)

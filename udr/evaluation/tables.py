@@ -5,7 +5,7 @@ accuracy beside, which enters no average."""
 
 from __future__ import annotations
 
-from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.evaluation.comparisons import BESIDE, COMPARED, accuracy_beside
 
 KIND_TITLES = {"classification": "classification", "multiple_choice": "multiple choice", "generation": "generation"}

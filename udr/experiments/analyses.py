@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError, listed
-from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.dvc import compare_revisions, method_scores, run_named, saved_experiments
 from udr.experiments.tables import results_table, transfer_table
 from udr.paths import Paths, round_label

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from udr.errors import UdrError
-from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES
 from udr.evaluation.comparisons import checked_result, frame_metric, read_predictions
 from udr.paths import Paths
 from udr.util.readers import parse_json

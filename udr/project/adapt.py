@@ -28,11 +28,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from udr.errors import UdrError
+from udr.evaluation.claims import CLAIM_MARGIN
 from udr.util.files import building_dir, file_sha256, read_json_object, remove, shown_path, write_text_atomic
 
 # The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
 # UDR trained on the task's own feedback; `udr` and `epr` are the project's models, never trained on it.
-CANDIDATES = ("random", "bm25", "sbert", "epr", "udr", "adapted")
+# EPR is trained per task (models/epr/<task>): the project has none of a new task, so it is not a candidate.
+CANDIDATES = ("random", "bm25", "sbert", "udr", "adapted")
 ADAPTED = "adapted"
 # The retriever a recommendation has to beat, resolved, on validation: the general encoder, no training.
 REFERENCE = "sbert"
@@ -185,7 +187,8 @@ class Choice:
 def recommend(rows: Sequence[dict]) -> Choice:
     """The recommended retriever from the validation rows of :func:`comparison_rows` (each method's score, n
     and paired interval against :data:`REFERENCE`): the best-scoring one (random is never recommended),
-    where its interval against SBERT is resolved above zero; SBERT otherwise, the general encoder, as no
+    where its interval against SBERT is resolved above zero (clear of it by the claim margin); SBERT otherwise,
+    the general encoder, as no
     other retriever is shown to be better on these rows."""
     ranked = sorted((r for r in rows if r["method"] != "random"), key=lambda r: r["score"], reverse=True)
     if not ranked:
@@ -195,7 +198,7 @@ def recommend(rows: Sequence[dict]) -> Choice:
         return Choice(REFERENCE, f"SBERT scores highest on the {n} validation rows")
     interval = ranked[0]["versus_sbert"]
     shown = f"{best} − sbert {interval['difference']:+.1f} [{interval['low']:+.1f}, {interval['high']:+.1f}]"
-    if interval["low"] > 0:
+    if interval["low"] >= CLAIM_MARGIN:  # resolved above SBERT: clear of 0 by the claim margin
         return Choice(best, f"{best} is resolved above SBERT on the {n} validation rows ({shown})")
     return Choice(
         REFERENCE,
@@ -391,16 +394,16 @@ def resumed_record(folder: Path, request: dict, restart: bool, shown: str) -> St
 
 def check_project_models(project_settings) -> None:
     """A one-line UdrError, before anything is written, where the project lacks a model a run compares or
-    starts from: the trained UDR (`models/final`, also the adapted UDR's start) and EPR (`models/epr`)."""
+    starts from: the trained UDR (`models/final`, also the adapted UDR's start)."""
     from udr.retriever.encoder import SETTINGS_NAME
 
     paths = project_settings.paths
-    for model, command in ((paths.final_model, "udr index"), (paths.epr_model, "udr train --epr")):
-        if not (model / SETTINGS_NAME).is_file():
-            raise UdrError(
-                f"udr adapt compares UDR and EPR: this project has no {shown_path(model, project_settings.root)} "
-                f"(run `{command}`, or `make run`)"
-            )
+    model = paths.final_model
+    if not (model / SETTINGS_NAME).is_file():
+        raise UdrError(
+            f"udr adapt compares and starts from UDR: this project has no {shown_path(model, project_settings.root)} "
+            "(run `udr index`, or `make run`)"
+        )
 
 
 def row_tokens(settings, task: str, sample: int = 200) -> float:
@@ -422,7 +425,7 @@ def default_validation(rows: int, test_given: bool, test_fraction: float) -> int
 
 
 def export_winner(settings, task: str, method: str, target: Path) -> str:
-    """The recommended retriever written to `target`: a trained bi-encoder (adapted, udr, epr) as a
+    """The recommended retriever written to `target`: a trained bi-encoder (adapted, udr) as a
     sentence-transformers export carrying `task`'s pool, with its model card (`udr retrieve -t TASK --model
     TARGET` serves it); SBERT as a copy of the base encoder (already a sentence-transformers model). BM25
     has no weights to export: the line says so."""
@@ -442,7 +445,6 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
         model_dir = {
             ADAPTED: adapted_model(settings),
             "udr": settings.paths.final_model,
-            "epr": settings.paths.epr_model,
         }[method]
         chosen = card_tasks(settings, model_dir, [task])
         pools = export_pools(model_dir, chosen, lambda name: settings.paths.prepared(name, "train"))

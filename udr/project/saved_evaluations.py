@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from udr.errors import UdrError
-from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES
 from udr.evaluation.comparisons import (
     BESIDE,
     COMPARED,

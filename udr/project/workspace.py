@@ -4,7 +4,7 @@ A workspace is a folder with its own params file (a copy of the project's, namin
 the task's declaration and data under its `data/tasks/`. Every path of a run derives from the params
 file's folder (:class:`udr.paths.Paths`), so its prepared data, scores, models, predictions and metrics
 live in the workspace, and the project's pipeline (`dvc status`, `dvc repro`, `metrics/<method>/`) is
-untouched. Its `models/base`, `models/final` and `models/epr` are links to the project's, so the
+untouched. Its `models/base` and `models/final` are links to the project's, so the
 workspace starts from the project's models without a copy, and `udr evaluate -m udr` there evaluates
 the project's trained UDR (embedding the new pool on the fly). A separate test file (`--test`) becomes the
 declaration's `data.test`, so `udr prepare` takes it as the test split instead of carving one.
@@ -31,7 +31,7 @@ from udr.util.files import building_dir, resolve_target, write_text_atomic
 from udr.util.locks import holding
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
-LINKED_MODELS = ("base", "final", "epr")
+LINKED_MODELS = ("base", "final")
 # Scored queries and round-0 epochs of a workspace's task (notebook/2026-11-selection.md: the curve's 256 point).
 WORKSPACE_QUERIES = 256
 WORKSPACE_EPOCHS = 3

@@ -273,3 +273,20 @@ def teacher_scores(picks: list, width: int, device) -> Tensor:
         z = standardize(sq.candidate_scores)
         rows.append([float(z[p]) for p in pos] + [0.0] * (width - len(pos)))
     return torch.tensor(rows, dtype=torch.float64, device=device)
+
+
+def dr_target_train_settings(cfg: TrainSettings, task: str | None = None) -> TrainSettings:
+    """The DR-Target baseline's settings: EPR's recipe and budget (:func:`epr_train_settings`: one positive
+    of the top 5, one negative of the bottom 5, DPR's in-batch loss), its candidates ranked by the BM25
+    similarity of their targets to the query's (`feedback` target) instead of by the LM (Li et al. 2023,
+    baseline 5)."""
+    return epr_train_settings(cfg, task).model_copy(update={"feedback": "target"})
+
+
+def baseline_train_settings(baseline: str, cfg: TrainSettings, task: str | None = None) -> TrainSettings:
+    """The training settings of a trained baseline (:data:`udr.paths.TRAINED_BASELINES`) of `task`, or of
+    every training task where `task` is None."""
+    derive = {"epr": epr_train_settings, "dr-target": dr_target_train_settings}
+    if baseline not in derive:
+        raise UdrError(f"unknown baseline {baseline!r}: {', '.join(derive)}")
+    return derive[baseline](cfg, task)

@@ -125,8 +125,11 @@ def training_queries(
     train split. A query with fewer than 2 candidates is left out. `feedback` (`train.feedback`) labels or
     lm+labels: a classification or multiple-choice task's scores and order are its candidates' labels'
     (:func:`label_feedback`, the list's order read from `candidates`, the round's candidates file); a
-    generation task, which has no labels, keeps the LM's."""
-    if feedback != "lm" and not task.generation:
+    generation task, which has no labels, keeps the LM's; target: every task's are the BM25 similarities of its
+    candidates' targets to the query's (:func:`target_feedback`)."""
+    if feedback == "target":
+        scores = target_feedback(scores, train.select("id", "target"))
+    elif feedback != "lm" and not task.generation:
         scores = label_feedback(scores, train.select("id", "label"), pl.read_parquet(candidates), feedback)
     rows = {r["id"]: r for r in train.iter_rows(named=True)}
     queries = []
@@ -147,6 +150,29 @@ def training_queries(
             )
         )
     return queries
+
+
+def target_feedback(scores, targets):
+    """A task's scores (query_id, candidate_id, score, rank; sorted by query and rank) replaced by DR-Target's
+    signal: the Okapi BM25 similarity of each candidate's target to its query's target, over an index of the
+    task's pool targets (`targets`: the prepared train split's id and target columns), no LM score read.
+    Ranked by it, ties in the list's own order (earlier: better); the paper's fifth baseline, whose positives
+    are the candidates with the most similar targets (Li et al. 2023, section 4.1). Returns the frame with its
+    score and rank replaced, sorted by query and the new rank."""
+    from udr.feedback.bm25 import BM25Index
+
+    scores = scores.sort(["query_id", "rank"])
+    ids, texts = targets["id"].to_list(), [str(t) for t in targets["target"].to_list()]
+    position = {int(i): p for p, i in enumerate(ids)}
+    index = BM25Index(texts)
+    values = []
+    for qid, cids in zip(*scores.group_by("query_id", maintain_order=True).agg("candidate_id")):
+        similarity = index.scores(texts[position[int(qid)]])
+        values += [float(similarity[position[int(c)]]) for c in cids]
+    frame = scores.with_columns(pl.Series("score", values, dtype=pl.Float64))
+    frame = frame.with_columns(pl.int_range(pl.len()).over("query_id").alias("_order"))
+    frame = frame.sort(["query_id", "score", "_order"], descending=[False, True, False])
+    return frame.with_columns((pl.int_range(pl.len()).over("query_id") + 1).alias("rank")).drop("_order")
 
 
 def label_feedback(scores, labels, order, feedback: str):

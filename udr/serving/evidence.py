@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udr.errors import UdrError, listed, shorten
-from udr.evaluation.bootstrap import CLAIM_MARGIN
+from udr.evaluation.claims import CLAIM_MARGIN
 from udr.paths import Paths
 from udr.util.notice import UdrNotice
 from udr.util.notice import notice as udr_notice

@@ -16,6 +16,10 @@ from udr.paths import Paths
 from udr.retriever.record import read_record, rounds, trained_tasks
 from udr.util.files import read_json_object
 from udr.util.readers import read_parquet_checked
+from udr.util.schemas import TrainingRun, model_from
+
+# What fixes a model record that lacks what its card states.
+AGAIN = "train the model again with this udr (its record lacks what the model card states)"
 
 USAGE = """```python
 from sentence_transformers import SentenceTransformer
@@ -66,10 +70,13 @@ def _yaml_front_matter(base: str) -> str:
 
 
 def _base_encoder(record: dict) -> str:
-    """The base encoder the first training run started from."""
+    """The base encoder the first training run started from (the record is read through its schema:
+    an `init` is the base encoder or a record)."""
     while isinstance(record.get("init"), dict) and "base" not in record["init"]:
         record = record["init"]
-    return str(record.get("init", {}).get("base", record["models"]["encoder"]))
+    if "init" in record:
+        return str(record["init"]["base"])
+    return str((record.get("models") or {}).get("encoder") or "not recorded")
 
 
 def _pool_rows(settings, model_dir: Path, name: str) -> str:
@@ -170,37 +177,39 @@ def _queries(runs: list[dict]) -> dict[str, int]:
     return out
 
 
-def _run_line(run: dict, label: str) -> str:
-    t = run["train"]
-    what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
-    frozen = t.get("freeze_demo_encoder", False)  # records older than the setting lack it
-    if t["loss"] == "anchored":  # its lists are each query's anchor_top best and worst candidates
-        top = t["anchor_top"]
-        lists = (
-            f"lambda {t['loss_lambda']}, beta {t['anchor_beta']}), the {top} best against the {top} worst candidates"
-        )
+def _run_line(run: TrainingRun, label: str) -> str:
+    t = run.train
+    what = "the EPR baseline" if run.method == "epr" else f"round {run.round}"
+    if t.loss == "anchored":  # its lists are each query's anchor_top best and worst candidates
+        top = t.anchor_top
+        lists = f"lambda {t.loss_lambda}, beta {t.anchor_beta}), the {top} best against the {top} worst candidates"
     else:
-        lists = f"lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query"
-    feedback = t.get("feedback", "lm")
+        lists = f"lambda {t.loss_lambda}), {t.candidates_per_query} candidates per query"
     return (
-        f"{label}{what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
-        f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` ({lists}"
-        + ("" if feedback == "lm" else f", feedback `{feedback}`")
-        + f", batch {t['batch_size']}, lr {t['lr']}, seed {run['seed']}"
-        + ("; E_d frozen (only E_q learned)." if frozen else ".")
+        f"{label}{what}** (from `{run.params_file}`): {run.steps} steps, loss "
+        f"{run.loss.start:.3f} -> {run.loss.end:.3f}; loss `{t.loss}` ({lists}"
+        + ("" if t.feedback == "lm" else f", feedback `{t.feedback}`")
+        + f", batch {t.batch_size}, lr {t.lr}, seed {run.seed}"
+        + ("; E_d frozen (only E_q learned)." if t.freeze_demo_encoder else ".")
     )
 
 
-def _feedback(runs: list[dict]) -> str:
+def _feedback(runs: list[TrainingRun]) -> str:
     last = runs[-1]
-    queries = ", ".join(f"{t} {n}" for t, n in _queries(runs).items())
+    queries = ", ".join(f"{t} {n}" for t, n in _queries([r.model_dump() for r in runs]).items())
     return (
-        f"`{last['models']['lm']}` scored {last['candidates']['k']} candidates per train query; scored queries "
-        f"per task: {queries}."
+        f"`{last.models.lm}` scored {last.candidates.k} candidates per train query; scored queries per task: {queries}."
     )
 
 
-def _model_lines(record: dict | None, encoder) -> list[str]:
+def _typed(runs: list[dict], model_dir: Path) -> list[TrainingRun]:
+    """A training's runs, each with every field the card states, else a one-line UdrError naming the record."""
+    from udr.retriever.record import record_path
+
+    return [model_from(TrainingRun, run, record_path(model_dir), "model record", AGAIN) for run in runs]
+
+
+def _model_lines(record: dict | None, encoder, model_dir: Path) -> list[str]:
     head = f"({encoder.pooling} pooling, {encoder.similarity} similarity); " + (
         "one encoder for queries and demonstrations."
         if encoder.shared
@@ -219,7 +228,7 @@ def _model_lines(record: dict | None, encoder) -> list[str]:
             f"- **Weights**: the trained model below interpolated with its initial encoder (WiSE-FT), alpha "
             f"{mix.get('alpha')} (1: the trained weights, 0: the initial ones)."
         )
-    *inherited, own = trainings(record)
+    *inherited, own = (_typed(runs, model_dir) for runs in trainings(record))
     if not inherited:
         lines.append(f"- **Feedback LM**: {_feedback(own)}")
         return [*lines, *(_run_line(run, "- **Training, ") for run in own)]
@@ -311,7 +320,7 @@ def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None)
     first = next(iter(tasks))
     first_task = tasks[first]
     example = _examples(settings, model_dir, first)
-    lm = record["models"]["lm"] if record else "the project's LM"
+    lm = ((record or {}).get("models") or {}).get("lm") or "the project's LM"
     lines = [
         _yaml_front_matter(_base_encoder(record) if record else encoder.base),
         "# UDR demonstration retriever",
@@ -323,7 +332,7 @@ def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None)
         "",
         "## Model",
         "",
-        *_model_lines(record, encoder),
+        *_model_lines(record, encoder, model_dir),
         f"- **Inputs**: queries up to {encoder.max_query_length} tokens, demonstrations up to "
         f"{encoder.max_demo_length}. A demonstration is rendered with its task's template and read after "
         "the task instruction"

@@ -183,7 +183,7 @@ def test_a_prepared_file_with_other_columns_names_the_column_and_the_fix(tmp_pat
     path = Paths(tmp_path).prepared("trec", "train")
     path.parent.mkdir(parents=True)
     pl.DataFrame({"id": [1, 2], "text": ["a", "b"]}).write_parquet(path)
-    with pytest.raises(UdrError, match=r"lacks column 'input' .*run `udr prepare --task trec` again"):
+    with pytest.raises(UdrError, match=r"lacks column input .*run `udr prepare --task trec` again"):
         read_prepared(tmp_path, "trec", "train")
 
 

@@ -16,6 +16,7 @@ Imports of polars are inside the functions that use them, to keep the start of `
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from udr.feedback.pair_scoring import ScoreSummary, ScoreWork, ScoringSetup, sco
 from udr.feedback.scores_file import load_scores, query_choice, read_scores
 from udr.feedback.shipped import take_shipped
 from udr.util.distributed import resolve_lm_precision
+from udr.util.readers import read_parquet_checked
 
 
 def scoring_setup(settings) -> ScoringSetup:
@@ -49,9 +51,12 @@ def run_score(
     out = settings.paths.scores(round_, task_name)
     # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
     label = (Path(settings.score.shipped) / f"{task_name}.parquet").as_posix()
-    work, sample = take_shipped(work, shipped_file(settings, task_name), label, setup)
+    work, sample, not_taken = take_shipped(work, shipped_file(settings, task_name), label, setup)
     if sample is None:
+        todo = len(work.todo)
         work = reuse_earlier_run(setup, work, out)
+        if not_taken:
+            print(f"udr: {not_taken}: {_instead(todo, len(work.todo))}", file=sys.stderr)
     return score_work(
         setup,
         work,
@@ -62,6 +67,16 @@ def run_score(
         stop_after_shards=stop_after_shards,
         sample=sample,
     )
+
+
+def _instead(todo: int, left: int) -> str:
+    """What a run does with its `todo` pairs where no shipped feedback is taken, `left` of them not in an
+    earlier run's output."""
+    if left == todo:
+        return f"scoring its {todo} pairs here"
+    if left == 0:
+        return f"reusing all {todo} of its pairs from an earlier run's output of the same inputs"
+    return f"scoring {left} of its {todo} pairs here, the rest reused from an earlier run's output"
 
 
 def shipped_file(settings, task: str) -> Path:
@@ -80,7 +95,9 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
     if not cand_file.is_file():
         step = "udr candidates" if round_ == 0 else f"udr mine --round {round_}"
         raise UdrError(f"missing candidates {cand_file}: run `{step}` first")
-    cands = pl.read_parquet(cand_file, columns=["query_id", "candidate_id"])
+    pair = {"query_id": "integer", "candidate_id": "integer"}
+    again = "run `udr candidates` again" if round_ == 0 else f"run `udr mine --round {round_}` again"
+    cands = read_parquet_checked(cand_file, "candidates", list(pair), kinds=pair, non_null=list(pair), fix=again)
     known = set(train["id"].to_list())
     unknown = sorted((set(cands["query_id"].to_list()) | set(cands["candidate_id"].to_list())) - known)
     if unknown:

@@ -36,7 +36,7 @@ def checked_result(result, where: str, again: str) -> dict:
     writes (:class:`udr.util.schemas.EvaluationResult`: kind, metric, n, score, graded score, each of its
     type), else a one-line UdrError naming it and the field."""
     checked = model_from(EvaluationResult, result, where, "result", again, problem="malformed")
-    return checked.model_dump(exclude_unset=True)
+    return checked.model_dump(exclude_none=True)  # a field left out is its default (a newer udr's, say)
 
 
 def frame_predictions(frame, examples: list[dict], source: str, rows: str) -> list:

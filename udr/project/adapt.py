@@ -89,7 +89,12 @@ def recorded_rates(project_settings) -> Rates:
 
     paths = project_settings.paths
     score_files = sorted(paths.score_report(0, t) for t in project_settings.task_names())
-    scored = [read_model(p, ScoreReport, "score report", "run `udr score`") for p in score_files if p.is_file()]
+    scored = []
+    for path in (p for p in score_files if p.is_file()):
+        report = read_model(path, ScoreReport, "score report", "run `udr score`")
+        if report.scored and (report.tokens is None or report.seconds is None):
+            raise UdrError(f"score report {path} records no tokens or seconds (an older udr's): run `udr score` again")
+        scored.append(report)
     results = [
         read_model(paths.method_metrics(m, t, "test"), EvaluationResult, "result", "run `udr evaluate`")
         for m in ("random", "bm25", "sbert")
@@ -97,7 +102,7 @@ def recorded_rates(project_settings) -> Rates:
         if paths.method_metrics(m, t, "test").is_file()
     ]
     results = [r for r in results if r.kind != "generation" and r.prompt_tokens_mean and r.seconds is not None]
-    scored = [r for r in scored if r.scored and r.tokens is not None and r.seconds is not None]
+    scored = [r for r in scored if r.scored]
     train = paths.train_log("round0") / "summary.json"
     if not scored or not results or not train.is_file():
         raise UdrError(

@@ -21,9 +21,9 @@ pools included) by :func:`udr.util.readers.read_parquet_checked`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from udr.errors import UdrError, shorten
 from udr.util.readers import read_json, validation_reason
@@ -126,10 +126,11 @@ class EvaluationResult(FileModel):
     kind: str
     seconds: float | None = None
     prompt_tokens_mean: float | None = None
+    total_seconds: float = 0.0
     machine: str = ""
     model: str | None = None
     details: dict[str, float] | None = None
-    shots: dict[str, ShotScore] | None = None
+    shots: dict[Annotated[str, StringConstraints(pattern=r"^[0-9]{1,6}$")], ShotScore] | None = None
 
 
 # ---------------------------------------------------------------- model folders

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from udr.errors import UdrError
 from udr.paths import Paths
 from udr.retriever.record import read_record, rounds, trained_tasks
 from udr.util.files import read_json_object
 from udr.util.readers import read_parquet_checked
-from udr.util.schemas import TrainingRun, model_from
+from udr.util.schemas import EvaluationResult, TrainingRun, model_from, read_model
 
 # What fixes a model record that lacks what its card states.
 AGAIN = "train the model again with this udr (its record lacks what the model card states)"
@@ -263,12 +264,12 @@ def _saved_evaluations(settings) -> list[tuple[str, str]]:
 
 
 def _read_result(path: Path) -> dict:
-    """A saved evaluation's result, or {} where it is missing or unreadable (not this model's then)."""
+    """A saved evaluation's result (:class:`udr.util.schemas.EvaluationResult`), or {} where it is missing
+    or unreadable (not this model's then)."""
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return read_model(path, EvaluationResult, "result").model_dump(exclude_none=True)
+    except UdrError:
         return {}
-    return result if isinstance(result, dict) else {}
 
 
 def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
@@ -294,18 +295,13 @@ def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
     if own:
         rows = ["| task | evaluated as | metric | n | score |", "| --- | --- | --- | ---: | ---: |"]
         for name, method, r in own:
-            rows.append(f"| {name} | {method} | {r.get('metric', '?')} | {r.get('n', '?')} | {_score(r)} |")
+            rows.append(f"| {name} | {method} | {r['metric']} | {r['n']} | {r['score']:.1f} |")
         return [*rows, ""]
     return [
         "No evaluation of this model was found in the project it was exported from (no result in metrics/ names "
         "its fingerprint): evaluate it with `udr evaluate -m udr --model DIR --save-as NAME`.",
         "",
     ]
-
-
-def _score(result: dict) -> str:
-    score = result.get("score")
-    return f"{score:.1f}" if isinstance(score, (int, float)) else "?"
 
 
 def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None) -> str:

@@ -15,9 +15,8 @@ from pathlib import Path
 from udr.errors import UdrError
 from udr.paths import Paths
 from udr.retriever.record import read_record, rounds, trained_tasks
-from udr.util.files import read_json_object
 from udr.util.readers import read_parquet_checked
-from udr.util.schemas import EvaluationResult, TrainingRun, model_from, read_model
+from udr.util.schemas import EvaluationResult, LastTrainingRun, PreparedMeta, TrainingRun, model_from, read_model
 
 # What fixes a model record that lacks what its card states.
 AGAIN = "train the model again with this udr (its record lacks what the model card states)"
@@ -87,10 +86,9 @@ def _pool_rows(settings, model_dir: Path, name: str) -> str:
         return str(len(read_parquet_checked(carried, "pool", ["id"], fix="run `udr index` again")))
     meta_path = settings.paths.prepared_dir(name) / "meta.json"
     again = f"run `udr prepare --task {name}` again"
-    kept = read_json_object(meta_path, "prepared data metadata", again) if meta_path.is_file() else {}
-    for key in ("counts", "train", "kept"):
-        kept = kept.get(key, "?") if isinstance(kept, dict) else "?"
-    return str(kept)
+    counts = read_model(meta_path, PreparedMeta, "prepared data metadata", again).counts if meta_path.is_file() else {}
+    kept = counts["train"].kept if "train" in counts else None
+    return "?" if kept is None else str(kept)
 
 
 def card_tasks(settings, model_dir: Path, names: list[str] | None = None) -> dict:
@@ -204,10 +202,16 @@ def _feedback(runs: list[TrainingRun]) -> str:
 
 
 def _typed(runs: list[dict], model_dir: Path) -> list[TrainingRun]:
-    """A training's runs, each with every field the card states, else a one-line UdrError naming the record."""
+    """A training's runs, each with every field the card states of it (the last one's feedback too), else
+    a one-line UdrError naming the record."""
     from udr.retriever.record import record_path
 
-    return [model_from(TrainingRun, run, record_path(model_dir), "model record", AGAIN) for run in runs]
+    path = record_path(model_dir)
+    *first, last = runs
+    return [
+        *(model_from(TrainingRun, run, path, "model record", AGAIN) for run in first),
+        model_from(LastTrainingRun, last, path, "model record", AGAIN),
+    ]
 
 
 def _model_lines(record: dict | None, encoder, model_dir: Path) -> list[str]:

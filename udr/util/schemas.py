@@ -12,6 +12,7 @@ udr does not read is kept as it is (a file written by a newer udr reads too). Th
 - :class:`EvaluationResult`: `metrics/<method>/<task>.json` (`udr evaluate`);
 - :class:`ModelRecord`: a model folder's `udr_record.json` (`udr train`, `udr index`, `udr interpolate`),
   and :class:`TrainingRun`, one training run of it as the model card describes it;
+- :class:`PreparedMeta`: a prepared task's `meta.json` (`udr prepare`);
 - :class:`IndexMeta`: an index's metadata beside its embeddings (`udr index`).
 
 The scores manifest is a dataclass read by :func:`udr.util.readers.dataclass_from`; parquet files (carried
@@ -193,7 +194,7 @@ class RecordCandidates(FileModel):
 
 
 class TrainingRun(FileModel):
-    """One training run of a model record, with every field its model card states."""
+    """One training run of a model record, with every field its model card states of each run."""
 
     method: str
     round: int
@@ -202,9 +203,33 @@ class TrainingRun(FileModel):
     steps: int
     loss: RecordLoss
     train: TrainSettingsRecord
+    models: RecordModels | None = None
+    candidates: RecordCandidates | None = None
+    tasks: dict[str, int] = {}
+
+
+class LastTrainingRun(TrainingRun):
+    """A training's last run, whose feedback (its LM and candidates) the model card states too."""
+
     models: RecordModels
     candidates: RecordCandidates
-    tasks: dict[str, int] = {}
+
+
+# ---------------------------------------------------------------- prepared data
+
+
+class SplitCount(FileModel):
+    """A prepared split's rows: available in the source, kept, and the cap it was cut with."""
+
+    available: int | None = None
+    kept: int | None = None
+    cap: int | None = None
+
+
+class PreparedMeta(FileModel):
+    """`udr prepare`'s `meta.json` beside a task's splits, as later commands read it."""
+
+    counts: dict[str, SplitCount] = {}
 
 
 # ---------------------------------------------------------------- indexes

@@ -195,6 +195,22 @@ def _index(root: Path):
     return load_embeddings(root / "index" / "trec.npy")
 
 
+def _manifest(root: Path):
+    from udr.feedback.scores_file import read_manifest
+
+    return read_manifest(root / "data/scores/round0/trec.parquet", 0, TASK)
+
+
+def _valid_manifest() -> dict:
+    from udr.feedback.scores_file import inputs_hash
+
+    inputs = {"task": TASK, "round": 0, "lm": "lm"}
+    return {
+        **{"task": TASK, "round": 0, "seed": 42, "queries": [3, 1], "pairs": 4, "inputs": inputs},
+        **{"inputs_hash": inputs_hash(inputs), "sha256": "0" * 64, "machine": MACHINE, "taken_from": None},
+    }
+
+
 def _index_meta(root: Path) -> dict:
     from udr.retriever.index import embeddings_sha256
 
@@ -209,11 +225,13 @@ READERS = {
     "result": ("metrics/bm25/trec.json", {**RESULT, "method": "bm25"}, (_rates, _report)),
     "model record": ("model/udr_record.json", RECORD, (_record,)),
     "index metadata": ("index/trec.npy.json", None, (_index,)),
+    "scores manifest": ("data/scores/round0/trec.json", None, (_manifest,)),
 }
 
 
 def _valid(name: str):
-    return _index_meta(Path()) if name == "index metadata" else READERS[name][1]
+    made = {"index metadata": lambda: _index_meta(Path()), "scores manifest": _valid_manifest}
+    return made[name]() if name in made else READERS[name][1]
 
 
 def _paths(value, prefix=()) -> list[tuple]:

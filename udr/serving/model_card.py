@@ -74,7 +74,7 @@ def _base_encoder(record: dict) -> str:
     an `init` is the base encoder or a record)."""
     while isinstance(record.get("init"), dict) and "base" not in record["init"]:
         record = record["init"]
-    if "init" in record:
+    if isinstance(record.get("init"), dict):
         return str(record["init"]["base"])
     return str((record.get("models") or {}).get("encoder") or "not recorded")
 

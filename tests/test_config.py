@@ -162,6 +162,8 @@ LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         (LAUGHS + "seed: *i\n", "YAML aliases expand to more than"),
         ("seed: " + "[" * 20000 + "]" * 20000 + "\n", "nested too deeply"),
         ("seed: &r [*r]\n", "refers to itself"),
+        ("seed: " + "9" * 5000 + "\n", "a value YAML cannot read .Exceeds the limit"),
+        ("seed: 2020-13-45\n", "a value YAML cannot read .month must be in 1..12"),
     ],
 )
 def test_params_that_would_hang_or_blow_up_are_refused(tmp_path, text, message):
@@ -175,6 +177,9 @@ def test_deep_overrides_and_long_values_give_short_errors(tmp_path):
     (tmp_path / "params.yaml").write_text("seed: 1\n")
     with pytest.raises(UdrError, match="nested too deeply"):
         load_settings(tmp_path / "params.yaml", ["seed=" + "[" * 5000 + "]" * 5000])
+    with pytest.raises(UdrError, match=r"^override 'seed': a value YAML cannot read .Exceeds the limit") as info:
+        load_settings(tmp_path / "params.yaml", ["seed=" + "9" * 5000])
+    assert "\n" not in str(info.value) and len(str(info.value)) < 200
     with pytest.raises(UdrError, match=r"bad parameter seed: .*\(got 'xxxx.*\.\.\.\)$") as info:
         load_settings(tmp_path / "params.yaml", ["seed=" + "x" * 1_000_000])
     assert len(str(info.value)) < 200

@@ -150,6 +150,28 @@ def test_the_table_lists_every_step_and_the_benchmarks_tables(tmp_path):
     assert "## bench-scoring\n\n| a |" in text
 
 
+def test_the_table_into_a_directory_is_a_one_line_error_before_the_steps_are_read(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(SystemExit, match=r"^kit: OUT .*out is a directory: give a file path$") as info:
+        kit.main(["table", str(tmp_path / "no-steps.jsonl"), str(tmp_path / "out")])
+    assert "\n" not in str(info.value.code)
+
+
+def test_unpack_never_writes_through_a_kit_tar_link_already_in_dest(tmp_path, monkeypatch):
+    out = _fake_kit(tmp_path, b"payload", 1)
+    monkeypatch.setattr(kit, "STASH", tmp_path / "stash")
+    dest = tmp_path / "there"
+    dest.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (dest / "kit.tar").symlink_to(victim)
+    with pytest.raises(SystemExit, match=r"^kit: cannot write .*kit.tar: .*; remove it first$") as info:
+        kit.main(["unpack", "--kit", str(out), str(dest)])
+    assert "\n" not in str(info.value.code)
+    assert victim.read_text() == "keep me" and (dest / "kit.tar").is_symlink()
+    assert not (dest / "kit").exists()
+
+
 def _gpu_like_venv(path: Path) -> Path:
     """A clean virtual environment with only the GPU machine's packages (CPU torch for its CUDA build)."""
     venv.create(path, with_pip=True)

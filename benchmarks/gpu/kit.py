@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:
 
 # stdlib only underneath: this runs on the GPU machine before the kit's wheels are installed
 from udr.errors import UdrError, first_line, shorten  # noqa: E402
-from udr.util.files import file_sha256  # noqa: E402
+from udr.util.files import check_output_path, file_sha256  # noqa: E402
 from udr.util.readers import read_json, read_jsonl  # noqa: E402
 
 KIT = REPO / ".gpukit"
@@ -307,8 +307,12 @@ def unpack(args) -> int:
         raise SystemExit(f"kit: parts missing (carry them in earlier calls, `kit.py stash`): {', '.join(missing)}")
     dest.mkdir(parents=True, exist_ok=True)
     tar = dest / "kit.tar"
+    try:  # a new file only: never written through a link (or over a file) already there
+        fd = os.open(tar, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:
+        raise SystemExit(f"kit: cannot write {shorten(tar, 160)}: {first_line(exc)}; remove it first") from None
     try:
-        with tar.open("wb") as sink:
+        with os.fdopen(fd, "wb") as sink:
             for p in index["parts"]:
                 with found[p["name"]].open("rb") as src:
                     shutil.copyfileobj(src, sink, 1 << 20)
@@ -365,6 +369,10 @@ def _steps(path: Path) -> list[dict]:
 
 
 def table(args) -> int:
+    try:
+        out = check_output_path(Path(args.out), "OUT")  # before the steps are read
+    except UdrError as exc:
+        raise SystemExit(f"kit: {exc}") from None
     steps = _steps(Path(args.steps))
     head = {}
     for s in steps:
@@ -382,7 +390,7 @@ def table(args) -> int:
     extra = [s for s in steps if s.get("table")]
     for s in extra:
         lines += ["", f"## {s['step']}", "", s["table"].rstrip()]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
@@ -84,10 +85,34 @@ def suite_params(work: Path) -> dict:
     return p
 
 
-def setup(work: Path, rev: str, threads: int) -> None:
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True, check=True
-    ).stdout.strip()
+def fail(message: str) -> NoReturn:
+    """Stop with a one-line error (exit status 1)."""
+    raise SystemExit(f"run.py: {message}")
+
+
+def work_folder(raw: str) -> Path:
+    """The resolved --work folder; an empty name or a file, a one-line error."""
+    if not raw.strip():
+        fail("--work is empty: give the run's folder (default build/suite)")
+    work = Path(raw).expanduser().resolve()
+    if work.exists() and not work.is_dir():
+        fail(f"--work {raw} is a file, not a folder")
+    return work
+
+
+def commit_of(rev: str) -> str:
+    """The commit `rev` names in this repository; a name of none, a one-line error."""
+    found = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if rev.startswith("-") or found.returncode != 0:
+        fail(f"--rev {rev!r} names no commit of {REPO}")
+    return found.stdout.strip()
+
+
+def setup(work: Path, commit: str, threads: int) -> None:
     code = work / "code"
     before = (code / "REV").read_text().strip() if (code / "REV").is_file() else None
     if before not in (None, commit) and any(p.name != "setup" for p in (work / "done").iterdir()):
@@ -231,6 +256,33 @@ def compare(work: Path, a: str, b: str, tasks: list[str]) -> dict | None:
     return json.loads(udr(work, "exp", "compare", a, b, *[x for t in tasks for x in ("-t", t)], "--json", threads=1))
 
 
+def reported_params(work: Path) -> str:
+    """The run's params.yaml as the report commits it: paths relative to the repository."""
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    params["data"]["source_dir"] = os.path.relpath(params["data"]["source_dir"], REPO)
+    params["score"]["shipped"] = os.path.relpath(params["score"]["shipped"], REPO)
+    head = "# The params of this run's project (run.py); paths relative to the repository.\n"
+    return head + yaml.safe_dump(params, sort_keys=False)
+
+
+def check_made_here(work: Path) -> None:
+    """`--only report` rewrites the committed results from `work`: a one-line error unless `work` is the
+    run that made them (its code revision and params those committed in OUT)."""
+    again = "run run.py without --only (finished jobs are skipped) to report a run of its own"
+    rev, params = work / "code" / "REV", work / "params.yaml"
+    if not (rev.is_file() and params.is_file()):
+        fail(f"{work} holds no suite run (no code/REV or params.yaml): {again}")
+    committed = (OUT / "CODE_REV").read_text().strip() if (OUT / "CODE_REV").is_file() else None
+    if rev.read_text().strip() != committed:
+        fail(f"{work} ran the udr code of {rev.read_text().strip()[:12]}, the committed results {committed}: {again}")
+    try:
+        ours = reported_params(work)
+    except (KeyError, TypeError, ValueError, yaml.YAMLError):  # not a suite run's params at all
+        ours = None
+    if not (OUT / "params.yaml").is_file() or ours != (OUT / "params.yaml").read_text():
+        fail(f"{work}/params.yaml is not the committed results' {OUT / 'params.yaml'}: {again}")
+
+
 def report(work: Path) -> None:
     """Results and predictions copied to OUT, UDR minus each method per group (`udr exp compare --json`),
     and results.md, summary.json and headline.md written from them."""
@@ -252,11 +304,7 @@ def report(work: Path) -> None:
         metrics = work / "metrics" / "train" / ("runs/udr-trained" if name == "udr" else "epr") / "metrics.json"
         if metrics.is_file():
             shutil.copy2(metrics, OUT / f"train-{name}.json")
-    params = yaml.safe_load((work / "params.yaml").read_text())
-    params["data"]["source_dir"] = os.path.relpath(params["data"]["source_dir"], REPO)
-    params["score"]["shipped"] = os.path.relpath(params["score"]["shipped"], REPO)
-    head = "# The params of this run's project (run.py); paths relative to the repository.\n"
-    (OUT / "params.yaml").write_text(head + yaml.safe_dump(params, sort_keys=False))
+    (OUT / "params.yaml").write_text(reported_params(work))
     shutil.copy2(work / "code" / "REV", OUT / "CODE_REV")
     write_all(OUT, work / "logs" / "run.log", RECIPE, ALPHA)
     log(work, f"report: {OUT / 'results.md'}")
@@ -264,19 +312,22 @@ def report(work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=REPO / "build" / "suite")
+    parser.add_argument("--work", default=str(REPO / "build" / "suite"))
     parser.add_argument("--rev", default="HEAD")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", choices=["setup", "jobs", "report"])
     parser.add_argument("--jobs", help="Only these jobs (comma-separated globs, e.g. 'train-epr,eval-bm25-*').")
     args = parser.parse_args()
-    work = args.work.resolve()
+    work = work_folder(args.work)
+    commit = commit_of(args.rev)
+    if args.only == "report":
+        check_made_here(work)
     for folder in ("logs", "done"):
         (work / folder).mkdir(parents=True, exist_ok=True)
     start = time.time()
     if args.only in (None, "setup"):
-        setup(work, args.rev, args.threads * args.workers)
+        setup(work, commit, args.threads * args.workers)
     if args.only in (None, "jobs"):
         run_jobs(work, args.workers, args.threads, args.jobs.split(",") if args.jobs else None)
     if args.only in (None, "report"):

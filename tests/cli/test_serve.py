@@ -230,6 +230,8 @@ def test_a_query_cannot_add_lines_to_a_prompt(api):
     from udr.data.tasks import get_task
 
     assert get_task("python_code").clean_query("def f():\n\treturn 1\n") == "def f():\\n    return 1"
+    # A carriage return, which a terminal or an LM may read as a line break, is escaped too.
+    assert get_task("python_code").clean_query("def f():\r\n\treturn 1\r") == "def f():\\r\\n    return 1\\r"
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".parquet"])

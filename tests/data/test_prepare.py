@@ -158,7 +158,7 @@ def test_a_corrupt_prepared_file_names_the_file_and_the_fix(tmp_path):
     pl.DataFrame({"id": list(range(3000)), "input": ["a question"] * 3000}).write_parquet(path)
     os.truncate(path, 5000)
     with pytest.raises(
-        UdrError, match=r"unreadable prepared data .*train.parquet .*run `udr prepare --task trec` again"
+        UdrError, match=r"unreadable prepared data .*train.parquet: .*run `udr prepare --task trec` again"
     ):
         read_prepared(tmp_path, "trec", "train")
 
@@ -183,8 +183,26 @@ def test_a_prepared_file_with_other_columns_names_the_column_and_the_fix(tmp_pat
     path = Paths(tmp_path).prepared("trec", "train")
     path.parent.mkdir(parents=True)
     pl.DataFrame({"id": [1, 2], "text": ["a", "b"]}).write_parquet(path)
-    with pytest.raises(UdrError, match=r"lacks column 'input' .*run `udr prepare --task trec` again"):
+    with pytest.raises(UdrError, match=r"lacks column input, target, .*run `udr prepare --task trec` again"):
         read_prepared(tmp_path, "trec", "train")
+
+
+def test_a_prepared_row_without_its_input_names_the_file_and_the_row(tmp_path):
+    """A null input (which BM25 and the prompts would crash on) is one line naming the file and the row."""
+    import polars as pl
+
+    from udr.data.prepare import PREPARED_COLUMNS, read_prepared
+    from udr.paths import Paths
+
+    path = Paths(tmp_path).prepared("trec", "train")
+    path.parent.mkdir(parents=True)
+    rows = {"id": [0, 1], "input": ["a", None], "target": ["x", "y"], "label": [0, 1]}
+    rows |= {"choices": [[], []], "references": [["x"], ["y"]]}
+    pl.DataFrame({c: rows[c] for c in PREPARED_COLUMNS}).write_parquet(path)
+    message = r"^malformed prepared data .*train.parquet: row 2 has no input \(null\); run `udr prepare"
+    with pytest.raises(UdrError, match=message) as err:
+        read_prepared(tmp_path, "trec", "train")
+    assert "\n" not in str(err.value)
 
 
 def test_prepare_refuses_a_folder_it_did_not_make(tmp_path, data_dir):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -86,3 +87,41 @@ def test_an_evaluation_claimed_by_a_live_run_is_left_to_it(suite, tmp_path):
     (tmp_path / "claims" / "sbert-cr").write_text("999999999")  # no such process
     assert run.claimed(tmp_path, "sbert-cr")
     assert (tmp_path / "claims" / "sbert-cr").read_text() == str(os.getpid())
+
+
+def _run_py(*args: str) -> subprocess.CompletedProcess:
+    """metrics/suite/run.py ARGS as a user runs it."""
+    return subprocess.run(
+        [sys.executable, str(SUITE / "run.py"), *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+def _one_line_error(done: subprocess.CompletedProcess, message: str) -> None:
+    assert done.returncode == 1, done
+    assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_bad_rev_or_work_folder_is_a_one_line_error(tmp_path):
+    _one_line_error(_run_py("--rev", "nosuch", "--work", str(tmp_path / "w")), "--rev 'nosuch' names no commit")
+    _one_line_error(_run_py("--rev=--all", "--work", str(tmp_path / "w")), "names no commit")
+    _one_line_error(_run_py("--work", ""), "--work is empty")
+    (tmp_path / "file").write_text("x")
+    _one_line_error(_run_py("--work", str(tmp_path / "file")), "is a file, not a folder")
+    assert not (tmp_path / "w").exists()
+
+
+def test_only_report_refuses_a_work_folder_that_did_not_make_the_committed_results(tmp_path):
+    """--only report rewrites the committed provenance: from a folder that holds no run, or a run of other
+    code or params, it is refused, and nothing committed changes."""
+    committed = {p.name: p.read_bytes() for p in SUITE.iterdir() if p.is_file()}
+    work = tmp_path / "w"
+    _one_line_error(_run_py("--only", "report", "--work", str(work)), "holds no suite run")
+    assert not work.exists()
+    (work / "code").mkdir(parents=True)
+    (work / "code" / "REV").write_text("0" * 40 + "\n")
+    (work / "params.yaml").write_text("seed: 1\n")
+    _one_line_error(_run_py("--only", "report", "--work", str(work)), "ran the udr code of 000000000000")
+    (work / "code" / "REV").write_text((SUITE / "CODE_REV").read_text())
+    _one_line_error(_run_py("--only", "report", "--work", str(work)), "is not the committed results'")
+    assert {p.name: p.read_bytes() for p in SUITE.iterdir() if p.is_file()} == committed

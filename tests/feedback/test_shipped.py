@@ -46,7 +46,14 @@ def _shipping(scored_project, tmp_path) -> Path:
     shipped.mkdir(parents=True)
     for suffix in (".parquet", ".json"):
         shutil.move(root / f"data/scores/round0/{TASK}{suffix}", shipped / f"{TASK}{suffix}")
+    _list_checksums(shipped)
     return root
+
+
+def _list_checksums(shipped: Path) -> None:
+    """The shipped folder's SHA256SUMS, as committed beside the files."""
+    names = (f"{TASK}.parquet", f"{TASK}.json")
+    (shipped / "SHA256SUMS").write_text("".join(f"{file_sha256(shipped / n)}  {n}\n" for n in names))
 
 
 def _score(root, *overrides):
@@ -55,13 +62,16 @@ def _score(root, *overrides):
     return run_score(_settings(root, *overrides), TASK, 0, progress=False)
 
 
-def _edit_shipped(root, change, *, keep_checksum: bool) -> None:
+def _edit_shipped(root, change, *, keep_checksum: bool, keep_list: bool = True) -> None:
+    """Shipped scores edited: `keep_checksum`, their manifest's checksum too; `keep_list`, SHA256SUMS too."""
     path = root / f"data/feedback/round0/{TASK}.parquet"
     pl.read_parquet(path).with_columns(change).write_parquet(path)
     if keep_checksum:
         summary = path.with_suffix(".json")
         record = json.loads(summary.read_text())
         summary.write_text(json.dumps({**record, "sha256": file_sha256(path)}))
+    if keep_list:
+        _list_checksums(path.parent)
 
 
 def test_shipped_scores_are_taken_once_their_sample_agrees(scored_project, tmp_path):
@@ -113,6 +123,7 @@ def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_pro
     manifest = json.loads(manifest_path.read_text())
     other = {**manifest["inputs"], "lm": "another LM"}
     manifest_path.write_text(json.dumps({**manifest, "inputs": other, "inputs_hash": inputs_hash(other)}))
+    _list_checksums(manifest_path.parent)
     (root / f"data/scores/round0/{TASK}.parquet").unlink()
     summary = _score(root)
     assert summary.shipped is None and summary.scored == 30
@@ -122,17 +133,13 @@ def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_pro
 def test_a_shipped_edit_that_keeps_its_manifest_checksum_is_caught_by_the_committed_list(scored_project, tmp_path):
     """Scores and manifest checksum edited together (the sample may miss the edit): the folder's
     SHA256SUMS, committed beside, refuses the file."""
-    from udr.util.files import file_sha256 as sha
 
     root = _shipping(scored_project, tmp_path)
-    folder = root / "data/feedback/round0"
-    (folder / "SHA256SUMS").write_text(
-        "".join(f"{sha(folder / n)}  {n}\n" for n in (f"{TASK}.parquet", f"{TASK}.json"))
-    )
     assert _score(root).shipped["taken"] == 20
     (root / f"data/scores/round0/{TASK}.parquet").unlink()
     last = pl.int_range(pl.len()) == pl.len() - 1
-    _edit_shipped(root, pl.when(last).then(pl.col("score") + 1e-6).otherwise(pl.col("score")), keep_checksum=True)
+    edit = pl.when(last).then(pl.col("score") + 1e-6).otherwise(pl.col("score"))
+    _edit_shipped(root, edit, keep_checksum=True, keep_list=False)
     with pytest.raises(UdrError, match="differs from its checksum in SHA256SUMS"):
         _score(root)
 
@@ -142,15 +149,36 @@ def test_a_reordered_shipped_query_list_is_refused(scored_project, tmp_path):
     path = root / f"data/feedback/round0/{TASK}.json"
     manifest = json.loads(path.read_text())
     path.write_text(json.dumps({**manifest, "queries": manifest["queries"][::-1]}))
+    _list_checksums(path.parent)
     with pytest.raises(UdrError, match="queries are not the seeded choice"):
         _score(root)
 
 
 def test_a_shipped_folder_without_the_tasks_file_says_so(scored_project, tmp_path, capsys):
+    """The notice says what the run does instead: score the pairs here, or reuse an earlier run's."""
     root = _shipping(scored_project, tmp_path)
     (root / f"data/feedback/round0/{TASK}.parquet").rename(root / "data/feedback/round0/other.parquet")
     assert _score(root).shipped is None
-    assert f"no shipped feedback of {TASK} in data/feedback/round0" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no shipped feedback of {TASK} in data/feedback/round0 (score.shipped): scoring its 30 pairs here" in err
+    assert _score(root).scored == 0
+    err = capsys.readouterr().err
+    assert "scoring" not in err and "reusing all 30 of its pairs from an earlier run's output" in err
+
+
+@pytest.mark.parametrize("damage", ["missing", "a directory"])
+def test_a_missing_or_unreadable_committed_checksum_list_is_refused(scored_project, tmp_path, damage):
+    """Without SHA256SUMS nothing shipped could be verified against the committed list: refused, in one line."""
+    root = _shipping(scored_project, tmp_path)
+    checksums = root / "data/feedback/round0/SHA256SUMS"
+    checksums.unlink()
+    if damage == "a directory":
+        checksums.mkdir()
+    message = "has no SHA256SUMS" if damage == "missing" else "unreadable .*SHA256SUMS"
+    with pytest.raises(UdrError, match=message) as err:
+        _score(root)
+    assert "\n" not in str(err.value) and "score.reuse_shipped=false" in str(err.value)
+    assert not (root / f"data/scores/round0/{TASK}.parquet").exists()
 
 
 def test_the_committed_shipped_feedback_matches_its_checksums():
@@ -178,6 +206,7 @@ def test_shipped_scores_of_another_precision_are_taken_when_the_sample_agrees(sc
     manifest = json.loads(manifest_path.read_text())
     bf16 = {**manifest["inputs"], "dtype": "bf16"}
     manifest_path.write_text(json.dumps({**manifest, "inputs": bf16, "inputs_hash": inputs_hash(bf16)}))
+    _list_checksums(manifest_path.parent)
     summary = _score(root)  # this run's dtype is fp32
     assert summary.dtype == "fp32" and summary.shipped["taken"] == 20
 

@@ -112,8 +112,54 @@ def test_the_card_names_an_anchored_loss_its_feedback_and_an_interpolation(tmp_p
     record = trained_model_record("udr", 0, trained, summary, tmp_path / "base", "tiny-encoder")
     record["interpolation"] = {"alpha": 0.5}
     encoder = SimpleNamespace(pooling="mean", similarity="cosine", shared=False, base="tiny-encoder")
-    text = "\n".join(_model_lines(record, encoder))
+    text = "\n".join(_model_lines(record, encoder, tmp_path))
     assert "(lambda 0.5, beta 1.0), the 3 best against the 3 worst candidates, feedback `lm+labels`" in text
     assert "interpolated with its initial encoder (WiSE-FT), alpha 0.5" in text
-    plain = "\n".join(_model_lines({**record, "interpolation": None}, encoder))
+    plain = "\n".join(_model_lines({**record, "interpolation": None}, encoder, tmp_path))
     assert "WiSE-FT" not in plain
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("no models", r"^unreadable model record .*udr_record.json: required field 'models' is missing"),
+        ("init a string", r"^unreadable model record .*udr_record.json: field 'init.init': "),
+    ],
+)
+def test_a_record_the_card_cannot_state_is_one_line_naming_it(chained, change, message, run_cli):
+    """`udr export` writes its card from the record: a record without its models, or whose `init` chain
+    ends in a string instead of the base encoder, is one line naming the file and the field."""
+    from udr.config import load_settings
+    from udr.errors import UdrError
+    from udr.serving.model_card import model_card
+
+    path = chained / "models" / "final" / "udr_record.json"
+    record = json.loads(path.read_text())
+    if change == "no models":
+        record.pop("models")
+    else:
+        record["init"]["init"] = "tiny-encoder"
+    path.write_text(json.dumps(record))
+    with pytest.raises(UdrError, match=message) as err:
+        model_card(load_settings(chained / "params.yaml"), chained / "models" / "final", "me/udr")
+    assert "\n" not in str(err.value)
+    code, _, stderr = run_cli(["export", str(chained / "export")], chained)
+    assert code == 1 and len(stderr.strip().splitlines()) == 1 and "udr_record.json" in stderr, stderr
+    assert not (chained / "export").exists()
+
+
+def test_a_carried_pool_with_text_ids_is_one_line_naming_it(served, tmp_path):
+    import polars as pl
+
+    from udr.data.tasks import get_task
+    from udr.errors import UdrError
+    from udr.paths import Paths
+    from udr.serving.pools import model_pool, model_pool_tasks
+
+    model = tmp_path / "final"
+    shutil.copytree(served / "models" / "final", model)
+    task = model_pool_tasks(model)[0]
+    path = Paths.model_pool(model, task)
+    pl.read_parquet(path).with_columns(pl.col("id").cast(pl.String)).write_parquet(path)
+    with pytest.raises(UdrError, match=rf"^malformed pool .*{task}.parquet: column 'id' holds String, not integer"):
+        model_pool(model, get_task(task))

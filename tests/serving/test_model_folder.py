@@ -110,7 +110,8 @@ def test_a_damaged_pool_copy_is_one_line(project, run_cli):
     pool = project / "models/final/pools/sst2.parquet"
     pl.DataFrame({"id": [1]}).write_parquet(pool)
     code, _, err = run_cli(["retrieve", QUERY, "-t", "sst2"], project)
-    assert code == 1 and "unreadable pool" in err and "udr index" in err
+    assert code == 1 and "pools/sst2.parquet lacks column input, target" in err and "udr index" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_a_pool_prepared_again_since_index_is_not_served_stale(project, run_cli):

@@ -449,3 +449,17 @@ def test_nan_from_the_lm_is_an_error_and_writes_nothing(project, tmp_path, monke
     with pytest.raises(UdrError, match=r"the LM's scores of comv round0 hold 30 NaN or infinite score\(s\).*fp32"):
         _run(root, "comv")
     assert not out.exists()
+
+
+def test_a_truncated_candidates_file_is_one_line_naming_it(project, tmp_path, run_cli):
+    """`udr score` on a cut-short data/candidates/round0/<task>.parquet: one line naming the file, exit 1."""
+    root = _copy(project, tmp_path)
+    path = root / "data/candidates/round0/sst2.parquet"
+    os.truncate(path, path.stat().st_size // 2)
+    out = root / "data/scores/round0/sst2.parquet"
+    before = out.read_bytes() if out.exists() else None  # the module's earlier runs may have scored sst2
+    with pytest.raises(UdrError, match=r"^unreadable candidates .*sst2.parquet: .*; run `udr candidates` again$"):
+        _run(root, "sst2")
+    code, _, err = run_cli(["score", "--task", "sst2", "--round", "0"], root)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "sst2.parquet" in err, err
+    assert (out.read_bytes() if out.exists() else None) == before

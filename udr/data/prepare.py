@@ -16,9 +16,10 @@ import numpy as np
 
 from udr.data.sources import Rows, distinct_rows, load_task
 from udr.data.tasks import Task
-from udr.errors import UdrError, first_line
+from udr.errors import UdrError
 from udr.paths import Paths
 from udr.util.files import building_dir, json_text
+from udr.util.readers import read_parquet_checked
 from udr.util.rng import task_rng
 
 
@@ -33,6 +34,10 @@ def seeded_cap(n: int, cap: int, seed: int, task: str, split: str) -> np.ndarray
 
 
 PREPARED_COLUMNS = ("id", "input", "target", "label", "choices", "references")
+# The columns every prepared row fills, and the kind of each column as it is read back.
+PREPARED_TEXT = ("id", "input", "target")
+PREPARED_KINDS = {"id": "integer", "input": "text", "target": "text", "label": "integer"}
+PREPARED_KINDS |= {"choices": "list", "references": "list"}
 
 
 def rows_to_frame(rows: Rows):
@@ -139,22 +144,12 @@ def pool_cut_note(meta: dict, cap_option: str) -> str | None:
 
 
 def read_prepared(root: Path, task: str, split: str):
-    """The prepared split as a polars DataFrame, or a UdrError saying to run `udr prepare`."""
-    import polars as pl
-
+    """The prepared split as a polars DataFrame, or a one-line UdrError naming the file (missing, truncated,
+    a column missing or of another kind, a null id, input or target) and saying to run `udr prepare`."""
     path = Paths(Path(root)).prepared(task, split)
     if not path.is_file():
         raise UdrError(f"missing prepared data {path}: run `udr prepare --task {task}` first")
-    try:
-        frame = pl.read_parquet(path)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise UdrError(
-            f"unreadable prepared data {path} ({first_line(exc)}): run `udr prepare --task {task}` again"
-        ) from None
-    missing = [c for c in PREPARED_COLUMNS if c not in frame.columns]
-    if missing:
-        raise UdrError(
-            f"prepared data {path} lacks column {missing[0]!r} (not written by `udr prepare`): "
-            f"run `udr prepare --task {task}` again"
-        )
-    return frame
+    again = f"run `udr prepare --task {task}` again"
+    return read_parquet_checked(
+        path, "prepared data", PREPARED_COLUMNS, kinds=PREPARED_KINDS, non_null=PREPARED_TEXT, fix=again
+    )

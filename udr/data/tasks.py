@@ -382,9 +382,10 @@ class Task:
 
     def clean_query(self, text: str) -> str:
         """A user's query written as the pool's inputs are: one line, code escaped as the pool's is,
-        other whitespace collapsed (so a query cannot add lines, e.g. fake demonstrations, to a prompt)."""
+        other whitespace collapsed (so a query cannot add lines, e.g. fake demonstrations, to a prompt); in
+        code, a carriage return is escaped as a newline is (\\r)."""
         if isinstance(self.normalize, CodeGeneration):
-            return one_line_code(text)
+            return one_line_code(text).replace("\r", "\\r")
         return " ".join(text.split())
 
     def render_query(self, input: str) -> str:

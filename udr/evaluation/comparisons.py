@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from udr.errors import UdrError, listed
 from udr.evaluation.metrics import GradedStatistics
 from udr.util.readers import read_parquet_checked
+from udr.util.schemas import EvaluationResult, model_from
 
 # UDR is compared with every other method of config.METHODS.
 COMPARED = "udr"
@@ -31,11 +32,10 @@ def read_predictions(path, again: str, data: bytes | None = None):
 
 def checked_result(result, where: str, again: str) -> dict:
     """`result` (a saved evaluation's metrics file, read from `where`) where it holds what `udr evaluate`
-    writes (metric, n, score, graded score), else a one-line UdrError naming it."""
-    graded = result.get("graded") if isinstance(result, dict) else None
-    if not isinstance(graded, dict) or not all(k in result for k in ("metric", "n", "score")) or "score" not in graded:
-        raise UdrError(f"malformed result {where} (not what `udr evaluate` writes): {again}")
-    return result
+    writes (:class:`udr.util.schemas.EvaluationResult`: kind, metric, n, score, graded score, each of its
+    type), else a one-line UdrError naming it and the field."""
+    checked = model_from(EvaluationResult, result, where, "result", again, problem="malformed")
+    return checked.model_dump(exclude_none=True)  # a field left out is its default (a newer udr's, say)
 
 
 def frame_predictions(frame, examples: list[dict], source: str, rows: str) -> list:

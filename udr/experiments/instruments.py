@@ -15,8 +15,8 @@ scoring resumes from its shards like `udr score`.
   retriever's first is the LM's first). For queries never trained on, this says whether training
   learned the LM's preferences beyond the queries it saw. The random retriever gives the chance level.
 
-Imports of polars and of the udr.project.evaluation, udr.evaluation and udr.retriever modules (pydantic, torch)
-are inside the functions that use them, to keep the start of `udr` and of its commands light.
+Imports of polars and of the udr.project.evaluation, udr.evaluation, udr.retriever and udr.util.schemas modules
+(pydantic, torch) are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
@@ -243,15 +243,19 @@ def validation_comparison(settings, a: str, b: str, tasks: Sequence[str]):
 
 
 def write_ceiling_table(settings, tasks: Sequence[str], n: int = CANDIDATES) -> Path:
+    from udr.util.schemas import EvaluationResult, read_model
+
     methods = [CEILING, *COMPARED]
-    graded = {
+    again = "run the instrument again"
+    results = {
         m: {
-            t: json.loads(settings.paths.method_metrics(m, t, "validation").read_text())["graded"]["score"]
+            t: read_model(settings.paths.method_metrics(m, t, "validation"), EvaluationResult, "result", again)
             for t in tasks
         }
         for m in methods
     }
-    sizes = {t: json.loads(settings.paths.method_metrics(CEILING, t, "validation").read_text())["n"] for t in tasks}
+    graded = {m: {t: r.graded.score for t, r in by_task.items()} for m, by_task in results.items()}
+    sizes = {t: results[CEILING][t].n for t in tasks}
     pairs = [(CEILING, "bm25"), ("udr", "bm25"), (CEILING, "udr")]
     intervals = {f"{a} - {b}": validation_comparison(settings, a, b, tasks) for a, b in pairs}
 

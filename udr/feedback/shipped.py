@@ -20,13 +20,12 @@ Imports of polars are inside the functions that use them, to keep the start of `
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 from udr.feedback.pair_scoring import ScoreWork, ScoringSetup, score_inputs
 from udr.feedback.scores_file import ScoresManifest, query_choice, read_manifest, read_score_rows
 from udr.paths import summary_file as manifest_path
@@ -84,10 +83,11 @@ class ShippedSample:
 
 
 def take_shipped(work: ScoreWork, source: Path, label: str, setup: ScoringSetup):
-    """(work, sample): `work` with every shipped pair of its to-do list moved to the reused ones but the
-    sample's, which stay to be scored and checked; (work, None) where the task has no shipped file, or one
-    of other inputs (a notice says so: every pair is then scored here). `source`: the task's shipped
-    scores (`label`: as the params name them); `setup`: the score settings (`reuse_shipped`,
+    """(work, sample, None): `work` with every shipped pair of its to-do list moved to the reused ones but
+    the sample's, which stay to be scored and checked; (work, None, why) where the task has no shipped file,
+    or one of other inputs (`why` says which, for the caller's notice of what it does instead), and
+    (work, None, None) where none is to be taken (switched off, a later round, nothing to do). `source`: the
+    task's shipped scores (`label`: as the params name them); `setup`: the score settings (`reuse_shipped`,
     `check_queries`, `check_tolerance`), the LM (the pairs' inputs hash) and the sample's seed. The shipped
     file's own precision is accepted (an fp32 run takes bf16 feedback): the sample, scored at this run's,
     must agree all the same."""
@@ -95,28 +95,22 @@ def take_shipped(work: ScoreWork, source: Path, label: str, setup: ScoringSetup)
 
     cfg = setup.score
     if not (cfg.reuse_shipped and work.round == 0 and len(work.todo)):
-        return work, None
+        return work, None, None
     if not source.is_file():
-        print(
-            f"udr: no shipped feedback of {work.task.name} in {label.rsplit('/', 1)[0] or '.'} "
-            f"(score.shipped): scoring its pairs here",
-            file=sys.stderr,
+        return (
+            work,
+            None,
+            f"no shipped feedback of {work.task.name} in {label.rsplit('/', 1)[0] or '.'} (score.shipped)",
         )
-        return work, None
     manifest = _shipped_manifest(source)
     if manifest.inputs_hash != score_inputs(work, cfg, setup.lm_dir, manifest.inputs.get("dtype", "")):
-        print(
-            f"udr: shipped feedback {source} was scored with other inputs (data, LM or prompt): "
-            f"scoring {work.task.name}'s pairs here",
-            file=sys.stderr,
-        )
-        return work, None
+        return work, None, f"shipped feedback {source} was scored with other inputs (data, LM or prompt)"
     _check_query_order(manifest, work, source)
     shipped = read_score_rows(source, 0, work.task.name, [*KEY, "score", "scored_in"]).cast(work.reused.schema)
     available = work.todo.join(shipped, on=KEY, how="inner")
     covered = _fully_covered_queries(work.todo, available)
     if not covered.size:
-        return work, None
+        return work, None, f"shipped feedback {source} covers none of {work.task.name}'s scored queries"
     picked = task_rng(setup.seed, work.task.name, "shipped-check").permutation(covered)[: cfg.check_queries]
     in_sample = pl.col("query_id").is_in(picked.tolist())
     taken = available.filter(~in_sample).select(work.reused.columns)
@@ -131,7 +125,7 @@ def take_shipped(work: ScoreWork, source: Path, label: str, setup: ScoringSetup)
         cfg.check_tolerance,
         len(picked),
     )
-    return replace(work, reused=reused, todo=todo), sample
+    return replace(work, reused=reused, todo=todo), sample, None
 
 
 CHECKSUMS = "SHA256SUMS"  # a shipped folder's list of its files' checksums (`sha256sum` format)
@@ -139,13 +133,13 @@ CHECKSUMS = "SHA256SUMS"  # a shipped folder's list of its files' checksums (`sh
 
 def _shipped_manifest(source: Path) -> ScoresManifest:
     """The shipped file's manifest, whose checksum the file must match, and both files the checksums of
-    the folder's SHA256SUMS where it has one (the committed list: an edit of the scores together with
+    the folder's SHA256SUMS, which must be there (the committed list: an edit of the scores together with
     their manifest's checksum is caught too). Shipped data is never taken unverified."""
     restore = "restore it (git checkout) or score every pair with score.reuse_shipped=false"
-    listed = read_checksums(source.parent)
+    listed = read_checksums(source.parent, restore)
     digests = {path: file_sha256(path) for path in (source, manifest_path(source))}  # each file hashed once
     for path, digest in digests.items():
-        if listed is not None and listed.get(path.name) != digest:
+        if listed.get(path.name) != digest:
             raise UdrError(f"shipped feedback {path} differs from its checksum in {CHECKSUMS}: {restore}")
     manifest = read_manifest(source, 0, source.stem)
     if manifest.sha256 != digests[source]:
@@ -155,13 +149,18 @@ def _shipped_manifest(source: Path) -> ScoresManifest:
     return manifest
 
 
-def read_checksums(folder: Path) -> dict[str, str] | None:
-    """{file name: sha256} of `folder`'s SHA256SUMS (lines "<hex>  <name>"), or None where it has none."""
+def read_checksums(folder: Path, fix: str = "restore it (git checkout)") -> dict[str, str]:
+    """{file name: sha256} of `folder`'s SHA256SUMS (lines "<hex>  <name>"); a missing or unreadable one
+    (a directory, say), a one-line UdrError ending in `fix`: without it nothing shipped is verified."""
     path = Path(folder) / CHECKSUMS
-    if not path.is_file():
-        return None
+    if not path.exists():
+        raise UdrError(f"shipped feedback {folder} has no {CHECKSUMS} (the list of its files' checksums): {fix}")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UdrError(f"unreadable {path}: {first_line(exc)}; {fix}") from None
     out = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         digest, _, name = line.partition("  ")
         if len(digest) != 64 or not name.strip():
             raise UdrError(f"malformed {path}, line {n}: expected '<sha256>  <file name>'")

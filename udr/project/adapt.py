@@ -14,7 +14,7 @@ pipeline is left as it is:
 Each step, as it finishes, is recorded in the workspace with the request's fingerprint (:class:`StepRecord`),
 so the same command run again resumes a stopped run, its finished steps skipped.
 
-Imports of transformers, yaml, udr.data, udr.serving, udr.project.saved_evaluations and udr.util (readers,
+Imports of transformers, yaml, udr.data, udr.serving, udr.project.saved_evaluations and udr.util (schemas,
 safe_yaml) are inside the functions that use them, to keep the start of `udr` light.
 """
 
@@ -97,32 +97,38 @@ class Plan:
 def recorded_rates(project_settings) -> Rates:
     """The project's speeds from its own stage reports (`metrics/score/round0/*.json`, the methods' results,
     `metrics/train/round0/summary.json`); a project that has not run its pipeline is a one-line error."""
-    from udr.util.readers import read_json
+    from udr.util.schemas import EvaluationResult, ScoreReport, TrainReport, read_model
 
     paths = project_settings.paths
     score_files = sorted(paths.score_report(0, t) for t in project_settings.task_names())
-    scored = [read_json(p, "score report", "run `udr score`") for p in score_files if p.is_file()]
+    scored = []
+    for path in (p for p in score_files if p.is_file()):
+        report = read_model(path, ScoreReport, "score report", "run `udr score`")
+        if report.scored and (report.tokens is None or report.seconds is None):
+            raise UdrError(f"score report {path} records no tokens or seconds (an older udr's): run `udr score` again")
+        scored.append(report)
     results = [
-        read_json(paths.method_metrics(m, t, "test"), "result", "run `udr evaluate`")
+        read_model(paths.method_metrics(m, t, "test"), EvaluationResult, "result", "run `udr evaluate`")
         for m in ("random", "bm25", "sbert")
         for t in project_settings.evaluation_tasks()
         if paths.method_metrics(m, t, "test").is_file()
     ]
-    results = [r for r in results if r.get("kind") != "generation" and r.get("prompt_tokens_mean")]
+    results = [r for r in results if r.kind != "generation" and r.prompt_tokens_mean and r.seconds is not None]
+    scored = [r for r in scored if r.scored]
     train = paths.train_log("round0") / "summary.json"
     if not scored or not results or not train.is_file():
         raise UdrError(
             "udr adapt estimates its time from this project's own runs: run `make run` (or `dvc repro`) first"
         )
-    trained = read_json(train, "training summary", "run `udr train`")
-    tokens = sum(r["tokens"] for r in scored if r.get("scored"))
-    seconds = sum(r["seconds"] for r in scored if r.get("scored"))
-    prompt_tokens = sum(r["n"] * r["prompt_tokens_mean"] for r in results)
+    trained = read_model(train, TrainReport, "training summary", "run `udr train`")
+    tokens = sum(r.tokens for r in scored)
+    seconds = sum(r.seconds for r in scored)
+    prompt_tokens = sum(r.n * r.prompt_tokens_mean for r in results)
     return Rates(
         score_tokens_per_s=tokens / seconds if seconds else 1000.0,
-        eval_seconds_per_token=sum(r["seconds"] for r in results) / prompt_tokens,
-        train_seconds_per_step=trained["seconds"] / max(trained["steps"], 1),
-        machine=str(results[0].get("machine", "")),
+        eval_seconds_per_token=sum(r.seconds for r in results) / prompt_tokens if prompt_tokens else 0.0,
+        train_seconds_per_step=trained.seconds / max(trained.steps, 1),
+        machine=results[0].machine,
     )
 
 

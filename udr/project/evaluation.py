@@ -6,7 +6,6 @@ turned into the explicit arguments of :mod:`udr.evaluation.task_evaluation` and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from udr.config import Split
@@ -19,6 +18,7 @@ from udr.retriever.encoder import SETTINGS_NAME, task_model_dir
 from udr.retriever.index import model_fingerprint
 from udr.retriever.search import PoolRetriever
 from udr.util.distributed import resolve_device_type
+from udr.util.schemas import PreparedMeta, read_model
 
 
 def language_model(settings) -> LanguageModel:
@@ -94,7 +94,9 @@ def check_prepared_caps(settings, task_name: str, split: str) -> None:
     caps = settings.task_caps(task_name)
     key = {"test": "max_test", "validation": "validation"}[split]
     want = getattr(caps, key, None)
-    got = json.loads(meta_file.read_text()).get("counts", {}).get(split, {}).get("cap")
+    again = f"run `udr prepare -t {task_name}` again"
+    counts = read_model(meta_file, PreparedMeta, "prepared data metadata", again).counts
+    got = counts[split].cap if split in counts else None
     if want is not None and got is not None and want != got:
         raise UdrError(
             f"data/prepared/{task_name} was cut with {key} {got}, the params say {want}: run "

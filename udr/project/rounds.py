@@ -2,22 +2,27 @@
 end, how many mined candidates were new, the mean LM score of each query's best candidate, and the
 seconds each stage took. `udr rounds` prints it; nothing is recomputed.
 
-Imports of polars are inside the functions that use them, to keep the start of `udr` and of its commands light.
+Imports of polars and udr.util.schemas (pydantic) are inside the functions that use them, to keep the start
+of `udr` and of its commands light.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from udr.paths import Paths, round_label, summary_file
 from udr.retriever.record import read_record
-from udr.util.files import read_json_object
 from udr.util.readers import read_parquet_checked
 
+M = TypeVar("M")
 
-def _read(path: Path) -> dict | None:
-    """A stage's summary or log (a JSON object), None where there is none; unreadable, a one-line UdrError."""
-    return read_json_object(path, "stage summary", "run that stage again") if path.is_file() else None
+
+def _read(path: Path, model: type[M]) -> M | None:
+    """A stage's summary or report as `model`, None where there is none; unreadable, a one-line UdrError."""
+    from udr.util.schemas import read_model
+
+    return read_model(path, model, "stage summary", "run that stage again") if path.is_file() else None
 
 
 def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, float] | None:
@@ -47,30 +52,33 @@ def _own_round(settings, round_: int) -> bool:
     """Whether round `round_`'s model (and so its training log) was made from this params file; a run
     named with `udr train --out` leaves the pipeline's round models and logs to the params file that made them."""
     record = read_record(settings.paths.round_model(round_))
-    return record is None or record.get("params_file", settings.params_file) == settings.params_file
+    return record is None or record.get("params_file") in (None, settings.params_file)
 
 
 def rounds_table(settings) -> list[dict]:
     """One row per (round, task) plus a row per round with task='all' (sums / means)."""
+    from udr.util.schemas import MineReport, ScoreReport, TrainReport
+
     paths = settings.paths
     rows = []
     for it in settings.train.rounds:
-        train = _read(paths.train_log(round_label(it)) / "summary.json") if _own_round(settings, it) else None
+        summary = paths.train_log(round_label(it)) / "summary.json"
+        train = _read(summary, TrainReport) if _own_round(settings, it) else None
         per_task = []
         for task in settings.task_names():
-            score = _read(paths.score_report(it, task))
-            mine = _read(summary_file(paths.candidates(it, task))) if it > 0 else None
+            score = _read(paths.score_report(it, task), ScoreReport) or ScoreReport()
+            mine = (_read(summary_file(paths.candidates(it, task)), MineReport) if it > 0 else None) or MineReport()
             per_task.append(
                 {
                     "round": it,
                     "task": task,
-                    "pairs": score and score["pairs"],
-                    "scored": score and score["scored"],
-                    "top1_score_mean": score and score.get("top1_score_mean"),
+                    "pairs": score.pairs,
+                    "scored": score.scored,
+                    "top1_score_mean": score.top1_score_mean,
                     "retrieved": retrieved_quality(paths, it, task),
-                    "mined_new_fraction": mine and mine["new_fraction"],
-                    "score_seconds": score and score["seconds"],
-                    "mine_seconds": mine and mine["seconds"],
+                    "mined_new_fraction": mine.new_fraction,
+                    "score_seconds": score.seconds,
+                    "mine_seconds": mine.seconds,
                 }
             )
         rows += per_task
@@ -91,10 +99,10 @@ def rounds_table(settings) -> list[dict]:
                 "mined_new_fraction": round(sum(mined) / len(mined), 4) if mined else None,
                 "score_seconds": total("score_seconds"),
                 "mine_seconds": total("mine_seconds"),
-                "train_loss_start": train and train["loss_start"],
-                "train_loss_end": train and train["loss_end"],
-                "train_steps": train and train["steps"],
-                "train_seconds": train and train["seconds"],
+                "train_loss_start": train and train.loss_start,
+                "train_loss_end": train and train.loss_end,
+                "train_steps": train and train.steps,
+                "train_seconds": train and train.seconds,
             }
         )
     return rows

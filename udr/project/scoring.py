@@ -13,6 +13,7 @@ from udr.data.prepare import read_prepared
 from udr.errors import UdrError
 from udr.feedback.pair_scoring import ScoreWork
 from udr.feedback.scores_file import query_choice, read_scores
+from udr.util.readers import read_parquet_checked
 
 
 def load_work(settings, task_name: str, round_: int) -> ScoreWork:
@@ -25,7 +26,9 @@ def load_work(settings, task_name: str, round_: int) -> ScoreWork:
     if not cand_file.is_file():
         step = "udr candidates" if round_ == 0 else f"udr mine --round {round_}"
         raise UdrError(f"missing candidates {cand_file}: run `{step}` first")
-    cands = pl.read_parquet(cand_file, columns=["query_id", "candidate_id"])
+    pair = {"query_id": "integer", "candidate_id": "integer"}
+    again = "run `udr candidates` again" if round_ == 0 else f"run `udr mine --round {round_}` again"
+    cands = read_parquet_checked(cand_file, "candidates", list(pair), kinds=pair, non_null=list(pair), fix=again)
     known = set(train["id"].to_list())
     unknown = sorted((set(cands["query_id"].to_list()) | set(cands["candidate_id"].to_list())) - known)
     if unknown:

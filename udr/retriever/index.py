@@ -8,8 +8,8 @@ pool's ids, the pool file's hash and the model it was made with, so a stale inde
 `models/final/pools/` with a copy of each pool and the tasks' declarations (`tasks.json`), so the folder
 retrieves without its project.
 
-Imports of udr.retriever.encoder (pydantic) are inside the functions that use them, to keep `from udr import
-Retriever` and `udr retrieve` light.
+Imports of udr.retriever.encoder and udr.util.schemas (pydantic) are inside the functions that use them, to
+keep `from udr import Retriever` and `udr retrieve` light.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from udr.data.tasks import Task
-from udr.errors import UdrError, first_line
+from udr.errors import UdrError
 from udr.paths import Paths
 from udr.util.files import (
     file_sha256,
@@ -84,11 +84,10 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
         emb = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise UdrError(f"unreadable index {path}: {exc}") from None
-    sidecar = read_json_object(meta_path, "index metadata", "rerun `udr index`")
-    try:
-        shape, dtype, meta = tuple(sidecar["shape"]), sidecar["dtype"], sidecar["meta"]
-    except (KeyError, TypeError) as exc:
-        raise UdrError(f"unreadable index metadata {meta_path}: {exc.__class__.__name__}: {first_line(exc)}") from None
+    from udr.util.schemas import IndexMeta, read_model
+
+    sidecar = read_model(meta_path, IndexMeta, "index metadata", "rerun `udr index`")
+    shape, dtype, meta = tuple(sidecar.shape), sidecar.dtype, sidecar.meta
     if emb.shape != shape or emb.dtype.str != dtype:
         raise UdrError(
             f"index {path} does not match its metadata (array {emb.shape} {emb.dtype.str}, "
@@ -96,7 +95,7 @@ def load_embeddings(path) -> tuple[np.ndarray, dict]:
         )
     if not np.isfinite(emb).all():
         raise UdrError(f"index {path} holds NaN or infinite values; rerun `udr index`")
-    if "sha256" not in sidecar or sidecar["sha256"] != embeddings_sha256(emb):
+    if sidecar.sha256 != embeddings_sha256(emb):
         raise UdrError(f"index {path} fails its checksum (altered, or written by an older udr); rerun `udr index`")
     return emb, meta
 

@@ -5,6 +5,8 @@ the models, candidate, scoring, encoder and training settings, the scored querie
 steps and losses, and where training started (the base encoder, or the record of the model it
 continued). `udr index` adds the pools it indexed. The model card of `udr export` is written from it,
 and a run from another params file refuses to replace a recorded model unless told to (:func:`check_replace`).
+
+Imports of udr.util.schemas (pydantic) are inside the functions that use them, to keep the start of `udr` light.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from udr.errors import UdrError, quoted
 from udr.retriever.encoder import MADE, SETTINGS_NAME
-from udr.util.files import check_dir_target, read_json_object, resolve_target, shown_path, write_json_atomic
+from udr.util.files import check_dir_target, resolve_target, shown_path, write_json_atomic
 from udr.util.locks import holding
 
 RECORD_FILE = "udr_record.json"
@@ -27,9 +29,15 @@ def record_path(model_dir: Path) -> Path:
 
 
 def read_record(model_dir: Path) -> dict | None:
-    """The record of the model at `model_dir`, or None where it has none (a base encoder, an older model)."""
+    """The record of the model at `model_dir` (its fields of the types :class:`udr.util.schemas.ModelRecord`
+    says, else a one-line UdrError naming the file and field), or None where it has none (a base encoder,
+    an older model)."""
+    from udr.util.schemas import ModelRecord, read_model
+
     path = record_path(model_dir)
-    return read_json_object(path, "model record") if path.is_file() else None
+    if not path.is_file():
+        return None
+    return read_model(path, ModelRecord, "model record").model_dump(exclude_unset=True)
 
 
 def write_record(model_dir: Path, record: dict) -> None:

@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from udr.errors import UdrError
 from udr.paths import Paths
 from udr.retriever.record import read_record, rounds, trained_tasks
-from udr.util.files import read_json_object
 from udr.util.readers import read_parquet_checked
+from udr.util.schemas import EvaluationResult, LastTrainingRun, PreparedMeta, TrainingRun, model_from, read_model
+
+# What fixes a model record that lacks what its card states.
+AGAIN = "train the model again with this udr (its record lacks what the model card states)"
 
 USAGE = """```python
 from sentence_transformers import SentenceTransformer
@@ -66,10 +70,13 @@ def _yaml_front_matter(base: str) -> str:
 
 
 def _base_encoder(record: dict) -> str:
-    """The base encoder the first training run started from."""
+    """The base encoder the first training run started from (the record is read through its schema:
+    an `init` is the base encoder or a record)."""
     while isinstance(record.get("init"), dict) and "base" not in record["init"]:
         record = record["init"]
-    return str(record.get("init", {}).get("base", record["models"]["encoder"]))
+    if isinstance(record.get("init"), dict):
+        return str(record["init"]["base"])
+    return str((record.get("models") or {}).get("encoder") or "not recorded")
 
 
 def _pool_rows(settings, model_dir: Path, name: str) -> str:
@@ -79,10 +86,9 @@ def _pool_rows(settings, model_dir: Path, name: str) -> str:
         return str(len(read_parquet_checked(carried, "pool", ["id"], fix="run `udr index` again")))
     meta_path = settings.paths.prepared_dir(name) / "meta.json"
     again = f"run `udr prepare --task {name}` again"
-    kept = read_json_object(meta_path, "prepared data metadata", again) if meta_path.is_file() else {}
-    for key in ("counts", "train", "kept"):
-        kept = kept.get(key, "?") if isinstance(kept, dict) else "?"
-    return str(kept)
+    counts = read_model(meta_path, PreparedMeta, "prepared data metadata", again).counts if meta_path.is_file() else {}
+    kept = counts["train"].kept if "train" in counts else None
+    return "?" if kept is None else str(kept)
 
 
 def card_tasks(settings, model_dir: Path, names: list[str] | None = None) -> dict:
@@ -170,37 +176,45 @@ def _queries(runs: list[dict]) -> dict[str, int]:
     return out
 
 
-def _run_line(run: dict, label: str) -> str:
-    t = run["train"]
-    what = "the EPR baseline" if run["method"] == "epr" else f"round {run['round']}"
-    frozen = t.get("freeze_demo_encoder", False)  # records older than the setting lack it
-    if t["loss"] == "anchored":  # its lists are each query's anchor_top best and worst candidates
-        top = t["anchor_top"]
-        lists = (
-            f"lambda {t['loss_lambda']}, beta {t['anchor_beta']}), the {top} best against the {top} worst candidates"
-        )
+def _run_line(run: TrainingRun, label: str) -> str:
+    t = run.train
+    what = "the EPR baseline" if run.method == "epr" else f"round {run.round}"
+    if t.loss == "anchored":  # its lists are each query's anchor_top best and worst candidates
+        top = t.anchor_top
+        lists = f"lambda {t.loss_lambda}, beta {t.anchor_beta}), the {top} best against the {top} worst candidates"
     else:
-        lists = f"lambda {t['loss_lambda']}), {t['candidates_per_query']} candidates per query"
-    feedback = t.get("feedback", "lm")
+        lists = f"lambda {t.loss_lambda}), {t.candidates_per_query} candidates per query"
     return (
-        f"{label}{what}** (from `{run['params_file']}`): {run['steps']} steps, loss "
-        f"{run['loss']['start']:.3f} -> {run['loss']['end']:.3f}; loss `{t['loss']}` ({lists}"
-        + ("" if feedback == "lm" else f", feedback `{feedback}`")
-        + f", batch {t['batch_size']}, lr {t['lr']}, seed {run['seed']}"
-        + ("; E_d frozen (only E_q learned)." if frozen else ".")
+        f"{label}{what}** (from `{run.params_file}`): {run.steps} steps, loss "
+        f"{run.loss.start:.3f} -> {run.loss.end:.3f}; loss `{t.loss}` ({lists}"
+        + ("" if t.feedback == "lm" else f", feedback `{t.feedback}`")
+        + f", batch {t.batch_size}, lr {t.lr}, seed {run.seed}"
+        + ("; E_d frozen (only E_q learned)." if t.freeze_demo_encoder else ".")
     )
 
 
-def _feedback(runs: list[dict]) -> str:
+def _feedback(runs: list[TrainingRun]) -> str:
     last = runs[-1]
-    queries = ", ".join(f"{t} {n}" for t, n in _queries(runs).items())
+    queries = ", ".join(f"{t} {n}" for t, n in _queries([r.model_dump() for r in runs]).items())
     return (
-        f"`{last['models']['lm']}` scored {last['candidates']['k']} candidates per train query; scored queries "
-        f"per task: {queries}."
+        f"`{last.models.lm}` scored {last.candidates.k} candidates per train query; scored queries per task: {queries}."
     )
 
 
-def _model_lines(record: dict | None, encoder) -> list[str]:
+def _typed(runs: list[dict], model_dir: Path) -> list[TrainingRun]:
+    """A training's runs, each with every field the card states of it (the last one's feedback too), else
+    a one-line UdrError naming the record."""
+    from udr.retriever.record import record_path
+
+    path = record_path(model_dir)
+    *first, last = runs
+    return [
+        *(model_from(TrainingRun, run, path, "model record", AGAIN) for run in first),
+        model_from(LastTrainingRun, last, path, "model record", AGAIN),
+    ]
+
+
+def _model_lines(record: dict | None, encoder, model_dir: Path) -> list[str]:
     head = f"({encoder.pooling} pooling, {encoder.similarity} similarity); " + (
         "one encoder for queries and demonstrations."
         if encoder.shared
@@ -219,7 +233,7 @@ def _model_lines(record: dict | None, encoder) -> list[str]:
             f"- **Weights**: the trained model below interpolated with its initial encoder (WiSE-FT), alpha "
             f"{mix.get('alpha')} (1: the trained weights, 0: the initial ones)."
         )
-    *inherited, own = trainings(record)
+    *inherited, own = (_typed(runs, model_dir) for runs in trainings(record))
     if not inherited:
         lines.append(f"- **Feedback LM**: {_feedback(own)}")
         return [*lines, *(_run_line(run, "- **Training, ") for run in own)]
@@ -254,12 +268,12 @@ def _saved_evaluations(settings) -> list[tuple[str, str]]:
 
 
 def _read_result(path: Path) -> dict:
-    """A saved evaluation's result, or {} where it is missing or unreadable (not this model's then)."""
+    """A saved evaluation's result (:class:`udr.util.schemas.EvaluationResult`), or {} where it is missing
+    or unreadable (not this model's then)."""
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return read_model(path, EvaluationResult, "result").model_dump(exclude_none=True)
+    except UdrError:
         return {}
-    return result if isinstance(result, dict) else {}
 
 
 def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
@@ -285,18 +299,13 @@ def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
     if own:
         rows = ["| task | evaluated as | metric | n | score |", "| --- | --- | --- | ---: | ---: |"]
         for name, method, r in own:
-            rows.append(f"| {name} | {method} | {r.get('metric', '?')} | {r.get('n', '?')} | {_score(r)} |")
+            rows.append(f"| {name} | {method} | {r['metric']} | {r['n']} | {r['score']:.1f} |")
         return [*rows, ""]
     return [
         "No evaluation of this model was found in the project it was exported from (no result in metrics/ names "
         "its fingerprint): evaluate it with `udr evaluate -m udr --model DIR --save-as NAME`.",
         "",
     ]
-
-
-def _score(result: dict) -> str:
-    score = result.get("score")
-    return f"{score:.1f}" if isinstance(score, (int, float)) else "?"
 
 
 def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None) -> str:
@@ -311,7 +320,7 @@ def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None)
     first = next(iter(tasks))
     first_task = tasks[first]
     example = _examples(settings, model_dir, first)
-    lm = record["models"]["lm"] if record else "the project's LM"
+    lm = ((record or {}).get("models") or {}).get("lm") or "the project's LM"
     lines = [
         _yaml_front_matter(_base_encoder(record) if record else encoder.base),
         "# UDR demonstration retriever",
@@ -323,7 +332,7 @@ def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None)
         "",
         "## Model",
         "",
-        *_model_lines(record, encoder),
+        *_model_lines(record, encoder, model_dir),
         f"- **Inputs**: queries up to {encoder.max_query_length} tokens, demonstrations up to "
         f"{encoder.max_demo_length}. A demonstration is rendered with its task's template and read after "
         "the task instruction"

@@ -30,6 +30,7 @@ from udr.data.tasks import BuiltinSource, Generation, Task, get_task
 from udr.errors import UdrError
 from udr.paths import Paths
 from udr.retriever.index import read_model_declarations
+from udr.util.readers import read_parquet_checked
 
 OWN_POOL = "own"
 
@@ -84,16 +85,15 @@ def model_pool_tasks(model_dir: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.parquet")) if folder.is_dir() else []
 
 
+# A carried pool's columns and their kinds, none null (what `udr index` writes), as they are read back.
+POOL_KINDS = {"id": "integer", "input": "text", "target": "text"}
+POOL_CHECKS = {"kinds": POOL_KINDS, "non_null": list(POOL_KINDS), "fix": "run `udr index` again"}
+
+
 def model_pool(model_dir: Path, task: Task) -> Pool:
     """The pool of `task` that a model folder carries (`udr index` wrote it beside the index)."""
-    import polars as pl
-
     path = Paths.model_pool(model_dir, task.name)
-    try:
-        frame = pl.read_parquet(path, columns=["id", "input", "target"])
-    except Exception as exc:  # a missing column, a truncated file: all one line
-        raise UdrError(f"unreadable pool {path} ({exc.__class__.__name__}); run `udr index` again") from None
-    return _frame_pool(task, frame, path)
+    return _frame_pool(task, read_parquet_checked(path, "pool", list(POOL_KINDS), **POOL_CHECKS), path)
 
 
 def _frame_pool(task: Task, frame, path: Path) -> Pool:

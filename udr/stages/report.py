@@ -7,8 +7,8 @@ trained on) get their own tables, as the paper's Table 5, and stay out of the ma
 workspace (no dvc.yaml), each run saved with `udr evaluate --save-as NAME` is a column of the tables and
 gets a table of its own against every method (summary.json: `named`).
 
-Imports of udr.config (pydantic) are inside the functions that use them, to keep the start of `udr` and of its
-commands light.
+Imports of udr.config and udr.util.schemas (pydantic) are inside the functions that use them, to keep the
+start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from udr.evaluation.headline import beside_columns, flat_headline, headline_mark
 from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown, task_summary
 from udr.project.saved_evaluations import compare_saved, named_runs, udr_versus_baselines
-from udr.util.files import read_json_object, write_json_atomic, write_text_atomic
+from udr.util.files import resolve_target, write_json_atomic, write_text_atomic
 from udr.util.machine import machine_kind
 from udr.util.notice import notice
 from udr.util.readers import read_json
@@ -98,15 +98,15 @@ def _with_results(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, di
     return kept or results
 
 
-def run_column(settings, summary: dict, reports: dict[str, dict]) -> dict:
+def run_column(settings, summary: dict, reports: dict) -> dict:
     """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
     the score reports (`reports`: :func:`score_reports`; shipped, with its re-scored sample, or scored here)."""
     shipped, checked = [], set()
     for task in settings.train.tasks or settings.task_names():
         record = reports[task]
-        shipped.append(bool(record.get("shipped")))
-        if record.get("shipped"):
-            checked.add(record["shipped"].get("checked_queries"))
+        shipped.append(bool(record.shipped))
+        if record.shipped:
+            checked.add(record.checked_queries)
     if shipped and all(shipped):
         # what the score reports record, not the configured score.check_queries (a task may have had fewer)
         counts = "/".join(str(n) for n in sorted(c for c in checked if isinstance(c, int))) or "?"
@@ -124,21 +124,24 @@ def run_column(settings, summary: dict, reports: dict[str, dict]) -> dict:
     }
 
 
-def score_reports(settings) -> dict[str, dict]:
-    """{task: its round-0 score report} of the params' tasks ({} where a task has none)."""
+def score_reports(settings) -> dict:
+    """{task: its round-0 score report (:class:`udr.util.schemas.ScoreReport`)} of the params' tasks (an
+    empty report where a task has none)."""
+    from udr.util.schemas import ScoreReport, read_model
+
     out = {}
     for task in settings.task_names():
         path = settings.paths.score_report(0, task)
         fix = f"run `udr score --task {task}` again"
-        out[task] = read_json_object(path, "score report", fix) if path.is_file() else {}
+        out[task] = read_model(path, ScoreReport, "score report", fix) if path.is_file() else ScoreReport()
     return out
 
 
-def result_machines(results: dict[str, dict[str, dict]], reports: dict[str, dict]) -> list[str]:
+def result_machines(results: dict[str, dict[str, dict]], reports: dict) -> list[str]:
     """The machines the results were computed on, from the files: each evaluation result's `machine` and
     each round-0 score report's (sorted; results written before evaluations recorded it name none)."""
     found = {r["machine"] for by_task in results.values() for r in by_task.values() if r.get("machine")}
-    found |= {m for report in reports.values() if (m := report.get("machine"))}
+    found |= {report.machine for report in reports.values() if report.machine}
     return sorted(found)
 
 
@@ -158,6 +161,8 @@ def run_report(settings) -> dict:
     metrics/results.md (the results table and UDR against each baseline with bootstrap intervals, then
     the same two for the unseen tasks) and the shots plot; returns the summary."""
     paths = settings.paths
+    for target in (paths.summary, paths.headline, paths.headline_table, paths.results, paths.plots / "shots.png"):
+        resolve_target(target, "udr report's output")  # a folder it cannot write: refused before any work
     results = _load_results(settings)
     reports = score_reports(settings)
     machines = result_machines(results, reports)

@@ -16,6 +16,7 @@ Imports of polars are inside the functions that use them, to keep the start of `
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -47,9 +48,12 @@ def run_score(
     out = settings.paths.scores(round_, task_name)
     # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
     label = (Path(settings.score.shipped) / f"{task_name}.parquet").as_posix()
-    work, sample = take_shipped(work, shipped_file(settings, task_name), label, setup)
+    work, sample, not_taken = take_shipped(work, shipped_file(settings, task_name), label, setup)
     if sample is None:
+        todo = len(work.todo)
         work = reuse_earlier_run(setup, work, out)
+        if not_taken:
+            print(f"udr: {not_taken}: {_instead(todo, len(work.todo))}", file=sys.stderr)
     return score_work(
         setup,
         work,
@@ -60,6 +64,16 @@ def run_score(
         stop_after_shards=stop_after_shards,
         sample=sample,
     )
+
+
+def _instead(todo: int, left: int) -> str:
+    """What a run does with its `todo` pairs where no shipped feedback is taken, `left` of them not in an
+    earlier run's output."""
+    if left == todo:
+        return f"scoring its {todo} pairs here"
+    if left == 0:
+        return f"reusing all {todo} of its pairs from an earlier run's output of the same inputs"
+    return f"scoring {left} of its {todo} pairs here, the rest reused from an earlier run's output"
 
 
 def shipped_file(settings, task: str) -> Path:

@@ -78,9 +78,13 @@ def _strict_model(cls: type):
     return create_model(f"{cls.__name__}Fields", __config__=ConfigDict(strict=True, extra="forbid"), **fields)
 
 
-def validation_reason(exc) -> str:
-    """A pydantic ValidationError's first problem in a few words: the field, and what is wrong with it."""
-    first = exc.errors()[0]
+def validation_reason(exc, tags: frozenset[str] = frozenset()) -> str:
+    """A pydantic ValidationError's problem in a few words: the field, and what is wrong with it. `tags`:
+    the names pydantic puts in a field's place for each member of a union of models; they are left out of
+    the field, and of the union's problems the one deepest in the file is told."""
+    errors = [{**e, "loc": tuple(p for p in e["loc"] if p not in tags)} for e in exc.errors()]
+    told = ("missing", "extra_forbidden")  # of two problems as deep, the value of the wrong type is told
+    first = max(errors, key=lambda e: (len(e["loc"]), e["type"] not in told)) if tags else errors[0]
     field = ".".join(str(p) for p in first["loc"]) or "<top level>"
     if first["type"] == "extra_forbidden":
         return f"unknown field {shorten(field, 60)!r}"

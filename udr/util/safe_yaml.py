@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 
 MAX_VALUES = 100_000  # scalars, lists and mappings after expanding every alias
 MAX_DEPTH = 64  # nesting of lists and mappings
@@ -26,7 +26,10 @@ def load_yaml(text: str, what: str) -> Any:
         if node is None:
             return None
         _check_size(node, what)
-        return loader.construct_document(node)  # the checked node: the text is parsed once
+        try:
+            return loader.construct_document(node)  # the checked node: the text is parsed once
+        except ValueError as exc:  # an integer past Python's limit of digits, a date of month 13
+            raise UdrError(f"{what}: a value YAML cannot read ({first_line(exc, 70)})") from None
     finally:
         loader.dispose()
 

@@ -14,6 +14,9 @@ default `question` and `answer`: name your signature's fields otherwise) or from
 `dspy.Example`s. `save("program.json")` / `load(...)` keep the predictor's state and UDR's settings (the
 trainset's rows, k, the fields, the model's path and fingerprint, never its weights); `save(DIR,
 save_program=True)` pickles the program without the retriever, which `dspy.load` loads again from its path.
+
+Imports of pydantic and udr.serving.api are inside the functions that use them: the module loads with dspy
+alone, and the retriever (torch) only when a module is made or loaded.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ the name `add_pool` gave your own pool) they come from it. Your own pool, a file
                                   target_column="intent")
 
 `add_example` (or `examples=`) adds your own examples to `pool=`'s, or serves them instead of the task's pool.
+
+Imports of udr.serving.pools are inside the functions that use them (an own pool's reading, when one is given).
 """
 
 from __future__ import annotations

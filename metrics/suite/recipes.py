@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from udr.config import load_settings
-from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.project.saved_evaluations import compare_saved, saved_results
 
 IN_DOMAIN = ["sst2", "sst5", "mr", "rte", "snli", "copa", "cosmos_qa", "comv", "come"]

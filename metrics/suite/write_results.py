@@ -1,7 +1,8 @@
 """results.md, summary.json and headline.md of the suite's test run, from the files run.py copied beside
 this: each method's <name>/<task>.json (udr evaluate) and compare-<method>-<group>.json (udr exp compare
---json of the chosen UDR minus that method: paired bootstrap, 1000 resamples, seed 42, the average
-resampling every task at once). Usage: write_results.py [RUN_LOG] (run.py's report step calls write_all)."""
+--json of the chosen UDR minus that method: paired bootstrap, BOOTSTRAP_RESAMPLES resamples, seed 42, the
+average resampling every task at once). Usage: write_results.py [RUN_LOG] (run.py's report step calls write_all);
+without a run log, the job times already in results.md are kept."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from pathlib import Path
 
 from run import GROUPS, LABEL, METHODS, UDR
 
-from udr.evaluation.bootstrap import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN, Interval
+from udr.evaluation.bootstrap import Interval
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
+
+# The tables' names of the methods: run.py's, but for EPR, which the suite trains once on all 16 tasks at once
+# with EPR's loss (the paper's ablation "without list-wise ranking", not its per-task EPR baseline).
+LABELS = LABEL | {"epr": "multi-task EPR (EPR's loss: the ablation)"}
+TIMES_HEADING = "## Job times (this run's log)"
 
 TITLES = {
     "trained": "the 16 trained tasks",
@@ -49,7 +56,7 @@ def average(out: Path, name: str, tasks: list[str], key=lambda r: r["graded"]["s
 def scores_table(out: Path, tasks: list[str]) -> list[str]:
     ns = {t: next((r["n"] for m in METHODS if (r := load(out, m, t))), "?") for t in tasks}
     lines = [
-        "| task | n | " + " | ".join(LABEL[m] for m in METHODS) + " |",
+        "| task | n | " + " | ".join(LABELS[m] for m in METHODS) + " |",
         "| --- | ---: |" + " ---: |" * len(METHODS),
     ]
     for t in tasks:
@@ -65,10 +72,10 @@ def scores_table(out: Path, tasks: list[str]) -> list[str]:
 
 
 def diff_table(out: Path, tasks: list[str], group: str) -> list[str]:
-    lines = [f"| {LABEL[UDR]} − | " + " | ".join(tasks) + " | average |", "| --- |" + " ---: |" * (len(tasks) + 1)]
+    lines = [f"| {LABELS[UDR]} − | " + " | ".join(tasks) + " | average |", "| --- |" + " ---: |" * (len(tasks) + 1)]
     rows = [(b, d) for b in METHODS[1:] if (d := comparison(out, b, group))]
     for b, d in rows:
-        lines.append(f"| {LABEL[b]} | " + " | ".join(interval(d[t]) for t in tasks) + f" | {interval(d['average'])} |")
+        lines.append(f"| {LABELS[b]} | " + " | ".join(interval(d[t]) for t in tasks) + f" | {interval(d['average'])} |")
     return lines if rows else ["Not run."]
 
 
@@ -82,16 +89,21 @@ def headline(out: Path) -> list[str]:
     lines.append("| test examples | " + " | ".join(ns) + " |")
     for m in METHODS:
         cells = [f"{a:.1f}" if (a := average(out, m, tasks)) is not None else "" for tasks in GROUPS.values()]
-        lines.append(f"| {LABEL[m]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {LABELS[m]} | " + " | ".join(cells) + " |")
     for b in METHODS[1:]:
         cells = [interval(d["average"]) if (d := comparison(out, b, g)) else "" for g in GROUPS]
-        lines.append(f"| UDR − {LABEL[b]} | " + " | ".join(cells) + " |")
+        lines.append(f"| UDR − {LABELS[b]} | " + " | ".join(cells) + " |")
     return lines
 
 
-def timings(run_log: Path | None) -> list[str]:
+def timings(run_log: Path | None, results_md: Path) -> list[str]:
+    """The job times of RUN_LOG, or (no run log) those of RESULTS_MD's section, kept as they are."""
     if not run_log or not run_log.is_file():
-        return []
+        lines = results_md.read_text().splitlines() if results_md.is_file() else []
+        if TIMES_HEADING not in lines:
+            return []
+        section = lines[lines.index(TIMES_HEADING) + 2 :]
+        return section[: next((i for i, x in enumerate(section) if not x.startswith("- ")), len(section))]
     found = re.findall(r"\[(\S+)\] worker \d+: (\S+) done in (\d+) s", run_log.read_text())
     return [f"- {job}: {int(s) / 60:.1f} min (finished {at} UTC)" for at, job, s in found]
 
@@ -126,7 +138,7 @@ def write_all(out: Path, run_log: Path | None, recipe: list[str] | None, alpha: 
         "Rerun: `.venv/bin/python metrics/suite/run.py`.",
         "",
         f"udr code: `{rev}`. Recipe: {chosen}. Differences: paired bootstrap over the same test rows",
-        f"({BOOTSTRAP_RESAMPLES} resamples, seed 42; the average resamples every task at once). **Bold**: the",
+        f"({BOOTSTRAP_RESAMPLES:,} resamples, seed 42; the average resamples every task at once). **Bold**: the",
         f"unrounded interval clears 0 by {CLAIM_MARGIN} points.",
         "",
     ]
@@ -134,13 +146,13 @@ def write_all(out: Path, run_log: Path | None, recipe: list[str] | None, alpha: 
         md += [f"## Scores: {TITLES[group]}", "", *scores_table(out, tasks), ""]
         md += [f"## UDR minus each retriever: {TITLES[group]}", "", *diff_table(out, tasks, group), ""]
     missing = [
-        f"{LABEL[m]} on {', '.join(t for ts in GROUPS.values() for t in ts if not load(out, m, t))}"
+        f"{LABELS[m]} on {', '.join(t for ts in GROUPS.values() for t in ts if not load(out, m, t))}"
         for m in METHODS
         if any(not load(out, m, t) for ts in GROUPS.values() for t in ts)
     ]
     md += ["## Not run", "", *([f"- {x}" for x in missing] or ["- nothing"]), ""]
-    if times := timings(run_log):
-        md += ["## Job times (this run's log)", "", *times, ""]
+    if times := timings(run_log, out / "results.md"):
+        md += [TIMES_HEADING, "", *times, ""]
     (out / "results.md").write_text("\n".join(md))
     (out / "summary.json").write_text(json.dumps(summary(out, recipe, alpha), indent=1) + "\n")
     (out / "headline.md").write_text("\n".join(headline(out)) + "\n")

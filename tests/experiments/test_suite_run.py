@@ -69,7 +69,7 @@ def test_the_headline_averages_the_files_and_copies_the_intervals(suite, tmp_pat
     write_results.write_all(tmp_path, None, ["train.loss=anchored"], 0.5)
     headline = (tmp_path / "headline.md").read_text().splitlines()
     trained = [j for j, t in enumerate(tasks) if t in run.GROUPS["trained"]]
-    row = next(line for line in headline if line.startswith(f"| {run.LABEL['epr']} |"))
+    row = next(line for line in headline if line.startswith(f"| {write_results.LABELS['epr']} |"))
     assert row.split("|")[2].strip() == f"{10.0 + sum(trained) / len(trained):.1f}"
     assert "| UDR − BM25 | -1.2 [-2.5, +0.2] |" in "\n".join(headline)
     assert "**-1.0 [-2.0, -0.5]**" in (tmp_path / "results.md").read_text()

@@ -123,3 +123,17 @@ def test_bad_interpolations_are_one_line_errors(project, run_cli):
         code, _, err = run_cli(["interpolate", *args], project)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1, (args, err)
     assert not (project / "models/x").exists()
+
+
+def test_a_second_process_on_the_output_folder_is_refused(project, run_cli):
+    """The output folder is locked for the run: while another process holds it, `udr interpolate` there is
+    refused in one line naming that process, and nothing is written."""
+    from tests.locking import another_process_holding
+
+    target = project / "models" / "held"
+    with another_process_holding(target) as pid:
+        code, _, err = run_cli(
+            ["interpolate", "models/rounds/round0", "--alpha", "0.5", "--out", "models/held"], project
+        )
+    assert code == 1 and f"pid {pid}" in err and len(err.strip().splitlines()) == 1, err
+    assert not target.exists()

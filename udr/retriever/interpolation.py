@@ -20,7 +20,7 @@ from udr.errors import UdrError
 from udr.lm.loading import PROVENANCE_FILE, read_provenance
 from udr.retriever.encoder import MADE, SETTINGS_NAME, BiEncoder
 from udr.retriever.index import model_fingerprint
-from udr.retriever.record import check_replace, read_record, rebase_project, write_record
+from udr.retriever.record import read_record, rebase_project, write_record, writing_model
 from udr.util.files import building_dir, file_sha256
 
 
@@ -134,27 +134,27 @@ def write_interpolation(
     record = read_record(model)
     if record is None:
         raise UdrError(f"{model} has no udr_record.json: only a model `udr train` made can be interpolated")
-    out = check_replace(out, params_file, root, replace)
-    if out == model.resolve():
-        raise UdrError(f"--out {model} is the model itself: give another directory")
-    trained = BiEncoder.load(model)
-    if initial is None:
-        initial = default_initial(model, trained, record, Path(base_dir), base_spec)
-    initial = Path(initial)
-    if (initial / SETTINGS_NAME).is_file():
-        start = BiEncoder.load(initial)
-    elif (initial / PROVENANCE_FILE).is_file():
-        start = _keep_unstored(BiEncoder.from_base(initial, trained.settings), trained, initial)
-    else:
-        raise UdrError(f"missing model {initial}: --initial takes a udr bi-encoder or a resolved base encoder")
-    interpolate(trained, start, float(alpha))
-    mixed = {k: v for k, v in rebase_project(record, model, out).items() if k != "index"}
-    mixed["interpolation"] = {
-        "alpha": float(alpha),
-        "trained": _source(model, out),
-        "initial": _source(initial, out),
-    }
-    with building_dir(out, (SETTINGS_NAME,), MADE) as tmp:
-        trained.save(tmp)
-        write_record(tmp, mixed)
+    with writing_model(out, params_file, root, replace) as out:  # locked for the run, then checked
+        if out == model.resolve():
+            raise UdrError(f"--out {model} is the model itself: give another directory")
+        trained = BiEncoder.load(model)
+        if initial is None:
+            initial = default_initial(model, trained, record, Path(base_dir), base_spec)
+        initial = Path(initial)
+        if (initial / SETTINGS_NAME).is_file():
+            start = BiEncoder.load(initial)
+        elif (initial / PROVENANCE_FILE).is_file():
+            start = _keep_unstored(BiEncoder.from_base(initial, trained.settings), trained, initial)
+        else:
+            raise UdrError(f"missing model {initial}: --initial takes a udr bi-encoder or a resolved base encoder")
+        interpolate(trained, start, float(alpha))
+        mixed = {k: v for k, v in rebase_project(record, model, out).items() if k != "index"}
+        mixed["interpolation"] = {
+            "alpha": float(alpha),
+            "trained": _source(model, out),
+            "initial": _source(initial, out),
+        }
+        with building_dir(out, (SETTINGS_NAME,), MADE) as tmp:
+            trained.save(tmp)
+            write_record(tmp, mixed)
     return out

@@ -54,7 +54,7 @@ def test_a_task_declared_over_a_csv_runs_through_every_stage(run_cli, tmp_path, 
     assert meta["instruction"] == "Sentiment of the review: " and meta["files"] == {"all": "reviews.csv"}
     assert (meta["counts"]["train"]["kept"], meta["counts"]["test"]["kept"], meta["split"]) == (24, 6, "seeded")
     rounds = (["candidates"], ["score"], ["train"], ["mine", "--round", "1"], ["score", "--round", "1"])
-    for stage in (*rounds, ["train", "--round", "1"], ["train", "--epr"], ["index"]):
+    for stage in (*rounds, ["train", "--round", "1"], ["train", "--epr", "--task", "reviews"], ["index"]):
         udr(*stage)
     assert (root / "data" / "scores" / "round1" / "reviews.parquet").is_file()
     code, _, err = run_cli(["score"], root)  # all reused; the line still names device, precision, processes

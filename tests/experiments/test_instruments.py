@@ -124,7 +124,7 @@ def project(tmp_path_factory, data_dir):
         ["candidates"],
         ["score"],
         ["train"],
-        ["train", "--epr"],
+        *(["train", "--epr", "--task", t] for t in TASKS),
         ["index"],
         ["exp", "ceiling", "-n", str(N)],
         ["exp", "agreement", "-n", str(N), "--model", "round 0=models/rounds/round0"],

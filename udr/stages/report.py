@@ -27,19 +27,20 @@ from udr.util.readers import read_json
 
 def _load_results(settings) -> dict[str, dict[str, dict]]:
     """{method: {task: result}} for the methods in params and the tasks each is evaluated on (all must exist;
-    :meth:`udr.config.Settings.method_tasks`: the per-task EPR has no unseen task). A per-task method without
-    its models folder (a workspace has no EPR of its task) is left out with a notice."""
+    :meth:`udr.config.Settings.method_tasks`: the per-task EPR has no unseen task). A per-task method with
+    neither its models folder nor any result (a workspace has no EPR of its task) is left out with a notice."""
     from udr.config import METHODS
     from udr.paths import PER_TASK_METHODS
 
     out: dict[str, dict[str, dict]] = {}
     for method in METHODS:
-        folder = settings.paths.method_model(method)
-        if method in PER_TASK_METHODS and not folder.is_dir():
+        folder, tasks = settings.paths.method_model(method), settings.method_tasks(method)
+        evaluated = any(settings.paths.method_metrics(method, t).is_file() for t in tasks)
+        if method in PER_TASK_METHODS and not folder.is_dir() and not evaluated:
             notice(f"no {method} models here ({folder.name}/<task>): {method} is left out of the report")
             continue
         out[method] = {}
-        for task in settings.method_tasks(method):
+        for task in tasks:
             path = settings.paths.method_metrics(method, task)
             if not path.is_file():
                 raise UdrError(f"missing result {path}: run `udr evaluate --method {method}` first")

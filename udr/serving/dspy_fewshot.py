@@ -22,6 +22,7 @@ import asyncio
 import copy
 import inspect
 from pathlib import Path
+from typing import Literal
 
 from udr.data.tasks import get_task
 
@@ -81,8 +82,6 @@ def demo_receiver(module) -> dspy.Predict:
 
 def _state_settings(raw) -> dict:
     """UDRFewShot's settings read back from a saved state's STATE_KEY entry, checked (one-line errors)."""
-    from typing import Literal
-
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
     class Row(BaseModel):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from udr.errors import UdrError
+from udr.retriever.search import check_k
 
 BALANCED = "balanced"
 DEFAULT_VOTES = 16
@@ -152,8 +153,6 @@ def label_ranking(searcher, pool, labels: Sequence, queries: Sequence[str], k: i
     """[(pool ids, similarities)] per query: `searcher`'s candidates over `pool` (whose rows carry `labels`)
     chosen by :func:`select`. A quota the candidates leave short is filled from the whole pool; a quota the
     pool's labels cannot fill at all is a one-line error."""
-    from udr.retriever.search import check_k
-
     size = len(pool)
     check_k(k, size, False)
     if isinstance(selection.per_label, int):

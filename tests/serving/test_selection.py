@@ -175,6 +175,8 @@ def test_udr_retrieve_takes_the_label_options(cli, served, tmp_path):
     want = api.retrieve(QUERY, task="sst2", k=4, label_weight=0.5, label_votes=8, per_label=BALANCED)
     assert [g["pool_id"] for g in got] == [d.pool_id for d in want]
     assert sorted(Counter(g["output"] for g in got).values()) == [2, 2]
+    code, out, err = cli("retrieve", QUERY, *options)
+    assert code == 0 and "label-aware order" in out, err
 
     queries = tmp_path / "queries.jsonl"
     queries.write_text("".join(json.dumps({"query": q}) + "\n" for q in QUERIES))

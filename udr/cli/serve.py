@@ -179,7 +179,7 @@ def retrieve_cmd(
     elif result.prompt is not None:
         print(result.prompt)
     else:
-        labelled = request.label_weight > 0 or request.per_label is not None
+        labelled = request.label_selection.active
         _print_demonstrations(query, result.task, list(result.demonstrations), diversity, labelled)
 
 

@@ -75,15 +75,20 @@ class RetrieveRequest:
         if self.query is not None:
             check_query(self.query)
         check_diversity(self.diversity)
-        selection = LabelSelection(self.label_weight, self.label_votes, self.per_label)
+        selection = self.label_selection
         selection.check_with(self.diversity)
         object.__setattr__(self, "per_label", selection.per_label)  # "2" from the shell: 2
         check_encoder_choice(self.encoder)
 
     @property
+    def label_selection(self) -> LabelSelection:
+        """The label-aware selection asked for (`label_selection.active`: whether any)."""
+        return LabelSelection(self.label_weight, self.label_votes, self.per_label)
+
+    @property
     def label_options(self) -> dict:
         """The label-aware selection options, as `Retriever.retrieve` takes them."""
-        return LabelSelection(self.label_weight, self.label_votes, self.per_label).options
+        return self.label_selection.options
 
     @property
     def batch(self) -> bool:

@@ -38,6 +38,26 @@ def retrieve_cmd(
             "variety among the demonstrations (0: plain top-k).",
         ),
     ] = 0.0,
+    label_weight: Annotated[
+        float,
+        typer.Option(
+            "--label-weight",
+            help="Label-aware selection (a classification pool): re-rank by similarity + this weight times the "
+            "share of the demonstration's label among the --label-votes nearest rows (0: off).",
+        ),
+    ] = 0.0,
+    label_votes: Annotated[
+        int, typer.Option("--label-votes", help="How many nearest pool rows vote the query's label.")
+    ] = 16,
+    per_label: Annotated[
+        str | None,
+        typer.Option(
+            "--per-label",
+            help="At most this many demonstrations of each label, or 'balanced' (as equal as possible across the "
+            "labels among the candidates).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="JSON lines (one per demonstration) instead of a table.")
     ] = False,
@@ -127,6 +147,9 @@ def retrieve_cmd(
         task=task,
         k=k,
         diversity=diversity,
+        label_weight=label_weight,
+        label_votes=label_votes,
+        per_label=per_label,
         as_json=as_json,
         input_file=input_file,
         output_file=output_file,
@@ -156,10 +179,11 @@ def retrieve_cmd(
     elif result.prompt is not None:
         print(result.prompt)
     else:
-        _print_demonstrations(query, result.task, list(result.demonstrations), diversity)
+        labelled = request.label_selection.active
+        _print_demonstrations(query, result.task, list(result.demonstrations), diversity, labelled)
 
 
-def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) -> None:
+def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0, labelled: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -173,7 +197,13 @@ def _print_demonstrations(query: str, task: str, demos, diversity: float = 0.0) 
         "pool id",
         title=escape(
             f"{task}: {len(demos)} demonstrations for {query!r}, "
-            + (f"diversity {diversity:g} (maximal marginal relevance order)" if diversity else "most similar first")
+            + (
+                f"diversity {diversity:g} (maximal marginal relevance order)"
+                if diversity
+                else "label-aware order"
+                if labelled
+                else "most similar first"
+            )
         ),
         title_justify="left",
     )

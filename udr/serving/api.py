@@ -249,20 +249,50 @@ class Retriever:
     # ------------------------------------------------------------ retrieval
 
     def retrieve(
-        self, query: str, task: str | None = None, k: int = 8, *, diversity: float = 0.0
+        self,
+        query: str,
+        task: str | None = None,
+        k: int = 8,
+        *,
+        diversity: float = 0.0,
+        label_weight: float = 0.0,
+        label_votes: int = 16,
+        per_label: int | str | None = None,
     ) -> list[Demonstration]:
         """The k demonstrations most similar to `query`, most similar first. diversity (0 to 1): re-rank
         by maximal marginal relevance, trading similarity to the query for dissimilarity among the k
-        (LangChain's `lambda_mult` is 1 - diversity); the order is then MMR's pick order."""
-        return self.retrieve_batch([query], task=task, k=k, diversity=diversity)[0]
+        (LangChain's `lambda_mult` is 1 - diversity); the order is then MMR's pick order. Label-aware
+        selection from a classification pool (:mod:`udr.serving.selection`): label_weight (γ) re-ranks by
+        similarity + γ · the share of the candidate's label among the label_votes nearest rows; per_label
+        caps each label's demonstrations (a number, or "balanced"); the order is then the label-aware one."""
+        return self.retrieve_batch(
+            [query],
+            task=task,
+            k=k,
+            diversity=diversity,
+            label_weight=label_weight,
+            label_votes=label_votes,
+            per_label=per_label,
+        )[0]
 
     def retrieve_batch(
-        self, queries: Sequence[str], task: str | None = None, k: int = 8, *, diversity: float = 0.0
+        self,
+        queries: Sequence[str],
+        task: str | None = None,
+        k: int = 8,
+        *,
+        diversity: float = 0.0,
+        label_weight: float = 0.0,
+        label_votes: int = 16,
+        per_label: int | str | None = None,
     ) -> list[list[Demonstration]]:
         """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
         from udr.retriever.search import check_diversity
+        from udr.serving.selection import LabelSelection
 
         check_diversity(diversity)
+        selection = LabelSelection(label_weight, label_votes, per_label)
+        selection.check_with(diversity)
         k = check_count(k)
         if isinstance(queries, (str, bytes)):
             raise UdrError("queries: expected a list of strings, got one string (use retrieve() for a single query)")
@@ -273,10 +303,20 @@ class Retriever:
         searcher, pool = served.searcher, served.pool
         self._note_untrained(pool.name, served.base)
         rows = pool.positions
+        labels = None
+        if selection.active:
+            from udr.serving.selection import label_ranking, pool_labels
+
+            labels = pool_labels(pool, own_shape=self._read_as.get(pool.name, "") is None)
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):
-            ranking = searcher.rank(queries[lo : lo + self.batch_size], k, diversity=diversity)
-            for ids, scores in zip(ranking.ids, ranking.similarities):
+            chunk = queries[lo : lo + self.batch_size]
+            if labels is None:
+                ranking = searcher.rank(chunk, k, diversity=diversity)
+                ranked = zip(ranking.ids, ranking.similarities)
+            else:
+                ranked = label_ranking(searcher, pool, labels, chunk, k, selection)
+            for ids, scores in ranked:
                 out.append(
                     [
                         Demonstration(

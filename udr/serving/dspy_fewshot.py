@@ -25,6 +25,7 @@ import asyncio
 import copy
 import inspect
 from pathlib import Path
+from typing import Literal
 
 from udr.data.tasks import get_task
 
@@ -36,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise UdrError("the DSPy component needs dspy: pip install 'udr[dspy]'") from exc
 
 from udr.errors import UdrError
+from udr.serving.selection import DEFAULT_VOTES, LabelSelection
 
 STATE_KEY = "udr"  # UDRFewShot's own settings in the state `dump_state` writes beside the predictor's
 
@@ -99,6 +101,9 @@ def _state_settings(raw) -> dict:
         instruction: str | None
         k: int = Field(ge=1)
         diversity: float = Field(ge=0.0, le=1.0)
+        label_weight: float = Field(default=0.0, ge=0.0)
+        label_votes: int = Field(default=DEFAULT_VOTES, ge=1)
+        per_label: int | Literal["balanced"] | None = None
         input_field: str
         output_field: str
 
@@ -128,8 +133,15 @@ class UDRFewShot(dspy.Module):
         input_field: str = "question",
         output_field: str = "answer",
         diversity: float = 0.0,
+        label_weight: float = 0.0,
+        label_votes: int = DEFAULT_VOTES,
+        per_label: int | str | None = None,
     ):
+        """label_weight, label_votes, per_label: label-aware selection, as `udr retrieve --label-weight
+        --label-votes --per-label` (a classification task's pool, or a trainset, whose outputs are its labels)."""
         super().__init__()
+        self.labels = LabelSelection(label_weight, label_votes, per_label)
+        self.labels.check_with(diversity)
         check_fields(demo_receiver(predictor), input_field, output_field)
         if isinstance(retriever, (str, Path)):
             from udr.serving.api import Retriever
@@ -171,11 +183,13 @@ class UDRFewShot(dspy.Module):
 
     def _embed_pool(self) -> None:
         """Embed the pool now (add the trainset's): errors and the cost come here, not in each thread's first call."""
-        self.retriever.retrieve_batch([], task=self._pool_name())
+        self.retriever.retrieve_batch([], task=self._pool_name(), **self.labels.options)
 
     def demonstrations(self, query: str) -> list:
         """The k retrieved demonstrations for `query` as dspy.Examples, most similar last."""
-        demos = self.retriever.retrieve(query, task=self._pool_name(), k=self.k, diversity=self.diversity)
+        demos = self.retriever.retrieve(
+            query, task=self._pool_name(), k=self.k, diversity=self.diversity, **self.labels.options
+        )
         return [
             dspy.Example(**{self.input_field: d.input, self.output_field: d.output}).with_inputs(self.input_field)
             for d in reversed(demos)
@@ -208,6 +222,7 @@ class UDRFewShot(dspy.Module):
             "instruction": self.instruction,
             "k": self.k,
             "diversity": self.diversity,
+            **self.labels.options,
             "input_field": self.input_field,
             "output_field": self.output_field,
         }
@@ -226,6 +241,8 @@ class UDRFewShot(dspy.Module):
         self.task, self.records, self.instruction = settings["task"], settings["trainset"], settings["instruction"]
         self._pool = None  # the saved trainset (with its instruction) is added below
         self.k, self.diversity = settings["k"], settings["diversity"]
+        self.labels = LabelSelection(settings["label_weight"], settings["label_votes"], settings["per_label"])
+        self.labels.check_with(self.diversity)
         self.input_field, self.output_field = settings["input_field"], settings["output_field"]
         self._embed_pool()
         return self

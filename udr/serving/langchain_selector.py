@@ -35,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise UdrError("the LangChain selector needs langchain-core: pip install 'udr[langchain]'") from exc
 
 from udr.errors import UdrError
+from udr.serving.selection import DEFAULT_VOTES, LabelSelection
 
 
 class _BracesKept(PromptTemplate):
@@ -82,7 +83,7 @@ class _QueryCleaned(FewShotPromptTemplate):
 class UDRExampleSelector(BaseExampleSelector):
     """Select the k demonstrations UDR retrieves for a prompt's input, most similar last (the order
     UDR's prompts use; `ascending=False` gives most similar first). diversity: maximal marginal
-    relevance, as `udr retrieve --diversity`."""
+    relevance, as `udr retrieve --diversity`; label_weight / label_votes / per_label: label-aware selection."""
 
     def __init__(
         self,
@@ -96,13 +97,20 @@ class UDRExampleSelector(BaseExampleSelector):
         target_column: str | None = None,
         k: int = 4,
         diversity: float = 0.0,
+        label_weight: float = 0.0,
+        label_votes: int = DEFAULT_VOTES,
+        per_label: int | str | None = None,
         input_key: str = "input",
         output_key: str = "output",
         ascending: bool = True,
     ):
         """pool: your own demonstrations, a file (.jsonl, .csv, .tsv, .parquet) or a list of rows, read as
         `udr retrieve --pool` reads them: in the shape of `task` where named (its template and, by default,
-        its instruction), else `{"input", "target"}` (or `input_column` / `target_column`) with `instruction`."""
+        its instruction), else `{"input", "target"}` (or `input_column` / `target_column`) with `instruction`.
+        label_weight, label_votes, per_label: label-aware selection, as `udr retrieve --label-weight --label-votes
+        --per-label` (a classification task's pool, or your own examples, whose outputs are their labels)."""
+        self.labels = LabelSelection(label_weight, label_votes, per_label)
+        self.labels.check_with(diversity)
         self.retriever, self.k, self.diversity, self.ascending = retriever, k, diversity, ascending
         self.input_key, self.output_key = input_key, output_key
         self.task = task
@@ -121,6 +129,8 @@ class UDRExampleSelector(BaseExampleSelector):
             raise UdrError("input_column / target_column name the columns of pool=: give the pool too")
         for example in examples or ():
             self.add_example(example)
+        if self.labels.active and not self._uses_own:  # a pool without labels is refused here, not at first use
+            self.retriever.retrieve_batch([], task=task, **self.labels.options)
 
     def _read_pool(self, pool, input_column: str | None, target_column: str | None) -> list[dict]:
         """`pool=`'s rows as own records {input, target}, read as `udr retrieve --pool` reads them."""
@@ -196,6 +206,12 @@ class UDRExampleSelector(BaseExampleSelector):
             self._pool = self.retriever.add_pool(self._own, instruction=instruction, name=f"langchain-{id(self)}")
         name = self._pool if self._uses_own else self.task
         k = min(self.k, len(self._own)) if self._uses_own else self.k
-        demos = self.retriever.retrieve(input_variables[self.input_key], task=name, k=k, diversity=self.diversity)
+        demos = self.retriever.retrieve(
+            input_variables[self.input_key],
+            task=name,
+            k=k,
+            diversity=self.diversity,
+            **self.labels.options,
+        )
         chosen = [{self.input_key: d.input, self.output_key: d.output} for d in demos]
         return chosen[::-1] if self.ascending else chosen

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.retriever.search import check_diversity
+from udr.serving.selection import DEFAULT_VOTES, LabelSelection
 from udr.util.files import check_output_path, write_text_atomic
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ class RetrieveRequest:
     """What the user asked `udr retrieve` for (the command's options, named as they are): one `query`, or
     a batch (`input_file`, its results to `output_file` or stdout), from a task's pool or an own `pool`.
     Made, it is checked: a combination of options that does not go together, an empty query, a diversity
-    out of range or an unknown encoder is a one-line UdrError. `output_file` is kept resolved."""
+    or a label-aware selection option out of range or an unknown encoder is a one-line UdrError.
+    `output_file` is kept resolved."""
 
     query: str | None = None
     task: str | None = None
@@ -45,6 +47,9 @@ class RetrieveRequest:
     params: Path | None = None
     search: str = "exact"
     encoder: str = "auto"
+    label_weight: float = 0.0
+    label_votes: int = DEFAULT_VOTES
+    per_label: int | str | None = None
 
     def __post_init__(self) -> None:
         if (self.query is None) == (self.input_file is None):
@@ -70,7 +75,20 @@ class RetrieveRequest:
         if self.query is not None:
             check_query(self.query)
         check_diversity(self.diversity)
+        selection = self.label_selection
+        selection.check_with(self.diversity)
+        object.__setattr__(self, "per_label", selection.per_label)  # "2" from the shell: 2
         check_encoder_choice(self.encoder)
+
+    @property
+    def label_selection(self) -> LabelSelection:
+        """The label-aware selection asked for (`label_selection.active`: whether any)."""
+        return LabelSelection(self.label_weight, self.label_votes, self.per_label)
+
+    @property
+    def label_options(self) -> dict:
+        """The label-aware selection options, as `Retriever.retrieve` takes them."""
+        return self.label_selection.options
 
     @property
     def batch(self) -> bool:
@@ -117,12 +135,20 @@ def answer(request: RetrieveRequest, *, progress: bool = True) -> RetrieveAnswer
 
         queries = read_queries(request.input_file, task)
         lines = retrieve_lines(
-            retriever, queries, request.k, prompt=request.prompt, progress=progress, diversity=request.diversity
+            retriever,
+            queries,
+            request.k,
+            prompt=request.prompt,
+            progress=progress,
+            diversity=request.diversity,
+            **request.label_options,
         )
         if request.output_file is not None:
             write_text_atomic(request.output_file, "".join(line + "\n" for line in lines))
         return RetrieveAnswer(lines=tuple(lines))
     task = retriever.resolve_task(task)
-    demos = retriever.retrieve(request.query, task=task, k=request.k, diversity=request.diversity)
+    demos = retriever.retrieve(
+        request.query, task=task, k=request.k, diversity=request.diversity, **request.label_options
+    )
     text = retriever.prompt(request.query, demos, task=task) if request.prompt else None
     return RetrieveAnswer(task=task, demonstrations=tuple(demos), prompt=text)

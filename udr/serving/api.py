@@ -533,15 +533,14 @@ class Retriever:
 
         if pool.prepared and Paths.index(self.model_dir, pool.name).is_file():
             return load_index(self.model_dir, pool.task, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
-        emb, _ = cached_pool_embeddings(
+        return cached_pool_embeddings(
             self.encoder,
             self.fingerprint,
             pool,
             cache_dir=self.cache_dir,
             batch_size=self.batch_size,
             progress=self.progress,
-        )
-        return emb
+        ).embeddings
 
 
 SEARCHES = ("exact", "approximate")

@@ -140,4 +140,3 @@ def _shard_rows(path: Path, fingerprint: str, wanted: set[str]) -> dict[str, np.
     if meta.get("model") != fingerprint or meta.get("keys") != keys or meta.get("sha256") != embeddings_sha256(emb):
         return {}  # the checksum in its own metadata too: a sidecar rewritten to match altered rows is caught
     return {key: emb[row] for row, key in enumerate(keys) if key in wanted}
-

@@ -35,7 +35,7 @@ import numbers
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,8 @@ class ServedPool:
     pool: Any
     searcher: Any
     base: str = ""  # served with the base encoder: BY_EVIDENCE or AS_ASKED ("": UDR serves it)
+    # Metadata filter -> the searcher over the rows that pass it (udr.serving.filters.filtered_search).
+    filtered: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 class Retriever:
@@ -249,21 +251,30 @@ class Retriever:
     # ------------------------------------------------------------ retrieval
 
     def retrieve(
-        self, query: str, task: str | None = None, k: int = 8, *, diversity: float = 0.0
+        self, query: str, task: str | None = None, k: int = 8, *, diversity: float = 0.0, filter: dict | None = None
     ) -> list[Demonstration]:
         """The k demonstrations most similar to `query`, most similar first. diversity (0 to 1): re-rank
         by maximal marginal relevance, trading similarity to the query for dissimilarity among the k
-        (LangChain's `lambda_mult` is 1 - diversity); the order is then MMR's pick order."""
-        return self.retrieve_batch([query], task=task, k=k, diversity=diversity)[0]
+        (LangChain's `lambda_mult` is 1 - diversity); the order is then MMR's pick order. filter: search
+        only the rows whose metadata have these values ({column: value}, an AND; :mod:`udr.serving.filters`)."""
+        return self.retrieve_batch([query], task=task, k=k, diversity=diversity, filter=filter)[0]
 
     def retrieve_batch(
-        self, queries: Sequence[str], task: str | None = None, k: int = 8, *, diversity: float = 0.0
+        self,
+        queries: Sequence[str],
+        task: str | None = None,
+        k: int = 8,
+        *,
+        diversity: float = 0.0,
+        filter: dict | None = None,
     ) -> list[list[Demonstration]]:
         """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
         from udr.retriever.search import check_diversity
+        from udr.serving.filters import check_filter, filtered_search
 
         check_diversity(diversity)
         k = check_count(k)
+        where = check_filter(filter)
         if isinstance(queries, (str, bytes)):
             raise UdrError("queries: expected a list of strings, got one string (use retrieve() for a single query)")
         queries = list(queries)
@@ -272,6 +283,10 @@ class Retriever:
         served = self._served_pool(self.resolve_task(task))  # one reference: pool and searcher together
         searcher, pool = served.searcher, served.pool
         self._note_untrained(pool.name, served.base)
+        if where:  # search the rows that pass only
+            searcher, k = filtered_search(served, where, k)
+            if searcher is None:
+                return [[] for _ in queries]
         rows = pool.positions
         out: list[list[Demonstration]] = []
         for lo in range(0, len(queries), self.batch_size):

@@ -58,8 +58,10 @@ def retrieve_lines(
     prompt: bool = False,
     progress: bool = False,
     diversity: float = 0.0,
+    filter: dict | None = None,
 ) -> list[str]:
-    """One JSON result line per query line, in input order; queries of a task are embedded together."""
+    """One JSON result line per query line, in input order; queries of a task are embedded together. filter:
+    every query's metadata filter (:mod:`udr.serving.filters`)."""
     for line in lines:  # the result fields would silently replace the user's own
         for field in ("demonstrations", "prompt") if prompt else ("demonstrations",):
             if field in line.record:
@@ -76,7 +78,7 @@ def retrieve_lines(
                 chunk = members[lo : lo + step]
                 try:
                     queries = [lines[i].query for i in chunk]
-                    results = retriever.retrieve_batch(queries, task=task, k=k, diversity=diversity)
+                    results = retriever.retrieve_batch(queries, task=task, k=k, diversity=diversity, filter=filter)
                 except UdrError as exc:
                     raise UdrError(f"{lines[chunk[0]].where}: {exc}") from None
                 for i, demos in zip(chunk, results):

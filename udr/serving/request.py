@@ -41,6 +41,7 @@ class RetrieveRequest:
     instruction: str | None = None
     input_column: str | None = None
     target_column: str | None = None
+    where: tuple[str, ...] = ()  # --where COLUMN=VALUE clauses: a metadata filter (udr.serving.filters)
     device: str = "auto"
     params: Path | None = None
     search: str = "exact"
@@ -55,6 +56,7 @@ class RetrieveRequest:
             ("--instruction", self.instruction),
             ("--input-column", self.input_column),
             ("--target-column", self.target_column),
+            ("--where", self.where or None),
         ):
             if value is not None and self.pool is None:
                 raise UdrError(f"{option} goes with --pool (your own demonstrations)")
@@ -71,6 +73,14 @@ class RetrieveRequest:
             check_query(self.query)
         check_diversity(self.diversity)
         check_encoder_choice(self.encoder)
+        self.filter  # noqa: B018  (a malformed --where clause is refused before the model loads)
+
+    @property
+    def filter(self) -> dict[str, str]:
+        """The metadata filter the --where clauses give ({}: none)."""
+        from udr.serving.filters import parse_where
+
+        return parse_where(self.where)
 
     @property
     def batch(self) -> bool:
@@ -117,12 +127,20 @@ def answer(request: RetrieveRequest, *, progress: bool = True) -> RetrieveAnswer
 
         queries = read_queries(request.input_file, task)
         lines = retrieve_lines(
-            retriever, queries, request.k, prompt=request.prompt, progress=progress, diversity=request.diversity
+            retriever,
+            queries,
+            request.k,
+            prompt=request.prompt,
+            progress=progress,
+            diversity=request.diversity,
+            filter=request.filter,
         )
         if request.output_file is not None:
             write_text_atomic(request.output_file, "".join(line + "\n" for line in lines))
         return RetrieveAnswer(lines=tuple(lines))
     task = retriever.resolve_task(task)
-    demos = retriever.retrieve(request.query, task=task, k=request.k, diversity=request.diversity)
+    demos = retriever.retrieve(
+        request.query, task=task, k=request.k, diversity=request.diversity, filter=request.filter
+    )
     text = retriever.prompt(request.query, demos, task=task) if request.prompt else None
     return RetrieveAnswer(task=task, demonstrations=tuple(demos), prompt=text)

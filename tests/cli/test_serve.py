@@ -165,9 +165,9 @@ def test_own_pool_from_the_command_line(cli, tmp_path):
     got = [json.loads(line) for line in out.splitlines()]
     assert sorted(x["pool_id"] for x in got) == [0, 1, 2, 3]
     assert all(rows[x["pool_id"]] == {"input": x["input"], "target": x["output"]} for x in got)
-    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
+    assert len(list((tmp_path / "cache" / "pools").glob("*/*.npy"))) == 1
     assert cli(*args)[1] == out  # second call: from the cache, same answer
-    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
+    assert len(list((tmp_path / "cache" / "pools").glob("*/*.npy"))) == 1
 
 
 @pytest.mark.parametrize(
@@ -343,3 +343,52 @@ def test_pool_columns_are_named_as_init_task_names_them(cli, served, tmp_path):
     code, out, err = cli("retrieve", "a fine film", *args, "-k", "4", "--json")
     assert code == 0, err
     assert {x["output"] for x in map(json.loads, out.splitlines())} == {"It was terrible .", "It was great ."}
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_where_searches_only_the_rows_that_pass(cli, served, tmp_path):
+    """--where COLUMN=VALUE (an AND when repeated) gives what the unfiltered retrieval over the passing rows
+    gives (ids as the whole file numbers them, order), for one query and a batch, as Python's filter= does;
+    fewer rows than -k say so on stderr; an unknown column is one line."""
+    from udr import Retriever
+
+    rows = [
+        {"text": f"card {i} {w}", "intent": w, "lang": ("en", "de")[i % 2], "app": ("web", "ios", "android")[i % 3]}
+        for i, w in enumerate(["declined", "lost", "stolen", "limit", "fee", "refund", "pin", "late"] * 3)
+    ]
+    path, kept_path = tmp_path / "cards.csv", tmp_path / "kept.csv"
+    kept = [i for i, r in enumerate(rows) if r["lang"] == "de" and r["app"] == "web"]
+    _write_pool(path, rows)
+    _write_pool(kept_path, [rows[i] for i in kept])
+    common = ("--instruction", "Intent: ", "--input-column", "text", "--target-column", "intent", "-k", "3", "--json")
+    where = ("--where", "lang=de", "--where", "app=web")
+    code, out, err = cli("retrieve", "my card got declined", "--pool", str(path), *where, *common)
+    assert code == 0, err
+    got = [(x["pool_id"], x["input"], x["similarity"]) for x in map(json.loads, out.splitlines())]
+    want = cli("retrieve", "my card got declined", "--pool", str(kept_path), *common)[1]
+    assert got == [(kept[x["pool_id"]], x["input"], x["similarity"]) for x in map(json.loads, want.splitlines())]
+    own = Retriever.from_pool(
+        path, instruction="Intent: ", input_column="text", target_column="intent", root=served, cache_dir=tmp_path / "c"
+    )
+    python = own.retrieve("my card got declined", k=3, filter={"lang": "de", "app": "web"})
+    assert [(d.pool_id, d.input) for d in python] == [(i, x) for i, x, _ in got]
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "my card got declined"}\n{"query": "a fee I did not expect"}\n')
+    code, out, err = cli("retrieve", "--input", str(queries), "--pool", str(path), *where, *common[:-1])
+    assert code == 0, err
+    batch = [[d["pool_id"] for d in json.loads(line)["demonstrations"]] for line in out.splitlines()]
+    assert batch[0] == [i for i, _, _ in got] and all(set(b) <= set(kept) for b in batch)
+
+    code, out, err = cli("retrieve", "my card", "--pool", str(path), *where, *common[:-3], "-k", "8", "--json")
+    assert code == 0 and len(out.splitlines()) == len(kept) == 4
+    assert f"udr: note: filter lang=de AND app=web leaves 4 of {len(rows)} rows" in err
+    code, _, err = cli("retrieve", "my card", "--pool", str(path), "--where", "country=de", *common)
+    assert code == 1 and err.count("udr: error: ") == 1  # after the untrained-task note, one line
+    assert err.splitlines()[-1] == (
+        "udr: error: filter: unknown column 'country' in pool 'own' (its metadata columns: lang, app)"
+    )
+    code, _, err = cli("retrieve", "my card", "--task", "sst2", "--where", "lang=de")
+    assert code == 1 and "--where goes with --pool" in err and err.count("\n") == 1
+    code, _, err = cli("retrieve", "my card", "--pool", str(path), "--where", "lang", *common)
+    assert code == 1 and "--where 'lang': expected COLUMN=VALUE" in err

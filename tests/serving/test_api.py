@@ -90,7 +90,7 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
     )
     demos = own.retrieve("def g(y): return y + 3", k=4)
     assert len(demos) == 4 and all(records[d.pool_id] == {"input": d.input, "target": d.output} for d in demos)
-    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 1
+    assert len(list((tmp_path / "cache" / "pools").glob("*/*.npy"))) == 1
 
     calls = []
     original = ServingEncoder.encode
@@ -108,7 +108,7 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
     assert again.encoder._full is None  # ... by the light query encoder: transformers' model never loaded
     Retriever.from_pool(records, instruction="Explain the code: ", root=served, cache_dir=tmp_path / "cache")
     assert calls.count("demo") == 1  # another instruction: other texts, embedded again
-    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2
+    assert len(list((tmp_path / "cache" / "pools").glob("*/*.npy"))) == 2
 
 
 def test_a_pool_another_process_is_embedding_is_refused_naming_its_pid(served, tmp_path):
@@ -121,12 +121,12 @@ def test_a_pool_another_process_is_embedding_is_refused_naming_its_pid(served, t
     records = [{"input": f"def f{i}(x): return x - {i}", "target": f"subtract {i}"} for i in range(8)]
     kwargs = {"instruction": "Comment on the code. Code: ", "root": served}
     Retriever.from_pool(records, **kwargs, cache_dir=tmp_path / "done")
-    (entry,) = (tmp_path / "done" / "pools").glob("*.npy")  # the key is the model's and the texts', not the folder's
-    with another_process_holding(tmp_path / "new" / "pools" / entry.name) as pid:
+    (entry,) = (tmp_path / "done" / "pools").glob("*/*.npy")  # the key is the model's and the texts', not the folder's
+    with another_process_holding(tmp_path / "new" / entry.relative_to(tmp_path / "done")) as pid:
         with pytest.raises(UdrError, match=f"pool embedding cache entry .*pid {pid}") as err:
             Retriever.from_pool(records, **kwargs, cache_dir=tmp_path / "new")
         assert len(str(err.value).splitlines()) == 1
-        assert not list((tmp_path / "new" / "pools").glob("*.npy"))
+        assert not list((tmp_path / "new" / "pools").rglob("*.npy"))
     with another_process_holding(entry):
         Retriever.from_pool(records, **kwargs, cache_dir=tmp_path / "done")  # read whole, without the lock
 
@@ -142,7 +142,7 @@ def test_an_altered_cache_entry_is_embedded_again(served, tmp_path, damage):
     kwargs = {"instruction": "Comment on the code. Code: ", "root": served, "cache_dir": tmp_path / "cache"}
     query = "def g(y): return y * 3"
     expected = [(d.pool_id, d.similarity) for d in Retriever.from_pool(records, **kwargs).retrieve(query, k=10)]
-    (entry,) = (tmp_path / "cache" / "pools").glob("*.npy")
+    (entry,) = (tmp_path / "cache" / "pools").glob("*/*.npy")
     emb = original = np.load(entry)
     emb = emb.copy()
     meta = json.loads(entry.with_name(entry.name + ".json").read_text())["meta"]
@@ -174,7 +174,7 @@ def test_own_pool_file_is_re_embedded_when_it_changes(served, tmp_path):
     }
     path.write_text(path.read_text().replace("superb", "magnificent"))
     second = Retriever.from_pool(path, task="sst2", root=served, cache_dir=tmp_path / "cache")
-    assert len(list((tmp_path / "cache" / "pools").glob("*.npy"))) == 2
+    assert len(list((tmp_path / "cache" / "pools").glob("*/*.npy"))) == 2
     assert "review 4: magnificent" in {d.input for d in second.retrieve("a superb film", task="sst2", k=6)}
 
 
@@ -239,7 +239,7 @@ def test_missing_and_mismatched_model_or_index(served, tmp_path):
     # A model without an index for a task embeds its pool through the cache instead.
     shutil.rmtree(copy / "index")
     demos = Retriever.load(copy, root=served, cache_dir=tmp_path / "c").retrieve("film", task="sst2", k=3)
-    assert len(demos) == 3 and len(list((tmp_path / "c" / "pools").glob("*.npy"))) == 1
+    assert len(demos) == 3 and len(list((tmp_path / "c" / "pools").glob("*/*.npy"))) == 1
 
 
 def test_import_is_lean():

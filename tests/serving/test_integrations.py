@@ -180,3 +180,45 @@ def test_langchain_pool_errors_are_one_line(real_retriever, cards_csv):
         UDRExampleSelector(real_retriever, pool=cards_csv, input_column="text", target_column="intent")
     with pytest.raises(UdrError, match="name the columns of pool=: give the pool too"):
         UDRExampleSelector(real_retriever, task="sst2", input_column="text")
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_langchain_filter_selects_among_the_rows_that_pass(real_retriever, tmp_path):
+    """`filter=` selects what an unfiltered selector over the passing rows selects (same rows, same order), and
+    what `Retriever.retrieve(filter=)` retrieves; added examples' other keys are metadata; a filter leaving
+    fewer than k rows returns them; a bad filter is one line."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    import csv
+
+    from udr.errors import UdrError
+    from udr.serving.langchain_selector import UDRExampleSelector
+    from udr.util.notice import UdrNotice
+
+    rows = [(text, intent, ("phone", "web")[i % 2], i // 3) for i, (text, intent) in enumerate(CARDS * 3)]
+    rows = [(f"{text} ({n})", intent, channel, n) for text, intent, channel, n in rows]
+    kept = [r for r in rows if r[2] == "web"]
+    for name, chosen in (("all.csv", rows), ("kept.csv", kept)):
+        with (tmp_path / name).open("w", newline="") as fh:
+            csv.writer(fh).writerows([("text", "intent", "channel", "batch"), *chosen])
+    columns = {"instruction": "Intent of the message: ", "input_column": "text", "target_column": "intent"}
+    filtered = UDRExampleSelector(real_retriever, pool=tmp_path / "all.csv", k=4, filter={"channel": "web"}, **columns)
+    plain = UDRExampleSelector(real_retriever, pool=tmp_path / "kept.csv", k=4, **columns)
+    for query in ("my card got declined", "I need a bigger limit"):
+        chosen = filtered.select_examples({"input": query})
+        assert chosen == plain.select_examples({"input": query})
+        assert {e["input"] for e in chosen} <= {r[0] for r in kept} and len(chosen) == 4
+        name = real_retriever.add_pool(tmp_path / "all.csv", **columns, name="all")
+        demos = real_retriever.retrieve(query, task=name, k=4, filter={"channel": "web"})
+        assert chosen == [{"input": d.input, "output": d.output} for d in demos[::-1]]
+    filtered.add_example({"input": "my card was declined online", "output": "declined", "channel": "app"})
+    filtered.filter = {"channel": "app"}
+    with pytest.warns(UdrNotice, match="leaves 1 of 19 rows"):
+        assert filtered.select_examples({"input": "declined"}) == [
+            {"input": "my card was declined online", "output": "declined"}
+        ]
+    with pytest.raises(UdrError, match="value of 'channel' must be a string, number, boolean or None"):
+        UDRExampleSelector(real_retriever, pool=tmp_path / "all.csv", filter={"channel": {"web"}}, **columns)
+    with pytest.raises(UdrError, match=r"unknown column 'country' in pool .*\(its metadata columns: channel, batch\)"):
+        UDRExampleSelector(
+            real_retriever, pool=tmp_path / "all.csv", filter={"country": "de"}, **columns
+        ).select_examples({"input": "declined"})

@@ -110,6 +110,15 @@ def retrieve_cmd(
             show_default=False,
         ),
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="COLUMN=VALUE: search only the --pool rows whose column COLUMN (one beyond the input and target) "
+            "is VALUE; repeat for an AND.",
+            show_default=False,
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     params: Annotated[
         Path | None,
@@ -159,6 +168,7 @@ def retrieve_cmd(
         instruction=instruction,
         input_column=input_column,
         target_column=target_column,
+        where=tuple(where or ()),
         device=device,
         params=params,
         search=search,

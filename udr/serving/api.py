@@ -35,7 +35,7 @@ import numbers
 import threading
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,8 @@ class ServedPool:
     pool: Any
     searcher: Any
     base: str = ""  # served with the base encoder: BY_EVIDENCE or AS_ASKED ("": UDR serves it)
+    # Metadata filter -> the searcher over the rows that pass it (udr.serving.filters.filtered_search).
+    filtered: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 class Retriever:
@@ -258,13 +260,16 @@ class Retriever:
         label_weight: float = 0.0,
         label_votes: int = 16,
         per_label: int | str | None = None,
+        filter: dict | None = None,
     ) -> list[Demonstration]:
         """The k demonstrations most similar to `query`, most similar first. diversity (0 to 1): re-rank
         by maximal marginal relevance, trading similarity to the query for dissimilarity among the k
         (LangChain's `lambda_mult` is 1 - diversity); the order is then MMR's pick order. Label-aware
         selection from a classification pool (:mod:`udr.serving.selection`): label_weight (γ) re-ranks by
         similarity + γ · the share of the candidate's label among the label_votes nearest rows; per_label
-        caps each label's demonstrations (a number, or "balanced"); the order is then the label-aware one."""
+        caps each label's demonstrations (a number, or "balanced"); the order is then the label-aware one.
+        filter: search only the rows whose metadata have these values ({column: value}, an AND;
+        :mod:`udr.serving.filters`)."""
         return self.retrieve_batch(
             [query],
             task=task,
@@ -273,6 +278,7 @@ class Retriever:
             label_weight=label_weight,
             label_votes=label_votes,
             per_label=per_label,
+            filter=filter,
         )[0]
 
     def retrieve_batch(
@@ -285,15 +291,20 @@ class Retriever:
         label_weight: float = 0.0,
         label_votes: int = 16,
         per_label: int | str | None = None,
+        filter: dict | None = None,
     ) -> list[list[Demonstration]]:
         """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
         from udr.retriever.search import check_diversity
+        from udr.serving.filters import check_filter, filtered_search
         from udr.serving.selection import LabelSelection
 
         check_diversity(diversity)
         selection = LabelSelection(label_weight, label_votes, per_label)
         selection.check_with(diversity)
         k = check_count(k)
+        where = check_filter(filter)
+        if where and selection.active:  # a quota's refill searches the whole pool: not yet within a filter
+            raise UdrError("filter and label-aware selection (label_weight, per_label) do not combine yet: use one")
         if isinstance(queries, (str, bytes)):
             raise UdrError("queries: expected a list of strings, got one string (use retrieve() for a single query)")
         queries = list(queries)
@@ -302,6 +313,10 @@ class Retriever:
         served = self._served_pool(self.resolve_task(task))  # one reference: pool and searcher together
         searcher, pool = served.searcher, served.pool
         self._note_untrained(pool.name, served.base)
+        if where:  # search the rows that pass only
+            searcher, k = filtered_search(served, where, k)
+            if searcher is None:
+                return [[] for _ in queries]
         rows = pool.positions
         labels = None
         if selection.active:
@@ -573,15 +588,14 @@ class Retriever:
 
         if pool.prepared and Paths.index(self.model_dir, pool.name).is_file():
             return load_index(self.model_dir, pool.task, pool.ids, file_sha256(Path(pool.source)), self.fingerprint)
-        emb, _ = cached_pool_embeddings(
+        return cached_pool_embeddings(
             self.encoder,
             self.fingerprint,
             pool,
             cache_dir=self.cache_dir,
             batch_size=self.batch_size,
             progress=self.progress,
-        )
-        return emb
+        ).embeddings
 
 
 SEARCHES = ("exact", "approximate")

@@ -15,8 +15,12 @@ the name `add_pool` gave your own pool) they come from it. Your own pool, a file
                                   target_column="intent")
 
 `add_example` (or `examples=`) adds your own examples to `pool=`'s, or serves them instead of the task's pool.
+`filter=` ({column: value}, an AND) selects among the rows whose metadata (an own pool's columns beyond its input
+and target; an added example's keys beyond input_key and output_key) match, before the ranking, as
+`udr retrieve --where` does (:mod:`udr.serving.filters`).
 
-Imports of udr.serving.pools are inside the functions that use them (an own pool's reading, when one is given).
+Imports of udr.serving.pools and udr.serving.filters are inside the functions that use them (an own pool's
+reading, a filter's check).
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ class UDRExampleSelector(BaseExampleSelector):
         label_weight: float = 0.0,
         label_votes: int = DEFAULT_VOTES,
         per_label: int | str | None = None,
+        filter: dict | None = None,
         input_key: str = "input",
         output_key: str = "output",
         ascending: bool = True,
@@ -108,10 +113,14 @@ class UDRExampleSelector(BaseExampleSelector):
         `udr retrieve --pool` reads them: in the shape of `task` where named (its template and, by default,
         its instruction), else `{"input", "target"}` (or `input_column` / `target_column`) with `instruction`.
         label_weight, label_votes, per_label: label-aware selection, as `udr retrieve --label-weight --label-votes
-        --per-label` (a classification task's pool, or your own examples, whose outputs are their labels)."""
+        --per-label` (a classification task's pool, or your own examples, whose outputs are their labels).
+        filter: select among the rows whose metadata have these values only (see the module docstring)."""
+        from udr.serving.filters import check_filter
+
         self.labels = LabelSelection(label_weight, label_votes, per_label)
         self.labels.check_with(diversity)
         self.retriever, self.k, self.diversity, self.ascending = retriever, k, diversity, ascending
+        self.filter = check_filter(filter)
         self.input_key, self.output_key = input_key, output_key
         self.task = task
         self.instruction = instruction
@@ -133,7 +142,7 @@ class UDRExampleSelector(BaseExampleSelector):
             self.retriever.retrieve_batch([], task=task, **self.labels.options)
 
     def _read_pool(self, pool, input_column: str | None, target_column: str | None) -> list[dict]:
-        """`pool=`'s rows as own records {input, target}, read as `udr retrieve --pool` reads them."""
+        """`pool=`'s rows as own records {input, target, its metadata}, read as `udr retrieve --pool` reads them."""
         from udr.serving.pools import Columns, file_pool, own_task, records_pool
 
         registry = self.retriever.registry if self.task is not None else None
@@ -145,7 +154,7 @@ class UDRExampleSelector(BaseExampleSelector):
             raise UdrError(f"pool=: expected a file or a list of rows, got a {type(pool).__name__}")
         else:
             read = records_pool(pool, spec, where="pool=", columns=columns)
-        return [{"input": x, "target": y} for x, y in zip(read.inputs, read.outputs)]
+        return [{**meta, "input": x, "target": y} for x, y, meta in zip(read.inputs, read.outputs, read.metadata)]
 
     def _spec(self):
         """The task whose template and instruction render the examples (None: no task named): a pool the
@@ -189,11 +198,13 @@ class UDRExampleSelector(BaseExampleSelector):
         )
 
     def add_example(self, example: dict[str, str]) -> Any:
-        """Serve `example` ({input_key, output_key}) too: with `pool=`'s rows, or instead of the task's pool."""
+        """Serve `example` ({input_key, output_key}, its other keys its metadata) too: with `pool=`'s rows, or
+        instead of the task's pool."""
         for key in (self.input_key, self.output_key):
             if not isinstance(example.get(key), str) or not example[key].strip():
                 raise UdrError(f"example needs a non-empty string '{key}': got {example!r}")
-        self._own.append({"input": example[self.input_key], "target": example[self.output_key]})
+        meta = {k: v for k, v in example.items() if k not in (self.input_key, self.output_key)}
+        self._own.append({**meta, "input": example[self.input_key], "target": example[self.output_key]})
         self._uses_own, self._pool = True, None
 
     def select_examples(self, input_variables: dict[str, str]) -> list[dict]:
@@ -211,6 +222,7 @@ class UDRExampleSelector(BaseExampleSelector):
             task=name,
             k=k,
             diversity=self.diversity,
+            filter=self.filter,
             **self.labels.options,
         )
         chosen = [{self.input_key: d.input, self.output_key: d.output} for d in demos]

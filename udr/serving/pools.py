@@ -39,7 +39,8 @@ OWN_POOL = "own"
 class Pool:
     """A task's demonstrations: `task` gives the instruction and template, row i is
     (ids[i], inputs[i], outputs[i]); `source` says where it came from (the prepared train file
-    when `prepared`)."""
+    when `prepared`). An own pool keeps row i's columns beyond those its task reads in metadata[i]
+    (:mod:`udr.serving.filters`); a pipeline pool has none."""
 
     task: Task
     ids: np.ndarray
@@ -47,6 +48,7 @@ class Pool:
     outputs: tuple[str, ...]
     source: str
     prepared: bool = False
+    metadata: tuple[dict, ...] = ()
 
     @property
     def name(self) -> str:
@@ -59,6 +61,11 @@ class Pool:
     def positions(self) -> dict[int, int]:
         """Pool id -> row."""
         return {int(pid): row for row, pid in enumerate(self.ids)}
+
+    @cached_property
+    def metadata_columns(self) -> list[str]:
+        """The metadata columns of any row, in the order they first appear."""
+        return list(dict.fromkeys(column for meta in self.metadata for column in meta))
 
 
 def project_settings(root: Path, params: Path | None = None):
@@ -243,17 +250,28 @@ def records_pool(
             raise UdrError(
                 f"{where}:{lineno + 1}: malformed row: expected an object (dict), got {type(record).__name__}"
             )
-    pairs = _with_columns(pairs, task, columns or Columns(), where)
+    columns = columns or Columns()
+    pairs = _with_columns(pairs, task, columns, where)
     rows = distinct_rows(normalize_rows(task, pairs, where))  # ids: positions among the records; a repeat once
     if not rows.examples:
         raise UdrError(f"{where}: no demonstrations (the pool is empty)")
+    read = _read_columns(task, columns)
     return Pool(
         task,
         np.asarray(rows.ids, dtype=np.int64),
         tuple(e.input for e in rows.examples),
         tuple(e.target for e in rows.examples),
         where,
+        metadata=tuple({c: v for c, v in pairs[i][1].items() if c not in read} for i in rows.ids),
     )
+
+
+def _read_columns(task: Task, columns: Columns) -> set[str]:
+    """The record columns `task` reads (with `columns`' renames): the others are a row's metadata."""
+    norm = task.normalize
+    read = {column for _, column in getattr(norm, "columns", ())} | set(_task_fields(task).values())
+    read |= {getattr(norm, "references_field", None), columns.input, columns.target}
+    return read - {None}
 
 
 def file_pool(path: Path, task: Task, columns: Columns | None = None) -> Pool:

@@ -58,10 +58,12 @@ def retrieve_lines(
     prompt: bool = False,
     progress: bool = False,
     diversity: float = 0.0,
+    filter: dict | None = None,
     **label_options,
 ) -> list[str]:
-    """One JSON result line per query line, in input order; queries of a task are embedded together.
-    `label_options`: label-aware selection's (`Retriever.retrieve_batch`'s label_weight, label_votes, per_label)."""
+    """One JSON result line per query line, in input order; queries of a task are embedded together. filter:
+    every query's metadata filter (:mod:`udr.serving.filters`); `label_options`: label-aware selection's
+    (`Retriever.retrieve_batch`'s label_weight, label_votes, per_label)."""
     for line in lines:  # the result fields would silently replace the user's own
         for field in ("demonstrations", "prompt") if prompt else ("demonstrations",):
             if field in line.record:
@@ -78,7 +80,9 @@ def retrieve_lines(
                 chunk = members[lo : lo + step]
                 try:
                     queries = [lines[i].query for i in chunk]
-                    results = retriever.retrieve_batch(queries, task=task, k=k, diversity=diversity, **label_options)
+                    results = retriever.retrieve_batch(
+                        queries, task=task, k=k, diversity=diversity, filter=filter, **label_options
+                    )
                 except UdrError as exc:
                     raise UdrError(f"{lines[chunk[0]].where}: {exc}") from None
                 for i, demos in zip(chunk, results):

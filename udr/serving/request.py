@@ -43,6 +43,7 @@ class RetrieveRequest:
     instruction: str | None = None
     input_column: str | None = None
     target_column: str | None = None
+    where: tuple[str, ...] = ()  # --where COLUMN=VALUE clauses: a metadata filter (udr.serving.filters)
     device: str = "auto"
     params: Path | None = None
     search: str = "exact"
@@ -60,6 +61,7 @@ class RetrieveRequest:
             ("--instruction", self.instruction),
             ("--input-column", self.input_column),
             ("--target-column", self.target_column),
+            ("--where", self.where or None),
         ):
             if value is not None and self.pool is None:
                 raise UdrError(f"{option} goes with --pool (your own demonstrations)")
@@ -79,6 +81,14 @@ class RetrieveRequest:
         selection.check_with(self.diversity)
         object.__setattr__(self, "per_label", selection.per_label)  # "2" from the shell: 2
         check_encoder_choice(self.encoder)
+        self.filter  # noqa: B018  (a malformed --where clause is refused before the model loads)
+
+    @property
+    def filter(self) -> dict[str, str]:
+        """The metadata filter the --where clauses give ({}: none)."""
+        from udr.serving.filters import parse_where
+
+        return parse_where(self.where)
 
     @property
     def label_selection(self) -> LabelSelection:
@@ -141,6 +151,7 @@ def answer(request: RetrieveRequest, *, progress: bool = True) -> RetrieveAnswer
             prompt=request.prompt,
             progress=progress,
             diversity=request.diversity,
+            filter=request.filter,
             **request.label_options,
         )
         if request.output_file is not None:
@@ -148,7 +159,12 @@ def answer(request: RetrieveRequest, *, progress: bool = True) -> RetrieveAnswer
         return RetrieveAnswer(lines=tuple(lines))
     task = retriever.resolve_task(task)
     demos = retriever.retrieve(
-        request.query, task=task, k=request.k, diversity=request.diversity, **request.label_options
+        request.query,
+        task=task,
+        k=request.k,
+        diversity=request.diversity,
+        filter=request.filter,
+        **request.label_options,
     )
     text = retriever.prompt(request.query, demos, task=task) if request.prompt else None
     return RetrieveAnswer(task=task, demonstrations=tuple(demos), prompt=text)

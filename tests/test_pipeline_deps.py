@@ -246,7 +246,7 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     # An evaluation parameter: only the evaluations.
     assert with_change("evaluate", "context", 500) == evaluations
     # A training parameter: training stages only; no data prep, BM25 candidates or round-0 scoring.
-    assert with_change("train", "lr", 1e-3) == {"train", "retrain@round1", "train_epr"}
+    assert with_change("train", "lr", 1e-3) == {"train", "retrain@round1", "train_epr@sst2", "train_epr@e2e"}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert _changed_stages(root, env) == set()
 

@@ -9,6 +9,9 @@ row without the column matches nothing). The search runs over the rows that pass
 embeddings: never a filter of the top k), so a filtered retrieval is the retrieval over the filtered pool.
 A filter that leaves fewer than k rows returns those rows and says so in a notice; a column no row has is a
 one-line error.
+
+Imports of udr.retriever.search are inside the functions that use them (torch, only once a filtered search
+is built).
 """
 
 from __future__ import annotations

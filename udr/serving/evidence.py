@@ -264,9 +264,12 @@ def untrained_note(
         )
     elif base:
         parts.append(f'It is served with the base encoder ({BASE_METHOD}), as asked (encoder "base").')
+    else:
+        parts.append("It is served with this UDR model.")
     parts.append(
-        f"Check on your data: udr init-task NAME --from FILE, then in its workspace udr evaluate -m {baseline}, "
-        f"udr evaluate -m {compared} [--model DIR] and udr exp compare {compared} {baseline}."
+        "Check on your data: udr adapt NAME --from FILE compares random, BM25, SBERT, this UDR and one adapted to "
+        f"your rows, and exports the one to serve (by hand: udr init-task, then udr evaluate -m {baseline}, "
+        f"udr evaluate -m {compared} [--model DIR] and udr exp compare {compared} {baseline} in its workspace)."
     )
     return " ".join(" ".join(p.split()) for p in parts)  # one line, whatever a name or path holds
 

@@ -232,7 +232,12 @@ def _fresh(settings, method: str, task: str) -> bool:
     deps = [settings.paths.prepared(task, "train"), settings.paths.prepared(task, "validation")]
     model = settings.paths.method_model(method)
     if model is not None and model.is_dir():
-        model = model / task if (model / task).is_dir() else model  # a folder of per-task models: the task's
+        from udr.retriever.encoder import task_model_dir
+
+        try:
+            model = task_model_dir(model, task)  # the bi-encoder that serves the task (per-task: its own)
+        except UdrError:
+            return False  # no model of the task: evaluating it says so
         deps += [p for p in model.rglob("*") if p.is_file()]
     return all(result.stat().st_mtime >= p.stat().st_mtime for p in deps if p.exists())
 

@@ -116,6 +116,8 @@ def _another(value):
         return {**value, "other": "value"}
     if isinstance(value, list):
         return [*value, "other"]
+    if value is None:  # an optional setting unset (train.seed): set
+        return 1
     raise TypeError(f"no other value of {value!r}")
 
 

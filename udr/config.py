@@ -246,6 +246,12 @@ class TrainSettings(_Strict):
     )
     epochs_later: float = Field(2.0, gt=0.0, description="Epochs of every later round (the paper: 10).")
     lr: float = Field(5e-5, gt=0.0, description="AdamW learning rate (the paper: 1e-4).")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Seed of training's own draws (task and query sampling, candidate sampling, dropout); "
+        "None: the global seed. The data, the scored queries and evaluation keep the global seed.",
+    )
     warmup_steps: int = Field(3, ge=0, description="Linear warmup steps (the paper: 500).")
     weight_decay: float = Field(0.0, ge=0.0)
     checkpoint_steps: int = Field(10, gt=0, description="Save a resumable checkpoint every this many steps.")
@@ -443,6 +449,11 @@ class Settings(_Strict):
         if method in PER_TASK_METHODS:
             tasks = [t for t in tasks if t not in self.evaluate.unseen_tasks]
         return tasks
+
+    @property
+    def training_seed(self) -> int:
+        """The seed of training's draws: `train.seed`, or the global seed where it is None."""
+        return self.seed if self.train.seed is None else self.train.seed
 
     def training_tasks(self) -> list[str]:
         """`train.tasks` (checked against prepare.tasks), or every task of prepare.tasks."""

@@ -77,6 +77,28 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     assert (root / "metrics/train/round0" / tsv).read_text() == (looped / "metrics/train/round0" / tsv).read_text()
 
 
+def test_training_seed_changes_only_the_draws(looped, tmp_path):
+    """train.seed set to the global seed trains the same weights as unset (and records nothing); another
+    value trains other weights on the same feedback, and the record says which."""
+    from udr.config import load_settings
+    from udr.project.training import run_train
+    from udr.retriever.encoder import BiEncoder
+    from udr.retriever.record import read_record
+
+    texts = ["some query text", "another one"]
+    reference = BiEncoder.load(looped / "models/rounds/round0").encode(texts, "query")
+    assert "seed" not in read_record(looped / "models/rounds/round0")["train"]
+    for value, same in ((load_settings(looped / "params.yaml").seed, True), (7, False)):
+        root = tmp_path / f"seed{value}"
+        shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
+        settings = load_settings(root / "params.yaml", [f"train.seed={value}"])
+        out = root / "models/rounds/round0"
+        kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
+        run_train(settings, 0, out=out, **kw)
+        assert np.array_equal(BiEncoder.load(out).encode(texts, "query"), reference) is same
+        assert read_record(out)["train"]["seed"] == value
+
+
 def test_single_task_training_reads_only_that_task(looped, tmp_path):
     from udr.config import load_settings
     from udr.project.training import run_train

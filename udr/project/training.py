@@ -83,7 +83,7 @@ def build_trainer(
         cfg,
         steps=steps,
         device=torch.device(f"cuda:{local_rank}" if device_type == "cuda" else "cpu"),
-        seed=settings.seed,
+        seed=settings.training_seed,
         round_=round_,
         world=world,
         bf16=dtype == "bf16",

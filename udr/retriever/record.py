@@ -47,7 +47,7 @@ def write_record(model_dir: Path, record: dict) -> None:
 def recorded_train_settings(cfg, **dump) -> dict:
     """The train settings (a :class:`udr.config.TrainSettings`, dumped with `dump`) a model's record and its
     resume fingerprint keep: all but where and how often it runs, the anchored loss's only with loss
-    anchored and the feedback only where not lm (so that a run of the settings that predate them records,
+    anchored, the feedback only where not lm and the training seed only where set (so that a run of the settings that predate them records,
     and resumes, as it did)."""
     out = cfg.model_dump(exclude={"checkpoint_steps", "device"}, **dump)
     if cfg.loss != "anchored":
@@ -55,6 +55,8 @@ def recorded_train_settings(cfg, **dump) -> dict:
         out.pop("anchor_top", None)
     if cfg.feedback == "lm":
         out.pop("feedback", None)
+    if cfg.seed is None:
+        out.pop("seed", None)
     return out
 
 

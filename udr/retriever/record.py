@@ -47,8 +47,8 @@ def write_record(model_dir: Path, record: dict) -> None:
 def recorded_train_settings(cfg, **dump) -> dict:
     """The train settings (a :class:`udr.config.TrainSettings`, dumped with `dump`) a model's record and its
     resume fingerprint keep: all but where and how often it runs, the anchored loss's only with loss
-    anchored, the feedback only where not lm and the training seed only where set (so that a run of the settings that predate them records,
-    and resumes, as it did)."""
+    anchored, the feedback only where not lm and the training seed only where set (so that a run of the
+    settings that predate them records, and resumes, as it did)."""
     out = cfg.model_dump(exclude={"checkpoint_steps", "device"}, **dump)
     if cfg.loss != "anchored":
         out.pop("anchor_beta", None)

@@ -252,6 +252,18 @@ def test_evaluations_saved_in_git_compare_as_their_files_do(evaluated, tmp_path)
     from_files = saved_comparison(settings, "udr", "bm25", TASKS)
     at_head = {"udr": {t: ("udr", "HEAD") for t in TASKS}}, {t: ("bm25", "HEAD") for t in TASKS}
     assert compare_revisions(project, *at_head, settings.seed) == {"udr": from_files}
+    # a side of several evaluations (seeds) is their score averaged on every resample
+    twice = {"udr": {t: [("udr", "HEAD"), ("udr", "HEAD")] for t in TASKS}}
+    assert compare_revisions(project, twice, at_head[1], settings.seed) == {"udr": from_files}
+    for t in TASKS:  # an evaluation that differs from BM25's: every prediction the gold answer
+        path = project / "data" / "predictions" / "random" / f"{t}.parquet"
+        pl.read_parquet(path).with_columns(prediction=pl.col("gold")).write_parquet(path)
+    git("commit", "-q", "-am", "random predicts the gold answers")
+    mixed = {"mix": {t: [("bm25", "HEAD"), ("random", "HEAD")] for t in TASKS}}
+    alone = {"random": {t: ("random", "HEAD") for t in TASKS}}
+    ((_, average),) = compare_revisions(project, mixed, at_head[1], settings.seed).values()
+    ((_, random_average),) = compare_revisions(project, alone, at_head[1], settings.seed).values()
+    assert random_average.difference != 0 and average.difference == pytest.approx(random_average.difference / 2)
     for t in TASKS:  # the workspace's UDR now predicts as BM25 does: the commit still holds UDR's
         predictions = project / "data" / "predictions"
         shutil.copy(predictions / "bm25" / f"{t}.parquet", predictions / "udr" / f"{t}.parquet")

@@ -175,27 +175,40 @@ def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
     return {t: r["graded"]["score"] for t, r in method_results(root, method, tasks, rev).items()}
 
 
-def compare_revisions(root: Path, rows: dict, b: dict[str, tuple[str, str]], seed: int) -> dict:
+def compare_revisions(root: Path, rows: dict, b: dict, seed: int) -> dict:
     """Paired bootstrap of each row minus B on the test split, every side a saved evaluation per task
-    read from git: each row of `rows` ({key: {task: (method, revision)}}) and `b` map a task to
-    (method, revision). Returns {key: (per-task Intervals, average Interval)} over the tasks of `b`,
-    from the predictions committed with each evaluation; B's are read and scored once."""
+    read from git: each row of `rows` ({key: {task: side}}) and `b` ({task: side}) map a task to a side,
+    (method, revision), or a list of them (one retriever trained with several seeds), whose graded scores
+    are averaged on every resample. Returns {key: (per-task Intervals, average Interval)} over the tasks
+    of `b`, from the predictions committed with each evaluation; each (method, revision, task) is read and
+    scored once."""
     from udr.data.prepare import read_prepared
     from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
 
     examples = {t: read_prepared(root, t, "test").to_dicts() for t in b}
+    scorers: dict = {}
 
     def scorer(task, method, rev):
-        metric = method_results(root, method, [task], rev)[task]["metric"]
-        path = Paths(root).predictions(method, task).relative_to(root).as_posix()
-        where = f"{path} at {rev[:12]}"
-        frame = read_predictions(where, f"commit a whole evaluation of {method} on {task}", git_show(root, rev, path))
-        return frame_metric(frame, examples[task], metric, where, f"the prepared test split of {task}")
+        if (task, method, rev) not in scorers:
+            metric = method_results(root, method, [task], rev)[task]["metric"]
+            path = Paths(root).predictions(method, task).relative_to(root).as_posix()
+            where = f"{path} at {rev[:12]}"
+            again = f"commit a whole evaluation of {method} on {task}"
+            frame = read_predictions(where, again, git_show(root, rev, path))
+            scorers[task, method, rev] = frame_metric(
+                frame, examples[task], metric, where, f"the prepared test split of {task}"
+            )
+        return scorers[task, method, rev]
 
-    base = {t: scorer(t, *b[t]) for t in b}
+    def side(task, sides):
+        if isinstance(sides, tuple):
+            return scorer(task, *sides)
+        each = [scorer(task, *s) for s in sides]
+        return lambda idx: sum(f(idx) for f in each) / len(each)
+
     return {
         key: paired_bootstrap(
-            [PairedTask(len(examples[t]), scorer(t, *row[t]), base[t]) for t in b],
+            [PairedTask(len(examples[t]), side(t, row[t]), side(t, b[t])) for t in b],
             resamples=BOOTSTRAP_RESAMPLES,
             seed=seed,
         )

@@ -38,4 +38,4 @@ def test_a_queued_sweep_finds_the_data_and_reports_failures(clone):
     assert done.stdout.count("Success") == 2 and "Failed" not in done.stdout
     failing = _sweep(clone, "data.source_dir=../nowhere")
     assert failing.returncode == 1 and "Failed" in failing.stdout
-    assert "1 experiment(s) of the sweep failed" in failing.stderr and "dvc queue logs" in failing.stderr
+    assert "1 queued experiment(s) failed" in failing.stderr and "dvc queue logs" in failing.stderr

@@ -54,33 +54,13 @@ def exp_sweep_cmd(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """A grid (`-S key=v1,v2`): queued with `dvc exp run --queue`, run with `dvc queue start`; waits."""
-    from udr.experiments.dvc import (
-        check_overrides,
-        exp_run_args,
-        failed_experiments,
-        link_data_for_temp_runs,
-        run_dvc,
-        wait_for_queue,
-    )
+    from udr.experiments.dvc import check_overrides, exp_run_args, run_queued
 
     if not set_:
         raise UdrError("a sweep needs at least one -S key=v1,v2")
     args = exp_run_args(None, set_, targets or [], queue=True)
     check_overrides(params, set_, sweep=True)
-    if not dry:
-        link_data_for_temp_runs(Path("."), load(params, None))
-    run_dvc(args, Path("."), dry=dry)
-    run_dvc(["queue", "start", "-j", str(jobs)], Path("."), dry=dry)
-    if not dry:
-        wait_for_queue(Path("."))
-        status = run_dvc(["queue", "status"], Path("."), capture=True)
-        print(status, end="")
-        failed = failed_experiments(status)
-        if failed:
-            raise UdrError(
-                f"{len(failed)} experiment(s) of the sweep failed: {', '.join(failed)} "
-                f"(why: `dvc queue logs {failed[0]}`)"
-            )
+    run_queued(Path("."), [args], None if dry else load(params, None), jobs=jobs, dry=dry)
 
 
 @exp_app.command("show")
@@ -163,6 +143,37 @@ def exp_transfer_cmd(
 
     scoring_lm = load(Path("params.yaml"), None).models.lm
     out = run_transfer(Path("."), scoring_lm, lm or TRANSFER_LM, missing=missing, dry=dry)
+    if out is not None:
+        console().print(f"-> {out}")
+
+
+@exp_app.command("signal")
+def exp_signal_cmd(params: ParamsOpt = Path("params.yaml")) -> None:
+    """Which trained tasks carry signal with this LM (BM25 or SBERT resolved above random on validation)
+    -> metrics/signal.md; the seed table's claims rest on them."""
+    from udr.experiments.signal import write_signal
+
+    settings = load(params, None)
+    signal = write_signal(settings, settings.method_tasks("epr"))
+    with_signal = [t for t, row in signal["tasks"].items() if row["signal"]]
+    console().print(f"tasks with signal: {', '.join(with_signal) or 'none'} -> metrics/signal.md")
+
+
+@exp_app.command("seeds")
+def exp_seeds_cmd(
+    seed: Annotated[
+        list[int] | None, typer.Option("--seed", min=0, help="An extra training seed (default 1 and 2), repeatable.")
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Experiments at a time.")] = 1,
+    missing: MissingOpt = False,
+    table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiments.")] = False,
+    dry: DryOpt = False,
+) -> None:
+    """UDR and the per-task EPR with more training seeds (queued DVC experiments) -> metrics/seeds.md."""
+    from udr.experiments.seeds import SEEDS, run_seeds, write_seeds
+
+    seeds = tuple(seed or SEEDS)
+    out = write_seeds(Path("."), seeds) if table else run_seeds(Path("."), seeds, jobs=jobs, missing=missing, dry=dry)
     if out is not None:
         console().print(f"-> {out}")
 

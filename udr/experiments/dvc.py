@@ -145,6 +145,27 @@ def wait_for_queue(root: Path, poll_seconds: float = 10.0) -> None:
         time.sleep(poll_seconds)
 
 
+def run_queued(root: Path, queued: list[list[str]], settings, *, jobs: int = 1, dry: bool = False) -> None:
+    """Queue each `dvc exp run` argument list of `queued` (:func:`exp_run_args` with queue), run the queue
+    with `dvc queue start -j JOBS` in DVC's temporary folders (the workspace's outputs stay as they are),
+    wait for it, and raise one UdrError line naming the experiments that failed."""
+    if not dry:
+        link_data_for_temp_runs(root, settings)
+    for args in queued:
+        run_dvc(args, root, dry=dry)
+    run_dvc(["queue", "start", "-j", str(jobs)], root, dry=dry)
+    if dry:
+        return
+    wait_for_queue(root)
+    status = run_dvc(["queue", "status"], root, capture=True)
+    print(status, end="")
+    failed = failed_experiments(status)
+    if failed:
+        raise UdrError(
+            f"{len(failed)} queued experiment(s) failed: {', '.join(failed)} (why: `dvc queue logs {failed[0]}`)"
+        )
+
+
 def git_show(root: Path, rev: str, path: str) -> bytes:
     """The bytes of `path` at git revision `rev`; a missing one is a UdrError naming both."""
     done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True)

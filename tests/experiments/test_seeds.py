@@ -1,0 +1,110 @@
+"""The signal rule (`udr exp signal`) and the seed table (`udr exp seeds --table`) on a tiny evaluated project
+whose committed runs are crafted: a retriever that answers every validation row, a seed experiment whose UDR
+answers every test row."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import polars as pl
+import pytest
+
+from tests.conftest import EVAL_TASKS as TASKS
+
+
+def _git(project, *args):
+    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, cwd=project, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _answer(path, prediction):
+    """Rewrite the predictions in `path`: each the gold answer (`prediction` None) or `prediction`."""
+    frame = pl.read_parquet(path)
+    new = pl.col("gold") if prediction is None else pl.lit(prediction)
+    frame.with_columns(prediction=new).write_parquet(path)
+
+
+@pytest.fixture
+def with_signal(evaluated, tmp_path):
+    """The evaluated project with random, BM25 and SBERT on a validation split (the test rows), where on
+    sst2 BM25 answers every row and random none: sst2 carries signal, break (every method alike) does not."""
+    from udr.config import load_settings
+    from udr.stages.evaluate import run_evaluate
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    for t in TASKS:
+        prepared = project / "data" / "prepared" / t
+        pl.read_parquet(prepared / "test.parquet").write_parquet(prepared / "validation.parquet")
+    settings = load_settings(project / "params.yaml")
+    for m in ("random", "bm25", "sbert"):
+        run_evaluate(settings, m, tasks=TASKS, split="validation", progress=False)
+    _answer(project / "data" / "predictions-validation" / "bm25" / "sst2.parquet", None)
+    _answer(project / "data" / "predictions-validation" / "random" / "sst2.parquet", "")
+    return project
+
+
+def test_the_signal_rule_keeps_tasks_where_a_baseline_beats_random(with_signal, run_cli):
+    from udr.experiments.signal import tasks_with_signal
+
+    assert tasks_with_signal(with_signal, TASKS) is None  # not run yet
+    code, out, err = run_cli(["exp", "signal"], with_signal)
+    assert code == 0, err
+    assert "tasks with signal: sst2 " in out + err
+    signal = json.loads((with_signal / "metrics" / "signal.json").read_text())
+    assert signal["tasks"]["sst2"]["signal"] and not signal["tasks"]["break"]["signal"]
+    assert signal["tasks"]["break"]["bm25 − random"]["difference"] == 0.0
+    assert tasks_with_signal(with_signal, TASKS) == ["sst2"]
+    assert "| sst2 | 6 |" in (with_signal / "metrics" / "signal.md").read_text()
+
+
+def test_the_signal_rule_names_the_missing_validation_runs(evaluated, run_cli, tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    code, _, err = run_cli(["exp", "signal"], project)
+    assert code == 1 and "udr evaluate --split validation -m random" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
+    from udr.experiments.seeds import seed_table
+
+    project = with_signal
+    assert run_cli(["exp", "signal"], project)[0] == 0
+    _git(project, "init", "-q")
+    _git(project, "add", "metrics", "data/predictions")
+    _git(project, "commit", "-q", "-m", "the global seed's run")
+    head = {t: json.loads((project / "metrics" / "udr" / f"{t}.json").read_text()) for t in TASKS}
+    # seed 1: UDR answers every test row (its score, 100), EPR as the global seed's
+    _git(project, "checkout", "-q", "-b", "seed1")
+    for t in TASKS:
+        _answer(project / "data" / "predictions" / "udr" / f"{t}.parquet", None)
+        result = head[t] | {"graded": head[t]["graded"] | {"score": 100.0}, "score": 100.0}
+        (project / "metrics" / "udr" / f"{t}.json").write_text(json.dumps(result))
+    _git(project, "commit", "-q", "-am", "seed 1")
+    _git(project, "update-ref", "refs/exps/ab/cdef/seed-1", "seed1")
+    _git(project, "checkout", "-q", "-")
+
+    code, out, err = run_cli(["exp", "seeds", "--table", "--seed", "1"], project)
+    assert code == 0, err
+    table = seed_table(project, (1,))
+    assert len(table["seeds"]) == 2 and table["seeds"][1].startswith("seed 1 (seed-1, ")
+    for t in TASKS:
+        assert table["tasks"][t]["udr"] == [head[t]["graded"]["score"], 100.0]
+        assert len(table["tasks"][t]["epr"]) == 2 and len(set(table["tasks"][t]["epr"])) == 1
+        assert len(table["tasks"][t]["bm25"]) == 1
+    assert table["groups"] == {
+        "all trained tasks": TASKS,
+        "tasks with signal": ["sst2"],
+        "tasks without signal (no claim)": ["break"],
+    }
+    claims = [c for c in table["claims"] if c["group"] == "all trained tasks"]
+    (claim,) = [c for c in claims if (c["a"], c["b"]) == ("udr", "random")]
+    random = sum(table["tasks"][t]["random"][0] for t in TASKS) / len(TASKS)
+    assert claim["per_seed"][1] == pytest.approx(100.0 - random)
+    assert claim["interval"]["difference"] == pytest.approx(sum(claim["per_seed"]) / 2)
+    assert claim["n"] == 12
+    text = (project / "metrics" / "seeds.md").read_text()
+    assert " / 100.0 |" in text and "## Claims on seed-averaged retrievers" in text

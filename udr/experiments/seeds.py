@@ -1,0 +1,208 @@
+"""Training seeds: UDR and the per-task EPR trained with three seeds, the paper's average, and the claims
+compared on seed-averaged retrievers.
+
+`udr exp seeds` trains both again with other training seeds (`train.seed`: task, query and candidate
+sampling, dropout; the data, the scored queries and the evaluation keep the global seed, so every seed
+learns from the same feedback and is tested on the same rows). Each seed is a DVC experiment,
+`dvc exp run --queue -n seed-N -S train.seed=N evaluate@epr evaluate@udr`, run by `dvc queue start -j JOBS`
+in DVC's temporary folders (the workspace's models stay the committed ones). HEAD's committed run is the
+global seed's. The table, metrics/seeds.md (and .json), gives per task each seed's score, their mean and
+standard deviation beside random, BM25 and SBERT (which no training seed moves) and the paper's values, and
+compares the retrievers seed-averaged: a paired bootstrap over the test rows in which each side's graded
+score on a resample is the mean of its seeds' (:func:`udr.experiments.dvc.compare_revisions`), over all
+trained tasks and over the tasks with signal (:mod:`udr.experiments.signal`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
+from udr.experiments.analyses import Experiment
+from udr.experiments.dvc import compare_revisions, exp_run_args, method_scores, run_queued, saved_experiments
+from udr.experiments.signal import RULE, tasks_with_signal
+from udr.experiments.tables import markdown_table
+from udr.util.files import write_json_atomic, write_text_atomic
+
+SEEDS = (1, 2)  # with the global seed's committed run: three
+SEEDED = ("epr", "udr")  # retrievers a training seed moves
+FIXED = ("random", "bm25", "sbert")  # and those it does not
+LABELS = {"random": "random", "bm25": "BM25", "sbert": "SBERT", "epr": "EPR (per task)", "udr": "UDR"}
+# The paper's Tables 1-2 (GPT-Neo-2.7B scoring and inferring, the datasets' whole test sets), for the tasks
+# whose data this project takes from the paper's own release; python_code is another dataset here.
+PAPER = {
+    "sst2": {"random": 57.7, "bm25": 74.1, "sbert": 84.3, "epr": 87.9, "udr": 92.4},
+    "sst5": {"random": 28.2, "bm25": 38.3, "sbert": 40.0, "epr": 46.9, "udr": 50.5},
+    "mr": {"random": 56.0, "bm25": 71.4, "sbert": 79.0, "epr": 80.6, "udr": 85.2},
+    "cr": {"random": 52.4, "bm25": 57.2, "sbert": 61.3, "epr": 65.7, "udr": 82.6},
+    "agnews": {"random": 74.2, "bm25": 88.4, "sbert": 88.3, "epr": 89.9, "udr": 91.5},
+    "trec": {"random": 42.6, "bm25": 89.4, "sbert": 89.4, "epr": 95.2, "udr": 96.6},
+    "copa": {"random": 71.6, "bm25": 71.2, "sbert": 72.4, "epr": 73.2, "udr": 72.8},
+    "cosmos_qa": {"random": 26.2, "bm25": 27.1, "sbert": 27.3, "epr": 28.4, "udr": 29.9},
+    "come": {"random": 41.4, "bm25": 41.4, "sbert": 41.1, "epr": 43.0, "udr": 45.6},
+    "comv": {"random": 50.5, "bm25": 50.9, "sbert": 50.3, "epr": 50.4, "udr": 63.9},
+    "snli": {"random": 33.0, "bm25": 41.5, "sbert": 42.0, "epr": 74.0, "udr": 83.6},
+    "rte": {"random": 55.6, "bm25": 50.5, "sbert": 49.8, "epr": 55.6, "udr": 65.3},
+    "subj": {"random": 60.0, "bm25": 78.8, "sbert": 88.7, "epr": 92.1, "udr": 95.0},
+    "cola": {"random": 52.8, "bm25": 53.3, "sbert": 56.3, "epr": 70.3, "udr": 78.9},
+    "break": {"random": 1.9, "bm25": 26.0, "sbert": 22.4, "epr": 31.9, "udr": 35.2},
+    "smcalflow": {"random": 8.7, "bm25": 46.1, "sbert": 43.1, "epr": 54.3, "udr": 60.4},
+    "commongen": {"random": 21.1, "bm25": 26.0, "sbert": 25.7, "epr": 25.3, "udr": 27.1},
+    "dart": {"random": 20.4, "bm25": 28.4, "sbert": 27.9, "epr": 31.8, "udr": 34.5},
+    "e2e": {"random": 21.9, "bm25": 29.2, "sbert": 24.2, "epr": 29.3, "udr": 32.6},
+}
+# The claims, seed-averaged: (A, B) as A − B.
+CLAIMS = (("udr", "epr"), ("udr", "bm25"), ("udr", "sbert"), ("epr", "sbert"), ("udr", "random"))
+SEEDED_TARGETS = tuple(f"evaluate@{m}" for m in SEEDED)
+
+
+def seed_experiments(seeds=SEEDS) -> tuple[Experiment, ...]:
+    """One DVC experiment per extra training seed: UDR and every task's EPR trained and evaluated again."""
+    return tuple(
+        Experiment(f"seed-{s}", f"training seed {s}", (f"train.seed={s}", "evaluate.shots_tasks=[]"), SEEDED_TARGETS)
+        for s in seeds
+    )
+
+
+def run_seeds(root: Path, seeds=SEEDS, *, jobs: int = 1, missing: bool = False, dry: bool = False) -> Path | None:
+    """Queue and run the seeds' experiments (with `missing`, only those not saved yet), then write the table;
+    returns its path (None on a dry run)."""
+    from udr.config import load_settings
+
+    settings = load_settings(root / "params.yaml")
+    experiments = seed_experiments(seeds)
+    if missing:
+        saved = saved_experiments(root)
+        experiments = tuple(e for e in experiments if e.name not in saved)
+    if experiments:
+        queued = [exp_run_args(e.name, e.overrides, e.targets, queue=True) for e in experiments]
+        run_queued(root, queued, settings, jobs=jobs, dry=dry)
+    return None if dry else write_seeds(root, seeds)
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def seed_table(root: Path, seeds=SEEDS) -> dict:
+    """Every number of metrics/seeds.md: per task the fixed retrievers' scores and each seed's score of the
+    seeded ones, the groups of tasks (all trained, with signal, without), and per group each claim's
+    seed-averaged interval and each seed's difference of averages."""
+    from udr.config import load_settings
+    from udr.experiments.dvc import method_results
+
+    settings = load_settings(root / "params.yaml")
+    tasks = settings.method_tasks("epr")  # the trained tasks: EPR has no model of an unseen one
+    saved = saved_experiments(root)
+    runs = [(f"seed {settings.training_seed} (HEAD)", "HEAD")]
+    runs += [
+        (f"seed {s} (seed-{s}, {saved[f'seed-{s}'][:7]})", saved[f"seed-{s}"]) for s in seeds if f"seed-{s}" in saved
+    ]
+    scores = {m: [method_scores(root, m, tasks, rev) for _, rev in runs] for m in SEEDED}
+    scores |= {m: [method_scores(root, m, tasks, "HEAD")] for m in FIXED}
+    sizes = {t: r["n"] for t, r in method_results(root, "random", tasks, "HEAD").items()}
+    signal = tasks_with_signal(root, tasks)
+    groups = {"all trained tasks": tasks}
+    if signal:
+        groups["tasks with signal"] = signal
+    if signal is not None and len(signal) < len(tasks):
+        groups["tasks without signal (no claim)"] = [t for t in tasks if t not in signal]
+    sides = {m: {t: [(m, rev) for _, rev in runs] if m in SEEDED else (m, "HEAD") for t in tasks} for m in scores}
+
+    def average(m: str, i: int, members) -> float:  # seed i's average (a fixed retriever's one run)
+        return statistics.fmean(scores[m][min(i, len(scores[m]) - 1)][t] for t in members)
+
+    claims = []
+    for group, members in groups.items():
+        for a, b in CLAIMS:
+            rows = {a: {t: sides[a][t] for t in members}}
+            _, interval = compare_revisions(root, rows, {t: sides[b][t] for t in members}, settings.seed)[a]
+            per_seed = [average(a, i, members) - average(b, i, members) for i in range(len(runs))]
+            claims.append(
+                {"group": group, "a": a, "b": b, "n": sum(sizes[t] for t in members)}
+                | {"interval": interval.to_dict(), "per_seed": per_seed}
+            )
+    return {
+        "seeds": [label for label, _ in runs],
+        "tasks": {
+            t: {"n": sizes[t], "kind": settings.task(t).kind} | {m: [s[t] for s in scores[m]] for m in scores}
+            for t in tasks
+        },
+        "groups": groups,
+        "signal_rule": RULE if signal is not None else None,
+        "claims": claims,
+        "paper": {t: PAPER[t] for t in tasks if t in PAPER},
+        "resamples": BOOTSTRAP_RESAMPLES,
+    }
+
+
+def _seeded_cells(values: list[float]) -> list[str]:
+    mean, sd = _mean_sd(values)
+    return [" / ".join(f"{v:.1f}" for v in values), f"{mean:.1f}" + (f" ± {sd:.1f}" if sd is not None else "")]
+
+
+def seeds_markdown(table: dict) -> str:
+    """metrics/seeds.md from :func:`seed_table`'s numbers."""
+    from udr.evaluation.bootstrap import Interval
+
+    seeds = len(table["seeds"])
+    header = ["task", "n", *(LABELS[m] for m in FIXED)]
+    for m in SEEDED:
+        header += [f"{LABELS[m]}: each seed", f"{LABELS[m]}: mean ± sd"]
+    header += ["paper: EPR", "paper: UDR"]
+    cells = []
+    for t, row in table["tasks"].items():
+        paper = table["paper"].get(t, {})
+        cells.append(
+            [t, str(row["n"]), *(f"{row[m][0]:.1f}" for m in FIXED)]
+            + [c for m in SEEDED for c in _seeded_cells(row[m])]
+            + [f"{paper[m]:.1f}" if m in paper else "" for m in ("epr", "udr")]
+        )
+    for group, members in table["groups"].items():
+        rows = [table["tasks"][t] for t in members]
+        fixed = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" for m in FIXED]
+        seeded = [
+            c for m in SEEDED for c in _seeded_cells([statistics.fmean(r[m][i] for r in rows) for i in range(seeds)])
+        ]
+        cells.append([f"**average: {group}**", str(sum(r["n"] for r in rows)), *fixed, *seeded, "", ""])
+    claim_cells = [
+        [
+            c["group"],
+            f"{LABELS[c['a']]} − {LABELS[c['b']]}",
+            str(c["n"]),
+            Interval.of(c["interval"]).markdown(),
+            " / ".join(f"{d:+.1f}" for d in c["per_seed"]),
+        ]
+        for c in table["claims"]
+    ]
+    signal = (
+        f"Tasks with signal: by the rule of metrics/signal.md ({table['signal_rule']})."
+        if table["signal_rule"]
+        else ("No signal rule has been run (`udr exp signal`): every trained task is averaged.")
+    )
+    return (
+        "# Training seeds\n\n"
+        f"UDR and EPR (one retriever per task) trained with {seeds} training seeds: {', '.join(table['seeds'])}. "
+        "A training seed draws the tasks, queries and candidates of each step and the dropout; the data, the "
+        "LM's feedback and the test rows are the same for every seed, so random, BM25 and SBERT have one value. "
+        "Graded metric in percent on each task's test rows; the paper's values (GPT-Neo-2.7B, the whole test "
+        "sets) beside where this project uses the paper's data. Made by `udr exp seeds` (each seed a DVC "
+        "experiment: `dvc exp show`).\n\n"
+        + markdown_table(header, cells)
+        + f"\n{signal}\n\n## Claims on seed-averaged retrievers\n\n"
+        "Each side's score on a bootstrap resample of the test rows is the mean of its seeds' scores on those "
+        f"rows; paired 95% interval of the difference of the group's average ({table['resamples']} resamples, "
+        f"every task resampled at once), **bold** where the unrounded interval clears 0 by {CLAIM_MARGIN} points "
+        "(resolved). Per seed: the difference of averages of that seed's retrievers (the fixed ones' single run).\n\n"
+        + markdown_table(["tasks", "claim", "n", "seed-averaged difference [95% CI]", "per seed"], claim_cells)
+    )
+
+
+def write_seeds(root: Path, seeds=SEEDS) -> Path:
+    """Write metrics/seeds.json and metrics/seeds.md from HEAD's run and the saved seed experiments."""
+    table = seed_table(root, seeds)
+    out = Path(root) / "metrics" / "seeds.md"
+    write_json_atomic(out.with_suffix(".json"), table)
+    write_text_atomic(out, seeds_markdown(table))
+    return out

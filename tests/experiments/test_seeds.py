@@ -73,6 +73,8 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
 
     project = with_signal
     assert run_cli(["exp", "signal"], project)[0] == 0
+    for folder in ("metrics", "data/predictions"):  # a multi-task EPR saved beside (here: EPR's predictions)
+        shutil.copytree(project / folder / "epr", project / folder / "epr-multitask")
     _git(project, "init", "-q")
     _git(project, "add", "metrics", "data/predictions")
     _git(project, "commit", "-q", "-m", "the global seed's run")
@@ -106,5 +108,9 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     assert claim["per_seed"][1] == pytest.approx(100.0 - random)
     assert claim["interval"]["difference"] == pytest.approx(sum(claim["per_seed"]) / 2)
     assert claim["n"] == 12
+    pairs = [(c["a"], c["b"]) for c in claims]
+    assert ("udr", "epr-multitask") in pairs and ("epr-multitask", "epr") in pairs
+    (same,) = [c for c in claims if (c["a"], c["b"]) == ("epr-multitask", "epr")]
+    assert same["interval"]["difference"] == 0.0 and same["per_seed"] == [0.0, 0.0]
     text = (project / "metrics" / "seeds.md").read_text()
     assert " / 100.0 |" in text and "## Claims on seed-averaged retrievers" in text

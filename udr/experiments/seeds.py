@@ -28,7 +28,9 @@ from udr.util.files import write_json_atomic, write_text_atomic
 SEEDS = (1, 2)  # with the global seed's committed run: three
 SEEDED = ("epr", "udr")  # retrievers a training seed moves
 FIXED = ("random", "bm25", "sbert")  # and those it does not
+MULTITASK = "epr-multitask"  # `udr train --epr` saved with `udr evaluate ... --save-as epr-multitask`: one seed
 LABELS = {"random": "random", "bm25": "BM25", "sbert": "SBERT", "epr": "EPR (per task)", "udr": "UDR"}
+LABELS[MULTITASK] = "multi-task EPR"
 # The paper's Tables 1-2 (GPT-Neo-2.7B scoring and inferring, the datasets' whole test sets), for the tasks
 # whose data this project takes from the paper's own release; python_code is another dataset here.
 PAPER = {
@@ -53,7 +55,15 @@ PAPER = {
     "e2e": {"random": 21.9, "bm25": 29.2, "sbert": 24.2, "epr": 29.3, "udr": 32.6},
 }
 # The claims, seed-averaged: (A, B) as A − B.
-CLAIMS = (("udr", "epr"), ("udr", "bm25"), ("udr", "sbert"), ("epr", "sbert"), ("udr", "random"))
+CLAIMS = (
+    ("udr", "epr", "one multi-task UDR over task-specific EPRs (the paper's main comparison)"),
+    ("udr", MULTITASK, "list-wise ranking over EPR's loss, both multi-task (the paper's Table 3 ablation)"),
+    (MULTITASK, "epr", "multi-task over single-task training, both with EPR's loss"),
+    ("udr", "bm25", "UDR over BM25"),
+    ("udr", "sbert", "UDR over SBERT"),
+    ("epr", "sbert", "EPR over SBERT"),
+    ("udr", "random", "UDR over random demonstrations"),
+)
 SEEDED_TARGETS = tuple(f"evaluate@{m}" for m in SEEDED)
 
 
@@ -100,7 +110,8 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
         (f"seed {s} (seed-{s}, {saved[f'seed-{s}'][:7]})", saved[f"seed-{s}"]) for s in seeds if f"seed-{s}" in saved
     ]
     scores = {m: [method_scores(root, m, tasks, rev) for _, rev in runs] for m in SEEDED}
-    scores |= {m: [method_scores(root, m, tasks, "HEAD")] for m in FIXED}
+    fixed = [*FIXED, *([MULTITASK] if _saved_at_head(root, MULTITASK, tasks) else [])]
+    scores |= {m: [method_scores(root, m, tasks, "HEAD")] for m in fixed}
     sizes = {t: r["n"] for t, r in method_results(root, "random", tasks, "HEAD").items()}
     signal = tasks_with_signal(root, tasks)
     groups = {"all trained tasks": tasks}
@@ -115,16 +126,19 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
 
     claims = []
     for group, members in groups.items():
-        for a, b in CLAIMS:
+        for a, b, meaning in CLAIMS:
+            if a not in scores or b not in scores:
+                continue
             rows = {a: {t: sides[a][t] for t in members}}
             _, interval = compare_revisions(root, rows, {t: sides[b][t] for t in members}, settings.seed)[a]
             per_seed = [average(a, i, members) - average(b, i, members) for i in range(len(runs))]
             claims.append(
-                {"group": group, "a": a, "b": b, "n": sum(sizes[t] for t in members)}
+                {"group": group, "a": a, "b": b, "claim": meaning, "n": sum(sizes[t] for t in members)}
                 | {"interval": interval.to_dict(), "per_seed": per_seed}
             )
     return {
         "seeds": [label for label, _ in runs],
+        "fixed": fixed,
         "tasks": {
             t: {"n": sizes[t], "kind": settings.task(t).kind} | {m: [s[t] for s in scores[m]] for m in scores}
             for t in tasks
@@ -137,6 +151,17 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
     }
 
 
+def _saved_at_head(root: Path, name: str, tasks) -> bool:
+    """Whether HEAD holds a saved test evaluation `name` of every task of `tasks`."""
+    from udr.errors import UdrError
+    from udr.experiments.dvc import method_results
+
+    try:
+        return set(tasks) <= set(method_results(root, name, tasks, "HEAD"))
+    except UdrError:
+        return False
+
+
 def _seeded_cells(values: list[float]) -> list[str]:
     mean, sd = _mean_sd(values)
     return [" / ".join(f"{v:.1f}" for v in values), f"{mean:.1f}" + (f" ± {sd:.1f}" if sd is not None else "")]
@@ -147,7 +172,8 @@ def seeds_markdown(table: dict) -> str:
     from udr.evaluation.bootstrap import Interval
 
     seeds = len(table["seeds"])
-    header = ["task", "n", *(LABELS[m] for m in FIXED)]
+    fixed = table["fixed"]
+    header = ["task", "n", *(LABELS[m] for m in fixed)]
     for m in SEEDED:
         header += [f"{LABELS[m]}: each seed", f"{LABELS[m]}: mean ± sd"]
     header += ["paper: EPR", "paper: UDR"]
@@ -155,17 +181,17 @@ def seeds_markdown(table: dict) -> str:
     for t, row in table["tasks"].items():
         paper = table["paper"].get(t, {})
         cells.append(
-            [t, str(row["n"]), *(f"{row[m][0]:.1f}" for m in FIXED)]
+            [t, str(row["n"]), *(f"{row[m][0]:.1f}" for m in fixed)]
             + [c for m in SEEDED for c in _seeded_cells(row[m])]
             + [f"{paper[m]:.1f}" if m in paper else "" for m in ("epr", "udr")]
         )
     for group, members in table["groups"].items():
         rows = [table["tasks"][t] for t in members]
-        fixed = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" for m in FIXED]
+        once = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" for m in fixed]
         seeded = [
             c for m in SEEDED for c in _seeded_cells([statistics.fmean(r[m][i] for r in rows) for i in range(seeds)])
         ]
-        cells.append([f"**average: {group}**", str(sum(r["n"] for r in rows)), *fixed, *seeded, "", ""])
+        cells.append([f"**average: {group}**", str(sum(r["n"] for r in rows)), *once, *seeded, "", ""])
     claim_cells = [
         [
             c["group"],

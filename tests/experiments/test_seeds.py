@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from tests.conftest import EVAL_TASKS as TASKS
+from tests.conftest import UNSEEN_TASK
 
 
 def _git(project, *args):
@@ -101,7 +102,11 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
         "all trained tasks": TASKS,
         "tasks with signal": ["sst2"],
         "tasks without signal (no claim)": ["break"],
+        "unseen tasks": [UNSEEN_TASK],
     }
+    assert "epr" not in table["tasks"][UNSEEN_TASK] and len(table["tasks"][UNSEEN_TASK]["udr"]) == 2
+    unseen = {(c["a"], c["b"]) for c in table["claims"] if c["group"] == "unseen tasks"}
+    assert ("udr", "sbert") in unseen and not any("epr" in pair for pair in unseen)
     claims = [c for c in table["claims"] if c["group"] == "all trained tasks"]
     (claim,) = [c for c in claims if (c["a"], c["b"]) == ("udr", "random")]
     random = sum(table["tasks"][t]["random"][0] for t in TASKS) / len(TASKS)

@@ -11,6 +11,9 @@ standard deviation beside random, BM25 and SBERT (which no training seed moves) 
 compares the retrievers seed-averaged: a paired bootstrap over the test rows in which each side's graded
 score on a resample is the mean of its seeds' (:func:`udr.experiments.dvc.compare_revisions`), over all
 trained tasks and over the tasks with signal (:mod:`udr.experiments.signal`).
+
+Imports of udr.config, udr.errors, udr.evaluation.bootstrap and udr.experiments.dvc's readers are inside the functions
+that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
@@ -97,29 +100,37 @@ def _mean_sd(values: list[float]) -> tuple[float, float | None]:
 
 def seed_table(root: Path, seeds=SEEDS) -> dict:
     """Every number of metrics/seeds.md: per task the fixed retrievers' scores and each seed's score of the
-    seeded ones, the groups of tasks (all trained, with signal, without), and per group each claim's
-    seed-averaged interval and each seed's difference of averages."""
+    seeded ones (EPR: the trained tasks only), the groups of tasks (all trained, with signal, without,
+    unseen), and per group each claim both sides of which cover it: its seed-averaged interval and each
+    seed's difference of averages."""
     from udr.config import load_settings
     from udr.experiments.dvc import method_results
 
     settings = load_settings(root / "params.yaml")
-    tasks = settings.method_tasks("epr")  # the trained tasks: EPR has no model of an unseen one
+    trained, tasks = settings.method_tasks("epr"), settings.evaluation_tasks()
     saved = saved_experiments(root)
     runs = [(f"seed {settings.training_seed} (HEAD)", "HEAD")]
     runs += [
         (f"seed {s} (seed-{s}, {saved[f'seed-{s}'][:7]})", saved[f"seed-{s}"]) for s in seeds if f"seed-{s}" in saved
     ]
-    scores = {m: [method_scores(root, m, tasks, rev) for _, rev in runs] for m in SEEDED}
-    fixed = [*FIXED, *([MULTITASK] if _saved_at_head(root, MULTITASK, tasks) else [])]
-    scores |= {m: [method_scores(root, m, tasks, "HEAD")] for m in fixed}
+    covered = {m: settings.method_tasks(m) for m in SEEDED}
+    fixed = [*FIXED, *([MULTITASK] if _saved_at_head(root, MULTITASK, trained) else [])]
+    covered |= {m: trained if m == MULTITASK else tasks for m in fixed}
+    scores = {m: [method_scores(root, m, covered[m], rev) for _, rev in runs] for m in SEEDED}
+    scores |= {m: [method_scores(root, m, covered[m], "HEAD")] for m in fixed}
     sizes = {t: r["n"] for t, r in method_results(root, "random", tasks, "HEAD").items()}
-    signal = tasks_with_signal(root, tasks)
-    groups = {"all trained tasks": tasks}
+    signal = tasks_with_signal(root, trained)
+    groups = {"all trained tasks": trained}
     if signal:
         groups["tasks with signal"] = signal
-    if signal is not None and len(signal) < len(tasks):
-        groups["tasks without signal (no claim)"] = [t for t in tasks if t not in signal]
-    sides = {m: {t: [(m, rev) for _, rev in runs] if m in SEEDED else (m, "HEAD") for t in tasks} for m in scores}
+    if signal is not None and len(signal) < len(trained):
+        groups["tasks without signal (no claim)"] = [t for t in trained if t not in signal]
+    unseen = [t for t in tasks if t not in trained]
+    if unseen:
+        groups["unseen tasks"] = unseen
+
+    def side(m: str, t: str):
+        return [(m, rev) for _, rev in runs] if m in SEEDED else (m, "HEAD")
 
     def average(m: str, i: int, members) -> float:  # seed i's average (a fixed retriever's one run)
         return statistics.fmean(scores[m][min(i, len(scores[m]) - 1)][t] for t in members)
@@ -127,10 +138,10 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
     claims = []
     for group, members in groups.items():
         for a, b, meaning in CLAIMS:
-            if a not in scores or b not in scores:
+            if a not in scores or b not in scores or not set(members) <= set(covered[a]) & set(covered[b]):
                 continue
-            rows = {a: {t: sides[a][t] for t in members}}
-            _, interval = compare_revisions(root, rows, {t: sides[b][t] for t in members}, settings.seed)[a]
+            rows = {a: {t: side(a, t) for t in members}}
+            _, interval = compare_revisions(root, rows, {t: side(b, t) for t in members}, settings.seed)[a]
             per_seed = [average(a, i, members) - average(b, i, members) for i in range(len(runs))]
             claims.append(
                 {"group": group, "a": a, "b": b, "claim": meaning, "n": sum(sizes[t] for t in members)}
@@ -140,7 +151,8 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
         "seeds": [label for label, _ in runs],
         "fixed": fixed,
         "tasks": {
-            t: {"n": sizes[t], "kind": settings.task(t).kind} | {m: [s[t] for s in scores[m]] for m in scores}
+            t: {"n": sizes[t], "kind": settings.task(t).kind}
+            | {m: [s[t] for s in scores[m]] for m in scores if t in covered[m]}
             for t in tasks
         },
         "groups": groups,
@@ -181,16 +193,17 @@ def seeds_markdown(table: dict) -> str:
     for t, row in table["tasks"].items():
         paper = table["paper"].get(t, {})
         cells.append(
-            [t, str(row["n"]), *(f"{row[m][0]:.1f}" for m in fixed)]
-            + [c for m in SEEDED for c in _seeded_cells(row[m])]
+            [t, str(row["n"]), *(f"{row[m][0]:.1f}" if m in row else "" for m in fixed)]
+            + [c for m in SEEDED for c in (_seeded_cells(row[m]) if m in row else ["", ""])]
             + [f"{paper[m]:.1f}" if m in paper else "" for m in ("epr", "udr")]
         )
     for group, members in table["groups"].items():
         rows = [table["tasks"][t] for t in members]
-        once = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" for m in fixed]
-        seeded = [
-            c for m in SEEDED for c in _seeded_cells([statistics.fmean(r[m][i] for r in rows) for i in range(seeds)])
-        ]
+        once = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" if all(m in r for r in rows) else "" for m in fixed]
+        seeded = []
+        for m in SEEDED:
+            each = [statistics.fmean(r[m][i] for r in rows) for i in range(seeds)] if all(m in r for r in rows) else []
+            seeded += _seeded_cells(each) if each else ["", ""]
         cells.append([f"**average: {group}**", str(sum(r["n"] for r in rows)), *once, *seeded, "", ""])
     claim_cells = [
         [

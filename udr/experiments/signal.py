@@ -7,6 +7,9 @@ margin). On a task where the choice of demonstrations moves nothing, every retri
 and averaging it into a claim only dilutes the claim. `udr exp signal` reads the three saved validation
 evaluations (`udr evaluate --split validation -m random|bm25|sbert`) and writes metrics/signal.md and
 metrics/signal.json, which the seed table (:mod:`udr.experiments.seeds`) reads.
+
+Imports of udr.project.saved_evaluations and udr.evaluation.bootstrap are inside the functions that use them, to keep
+the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ class Retriever:
     ) -> list[list[Demonstration]]:
         """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
         from udr.retriever.search import check_diversity
-        from udr.serving.filters import check_filter, filtered_search
+        from udr.serving.filters import check_filter
         from udr.serving.selection import LabelSelection
 
         check_diversity(diversity)
@@ -302,36 +302,22 @@ class Retriever:
         for i, query in enumerate(queries):
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
         served = self._served_pool(self.resolve_task(task))  # one reference: pool and searcher together
-        searcher, pool = served.searcher, served.pool
+        pool = served.pool
         self.model.note_untrained(pool.name, *self._reading(pool.name), served.base)
-        if where:  # search the rows that pass only
-            searcher, k = filtered_search(served, where, k)
-            if searcher is None:
-                return [[] for _ in queries]
+        found = served.search(
+            queries,
+            k,
+            diversity=diversity,
+            selection=selection,
+            where=where,
+            own_shape=self._read_as.get(pool.name, "") is None,
+            batch_size=self.batch_size,
+        )
         rows = pool.positions
-        labels = None
-        if selection.active:
-            from udr.serving.selection import label_ranking, pool_labels
-
-            labels = pool_labels(pool, own_shape=self._read_as.get(pool.name, "") is None)
-        out: list[list[Demonstration]] = []
-        for lo in range(0, len(queries), self.batch_size):
-            chunk = queries[lo : lo + self.batch_size]
-            if labels is None:
-                ranking = searcher.rank(chunk, k, diversity=diversity)
-                ranked = zip(ranking.ids, ranking.similarities)
-            else:
-                ranked = label_ranking(searcher, pool, labels, chunk, k, selection)
-            for ids, scores in ranked:
-                out.append(
-                    [
-                        Demonstration(
-                            int(pid), pool.inputs[rows[int(pid)]], pool.outputs[rows[int(pid)]], float(similarity)
-                        )
-                        for pid, similarity in zip(ids, scores)
-                    ]
-                )
-        return out
+        return [
+            [Demonstration(pid, pool.inputs[rows[pid]], pool.outputs[rows[pid]], sim) for pid, sim in one]
+            for one in found
+        ]
 
     def prompt(
         self,

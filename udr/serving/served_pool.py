@@ -1,4 +1,5 @@
-"""A pool served for retrieval: the pool with the searcher over its embeddings, built as one object.
+"""A pool served for retrieval: the pool with the searcher over its embeddings, built as one object, and its
+search (with metadata filters and label-aware selection).
 
 UDR embeds a pool with its task instruction (the model's `udr index` of a pipeline pool where it has one, else
 the on-disk cache, :mod:`udr.serving.pool_cache`); where the base encoder serves the pool
@@ -12,12 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from udr.errors import UdrError
 from udr.paths import Paths
 from udr.serving.served_model import ServedModel
 from udr.util.files import file_sha256
+
+if TYPE_CHECKING:
+    from udr.serving.selection import LabelSelection
 
 SEARCHES = ("exact", "approximate")
 
@@ -31,6 +35,46 @@ class ServedPool:
     base: str = ""  # served with the base encoder: BY_EVIDENCE or AS_ASKED ("": UDR serves it)
     # Metadata filter -> the searcher over the rows that pass it (udr.serving.filters.filtered_search).
     filtered: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def search(
+        self,
+        queries: list[str],
+        k: int,
+        *,
+        diversity: float = 0.0,
+        selection: LabelSelection | None = None,
+        where: dict | None = None,
+        own_shape: bool = False,
+        batch_size: int = 64,
+    ) -> list[list[tuple[int, float]]]:
+        """(pool id, similarity) of the k best rows for each query, `batch_size` queries at a time: by similarity,
+        or MMR's pick order with `diversity` (:meth:`udr.retriever.search.DenseRetriever.rank`), or the label-aware
+        order with an active `selection` (:mod:`udr.serving.selection`; `own_shape`: an own pool's rows in the
+        generation shape); among the rows that pass `where` only (:mod:`udr.serving.filters`)."""
+        searcher = self.searcher
+        if where:  # search the rows that pass only
+            from udr.serving.filters import filtered_search
+
+            searcher, k = filtered_search(self, where, k)
+            if searcher is None:
+                return [[] for _ in queries]
+        labels = None
+        if selection is not None and selection.active:
+            from udr.serving.selection import label_ranking, pool_labels
+
+            labels = pool_labels(self.pool, own_shape=own_shape)
+        out: list[list[tuple[int, float]]] = []
+        for lo in range(0, len(queries), batch_size):
+            chunk = queries[lo : lo + batch_size]
+            if labels is None:
+                ranking = searcher.rank(chunk, k, diversity=diversity)
+                ranked = zip(ranking.ids, ranking.similarities)
+            else:
+                ranked = label_ranking(searcher, self.pool, labels, chunk, k, selection)
+            out.extend(
+                [(int(pid), float(similarity)) for pid, similarity in zip(ids, scores)] for ids, scores in ranked
+            )
+        return out
 
 
 def check_search(search: str, device_type: str) -> str:

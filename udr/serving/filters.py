@@ -95,7 +95,7 @@ def _shown(where: Mapping) -> str:
 def filtered_search(served, where: Mapping, k: int):
     """(the searcher over the rows of `served`'s pool that pass `where`, the k to ask it for): k, or the number
     of rows that pass where it is fewer (said in a notice); (None, 0) where no row passes. `served`: a
-    :class:`udr.serving.api.ServedPool`, whose `filtered` keeps the searchers of its recent filters."""
+    :class:`udr.serving.served_pool.ServedPool`, whose `filtered` keeps the searchers of its recent filters."""
     from udr.retriever.search import ApproximateIndex, DenseRetriever
 
     pool, searcher = served.pool, served.searcher

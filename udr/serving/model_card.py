@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.paths import Paths
 from udr.retriever.record import read_record, rounds, trained_tasks
 from udr.util.readers import read_parquet_checked
 from udr.util.schemas import EvaluationResult, LastTrainingRun, PreparedMeta, TrainingRun, model_from, read_model
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 # What fixes a model record that lacks what its card states.
 AGAIN = "train the model again with this udr (its record lacks what the model card states)"
@@ -79,7 +83,7 @@ def _base_encoder(record: dict) -> str:
     return str((record.get("models") or {}).get("encoder") or "not recorded")
 
 
-def _pool_rows(settings, model_dir: Path, name: str) -> str:
+def _pool_rows(settings: Settings, model_dir: Path, name: str) -> str:
     """The rows of a task's pool: the copy the model folder carries, else the project's prepared split."""
     carried = Paths.model_pool(model_dir, name)
     if carried.is_file():
@@ -91,7 +95,7 @@ def _pool_rows(settings, model_dir: Path, name: str) -> str:
     return "?" if kept is None else str(kept)
 
 
-def card_tasks(settings, model_dir: Path, names: list[str] | None = None) -> dict:
+def card_tasks(settings: Settings, model_dir: Path, names: list[str] | None = None) -> dict:
     """{name: Task} the card and the export's prompts describe: `names` (as the model folder or the project
     declares them), else the tasks whose pools the model folder carries (`udr index`), else the project's."""
     from udr.serving.pools import model_pool_tasks, model_tasks
@@ -105,7 +109,7 @@ def card_tasks(settings, model_dir: Path, names: list[str] | None = None) -> dic
     return carried or {n: settings.task(n) for n in settings.prepared_task_names()}
 
 
-def _task_rows(settings, model_dir: Path, tasks: dict, record: dict | None) -> list[str]:
+def _task_rows(settings: Settings, model_dir: Path, tasks: dict, record: dict | None) -> list[str]:
     """The table of tasks: those the export carries, then any the model was trained on that it does not
     carry (an initial model's tasks, say), each with its role: trained on (in this training, or inherited
     from the model training started from), or served only."""
@@ -137,7 +141,7 @@ def _task_rows(settings, model_dir: Path, tasks: dict, record: dict | None) -> l
     return rows
 
 
-def _examples(settings, model_dir: Path, task: str) -> list[tuple[str, str]]:
+def _examples(settings: Settings, model_dir: Path, task: str) -> list[tuple[str, str]]:
     """Two (input, target) rows of a task's pool, for the usage snippets."""
     text = {"input": "text", "target": "text"}
     for path in (Paths.model_pool(model_dir, task), settings.paths.prepared(task, "train")):
@@ -250,7 +254,7 @@ def _model_lines(record: dict | None, encoder, model_dir: Path) -> list[str]:
     return [*lines, *(_run_line(run, "  - **") for run in own)]
 
 
-def _saved_evaluations(settings) -> list[tuple[str, str]]:
+def _saved_evaluations(settings: Settings) -> list[tuple[str, str]]:
     """(name, split) of every evaluation the project holds: the methods' and `udr evaluate --save-as`
     names', on test (metrics/NAME/) and validation (metrics/validation/NAME/), the methods first."""
     from udr.config import METHODS
@@ -276,7 +280,7 @@ def _read_result(path: Path) -> dict:
         return {}
 
 
-def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
+def _results(settings: Settings, model_dir: Path, tasks: dict) -> list[str]:
     """The evaluations the project holds of this very model (their results name its fingerprint), the
     pipeline's and those saved under a name (`udr evaluate --save-as`): the whole results.md where every
     UDR result is this model's, else a table of its own results."""
@@ -308,7 +312,7 @@ def _results(settings, model_dir: Path, tasks: dict) -> list[str]:
     ]
 
 
-def model_card(settings, model_dir: Path, where: str, tasks: dict | None = None) -> str:
+def model_card(settings: Settings, model_dir: Path, where: str, tasks: dict | None = None) -> str:
     """The README.md of an export of the bi-encoder at `model_dir`, written from the model's own record
     (what it was trained on and how), the pools it carries and the project's evaluations of this very
     model; `where` is how its usage snippets name the export (a path or a hub id)."""

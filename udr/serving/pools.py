@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from udr.errors import UdrError
 from udr.paths import Paths
 from udr.retriever.index import read_model_declarations
 from udr.util.readers import read_parquet_checked
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 OWN_POOL = "own"
 
@@ -68,7 +72,7 @@ class Pool:
         return list(dict.fromkeys(column for meta in self.metadata for column in meta))
 
 
-def project_settings(root: Path, params: Path | None = None):
+def project_settings(root: Path, params: Path | None = None) -> Settings | None:
     """The settings of the project at `root` (its params file: `params`, default root/params.yaml), or
     None where it has none."""
     from udr.config import load_settings

@@ -9,9 +9,9 @@ transformers' `BertModel` computes (embeddings, scaled-dot-product attention, GE
 layers), so its embeddings equal the bi-encoder's (tested); other architectures, or an accelerator,
 use the full :class:`udr.retriever.encoder.BiEncoder`.
 
-:class:`ServingEncoder` is what :class:`udr.serving.api.Retriever` holds: queries through the light
-encoder where it applies, and the full bi-encoder loaded on first need (embedding a pool that is in
-neither the index nor the cache, or a model the light path does not cover).
+:class:`ServingEncoder` is the encoder of a retriever's served model (:class:`udr.serving.served_model.ServedModel`):
+queries through the light encoder where it applies, and the full bi-encoder loaded on first need (embedding a pool
+that is in neither the index nor the cache, or a model the light path does not cover).
 
 Imports of numpy, safetensors, tokenizers, torch and udr.retriever.encoder are inside the functions that use them,
 to keep `from udr import Retriever` and `udr retrieve` light.

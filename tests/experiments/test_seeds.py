@@ -119,3 +119,27 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     assert same["interval"]["difference"] == 0.0 and same["per_seed"] == [0.0, 0.0]
     text = (project / "metrics" / "seeds.md").read_text()
     assert " / 100.0 |" in text and "## Claims on seed-averaged retrievers" in text
+
+
+def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli):
+    """metrics/claims.md takes each claim's interval and seeds from metrics/seeds.json and the suite's
+    comparison files, leaves out what is missing, and says whether each is resolved."""
+    from udr.experiments.paper_claims import claims_rows
+
+    metrics = tmp_path / "metrics"
+    (metrics / "suite").mkdir(parents=True)
+    assert claims_rows(tmp_path) == []
+    interval = {"difference": 2.0, "low": 0.6, "high": 3.4, "resolved": True}
+    claim = {"a": "udr", "b": "epr", "group": "tasks with signal", "n": 160, "interval": interval}
+    seeds = {"claims": [claim | {"per_seed": [1.0, 2.5, 2.5]}], "groups": {"tasks with signal": ["sst2", "trec"]}}
+    (metrics / "seeds.json").write_text(json.dumps(seeds))
+    below = {"difference": -1.0, "low": -2.0, "high": 0.1, "resolved": False}
+    suite = {"subj": {"n": 300}, "cola": {"n": 300}, "average": below}
+    (metrics / "suite" / "compare-sbert-held-out.json").write_text(json.dumps(suite))
+    code, _, err = run_cli(["exp", "claims"], tmp_path)
+    assert code == 0, err
+    text = (metrics / "claims.md").read_text()
+    assert "| default run, tasks with signal (sst2, trec): UDR − per-task EPR | 160 | **+2.0 [+0.6, +3.4]** |" in text
+    assert "+1.0 / +2.5 / +2.5 | resolved above |" in text
+    assert "| suite: three held-out families, UDR − SBERT | 600 | -1.0 [-2.0, +0.1] | one seed | not resolved |" in text
+    assert "multi-task EPR" not in text  # no source for it

@@ -178,6 +178,14 @@ def exp_seeds_cmd(
         console().print(f"-> {out}")
 
 
+@exp_app.command("claims")
+def exp_claims_cmd() -> None:
+    """The paper's four claims beside what this project measured (seed table, suite) -> metrics/claims.md."""
+    from udr.experiments.paper_claims import write_claims
+
+    console().print(f"-> {write_claims(Path('.'))}")
+
+
 CandidatesOpt = Annotated[
     int, typer.Option("--candidates", "-n", min=2, help="Candidates per validation query, from BM25 ∪ SBERT.")
 ]

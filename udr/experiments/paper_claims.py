@@ -1,0 +1,86 @@
+"""metrics/claims.md: the paper's four claims, each beside what this project measured, with its paired
+interval and, where the retrievers were trained with several seeds, each seed's difference.
+
+It gathers what other tables computed and computes nothing itself: the default run's seed table
+(metrics/seeds.json, :mod:`udr.experiments.seeds`) and, where it was run, the offline suite's comparisons
+(metrics/suite/compare-<baseline>-<group>.json: one seed). A missing source leaves its rows out.
+`udr exp claims` writes it; `docs/sync_readme.py` copies it into the README.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from udr.evaluation.bootstrap import Interval
+from udr.experiments.tables import markdown_table
+from udr.util.files import write_text_atomic
+from udr.util.readers import read_json
+
+# (the paper's claim, [(seed-table claim (a, b), its group), ...], [(suite baseline, suite group, label)])
+PAPER_CLAIMS = (
+    (
+        "one multi-task UDR beats task-specific EPRs (Tables 1-2)",
+        [(("udr", "epr"), "tasks with signal"), (("udr", "epr"), "all trained tasks")],
+        [],
+    ),
+    (
+        "list-wise ranking beats EPR's loss, both multi-task (Table 3)",
+        [(("udr", "epr-multitask"), "tasks with signal")],
+        [("epr", "trained", "suite: 16 trained tasks, UDR − multi-task EPR")],
+    ),
+    (
+        "multi-task training is at least single-task (Table 3)",
+        [(("epr-multitask", "epr"), "tasks with signal")],
+        [],
+    ),
+    (
+        "UDR transfers to unseen tasks, above SBERT (Table 5)",
+        [(("udr", "sbert"), "unseen tasks")],
+        [("sbert", "held-out", "suite: three held-out families, UDR − SBERT")],
+    ),
+)
+LABELS = {"udr": "UDR", "epr": "per-task EPR", "epr-multitask": "multi-task EPR", "sbert": "SBERT", "bm25": "BM25"}
+
+
+def finding(interval: Interval) -> str:
+    if not interval.resolved:
+        return "not resolved"
+    return "resolved above" if interval.difference > 0 else "resolved below"
+
+
+def claims_rows(root: Path) -> list[list[str]]:
+    """The table's rows from the seed table and the suite's comparisons found under `root`."""
+    metrics = Path(root) / "metrics"
+    seeds = (
+        read_json(metrics / "seeds.json", "seed table", "run `udr exp seeds --table`")
+        if (metrics / "seeds.json").is_file()
+        else None
+    )
+    rows = []
+    for claim, seeded, suite in PAPER_CLAIMS:
+        for (a, b), group in seeded:
+            found = [c for c in (seeds or {}).get("claims", []) if (c["a"], c["b"], c["group"]) == (a, b, group)]
+            if not found:
+                continue
+            c, iv = found[0], Interval.of(found[0]["interval"])
+            tasks = seeds["groups"][group]
+            evidence = f"default run, {group} ({', '.join(tasks)}): {LABELS[a]} − {LABELS[b]}"
+            per_seed = " / ".join(f"{d:+.1f}" for d in c["per_seed"])
+            rows.append([claim, evidence, str(c["n"]), iv.markdown(), per_seed, finding(iv)])
+        for baseline, group, label in suite:
+            path = metrics / "suite" / f"compare-{baseline}-{group}.json"
+            if not path.is_file():
+                continue
+            compared = read_json(path, "suite comparison")
+            iv = Interval.of(compared["average"])
+            n = sum(v["n"] for k, v in compared.items() if k != "average")
+            rows.append([claim, label, str(n), iv.markdown(), "one seed", finding(iv)])
+    return rows
+
+
+def write_claims(root: Path) -> Path:
+    """Write metrics/claims.md; returns its path."""
+    header = ["the paper's claim", "measured here", "n", "difference [95% CI]", "each seed", "finding"]
+    out = Path(root) / "metrics" / "claims.md"
+    write_text_atomic(out, markdown_table(header, claims_rows(root)))
+    return out

@@ -43,7 +43,7 @@ def train_adapted(settings, *, progress: bool) -> Path:
     return out
 
 
-def open_workspace(project_settings, request, folder: Path, *, say):
+def open_workspace(project_settings, request: adapt.AdaptRequest, folder: Path, *, say) -> adapt.StepRecord:
     """The step record of the run in the workspace `folder` (resolved and locked by the caller): a new
     workspace's (written with it; what the input files alone decide is checked before), or that of the
     run of the same request there, resumed (:func:`udr.project.adapt.resumed_record`)."""
@@ -78,7 +78,7 @@ def open_workspace(project_settings, request, folder: Path, *, say):
     return adapt.StepRecord.read(folder)
 
 
-def plan_run(settings, request, rates, params: Path, *, say) -> dict:
+def plan_run(settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: Path, *, say) -> dict:
     """The plan of a run over the prepared task (:func:`udr.project.adapt.plan_adaptation`), said, and its
     budget of scored queries written to the workspace's params file; returned as a mapping (recorded)."""
     from udr.data.prepare import read_prepared
@@ -116,7 +116,7 @@ def prepare_pool(settings, task: str, say) -> None:
         say(cut)
 
 
-def run_adapt(project_settings, request, *, say, progress: bool = True):
+def run_adapt(project_settings, request: adapt.AdaptRequest, *, say, progress: bool = True) -> adapt.Outcome:
     """`udr adapt`: the steps of :mod:`udr.project.adapt` in the workspace `request.folder`, a new one or
     the one a run of the same request left (its finished steps skipped; `request.restart`: started over);
     returns the outcome, also written to the workspace's `metrics/adapt.json` and `metrics/adapt.md`. The

@@ -3,8 +3,10 @@
 that call them (the commands, the `udr exp` experiments, serving a project's retriever), are the only
 modules that read a project's whole settings and paths; the library under them (data, feedback, lm,
 retriever, evaluation, util) takes explicit arguments or one settings section, and imports none of them.
-Only the commands import the stages: the experiments, serving and udr/project reach the library directly, and so
-do the scripts beside the package (benchmarks/, tools/), which import no stage and no command either."""
+Only the commands and udr/workflows (where stages are composed) import the stages: a command runs one stage, a
+run of several is a workflow's, and only the commands import a workflow. The experiments, serving and
+udr/project reach the library directly, and so do the scripts beside the package (benchmarks/, tools/),
+which import no stage, workflow or command either."""
 
 from __future__ import annotations
 
@@ -19,14 +21,16 @@ from udr.config import Settings
 
 PKG = Path(__file__).resolve().parents[1] / "udr"
 LIBRARY = ("data", "feedback", "lm", "retriever", "evaluation", "util")
-ABOVE_THE_LIBRARY = ("udr.stages", "udr.project", "udr.cli", "udr.experiments", "udr.serving")
+ABOVE_THE_LIBRARY = ("udr.stages", "udr.project", "udr.cli", "udr.experiments", "udr.serving", "udr.workflows")
 # The layers above the library that import no stage: a stage module is its `udr <command>`'s alone.
 STAGE_FREE = ("experiments", "serving", "project")
 STAGE_LINES = 200  # a stage loads, calls the library and writes: no more lines than this
 # The scripts beside the package, and the layers they never import: a stage's or a command's code is its
 # command's driver; a script reaches the library or udr/project (what reads a project) instead.
 SCRIPT_DIRS = ("benchmarks", "tools")
-NOT_FOR_SCRIPTS = ("udr.stages", "udr.cli")
+NOT_FOR_SCRIPTS = ("udr.stages", "udr.workflows", "udr.cli")
+# The layers that compose stages: the commands (one stage each) and udr/workflows (several, chained).
+STAGE_COMPOSERS = ("cli", "workflows")
 # Modules of udr/stages that are no DVC stage's, each named with why it is still there, so that none is
 # added unnoticed: udr/stages/report.py (edited elsewhere) still imports the saved evaluations from here.
 NOT_STAGES: dict[str, str] = {}  # a module of udr/stages that is not a stage, with why (none now)
@@ -154,6 +158,50 @@ def test_the_experiments_serving_and_project_import_no_stage(module):
         assert "udr.stages" not in text, f"{_name(module)} names a stage module (udr.stages): name the library's"
 
 
+def _modules() -> list[Path]:
+    return sorted(PKG.rglob("*.py"))
+
+
+def _layer(module: Path) -> str:
+    return module.relative_to(PKG).parts[0]
+
+
+def test_only_the_commands_and_workflows_import_a_stage():
+    """Outside udr/stages itself, a stage's module is imported by the commands and udr/workflows alone."""
+    importers = {
+        _name(p)
+        for p in _modules()
+        if _layer(p) != "stages" and any(s.startswith("udr.stages") for s, _ in _imports(ast.parse(p.read_text())))
+    }
+    assert {"udr/cli/pipeline", "udr/workflows/adapt"} <= importers
+    assert all(_layer(PKG.parent / f"{n}.py") in STAGE_COMPOSERS for n in importers), sorted(importers)
+
+
+@pytest.mark.parametrize("module", sorted((PKG / "cli").glob("*.py")), ids=_name)
+def test_a_command_runs_one_stage_and_a_chain_of_stages_is_a_workflow(module):
+    """Each function of udr/cli imports at most one stage module: a run that chains stages goes in
+    udr/workflows, and its command parses options into a request and shows the outcome."""
+    for fn in ast.walk(ast.parse(module.read_text())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            stages = {s for s, _ in _imports(fn) if s.startswith("udr.stages")}
+            where = f"{_name(module)}:{fn.lineno} {fn.name}"
+            assert len(stages) <= 1, f"{where} runs {sorted(stages)}: chaining stages belongs in udr/workflows"
+
+
+@pytest.mark.parametrize("module", [p for p in _modules() if _layer(p) not in ("cli", "workflows")], ids=_name)
+def test_only_the_commands_import_a_workflow(module):
+    """A workflow composes stages for a command: nothing under it (stages, udr/project, serving, the
+    experiments, the library) imports one."""
+    for source, _ in _imports(ast.parse(module.read_text())):
+        assert not source.startswith("udr.workflows"), f"{_name(module)} imports {source}, a layer above it"
+
+
+@pytest.mark.parametrize("module", sorted((PKG / "workflows").glob("*.py")), ids=_name)
+def test_a_workflow_imports_no_command(module):
+    for source, _ in _imports(ast.parse(module.read_text())):
+        assert not source.startswith("udr.cli"), f"{_name(module)} imports {source}: a command is above it"
+
+
 def _scripts() -> list[Path]:
     return sorted(p for folder in SCRIPT_DIRS for p in (PKG.parent / folder).rglob("*.py"))
 
@@ -165,8 +213,8 @@ def test_the_scripts_are_found():
 
 @pytest.mark.parametrize("script", _scripts(), ids=lambda p: p.relative_to(PKG.parent).as_posix())
 def test_benchmarks_and_tools_import_no_stage_and_no_command(script):
-    """benchmarks/ and tools/ run the library, udr/project, serving or the experiments, never a stage's or a
-    command's module (a command is run as `udr ...` in a process of its own)."""
+    """benchmarks/ and tools/ run the library, udr/project, serving or the experiments, never a stage's, a
+    workflow's or a command's module (a command is run as `udr ...` in a process of its own)."""
     for source, _ in _imports(ast.parse(script.read_text())):
         assert not source.startswith(NOT_FOR_SCRIPTS), (
             f"{script.relative_to(PKG.parent)} imports {source}: import the library (or udr/project) instead"

@@ -129,10 +129,10 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
     assert json.loads((ws / "metrics" / "adapt.json").read_text())["choice"] == report["choice"]
 
     # A run stopped in a middle step (validating UDR), run again, finishes with the same recommendation.
-    import udr.cli.adapt as adapt_cli
+    import udr.workflows.adapt as adapt_workflow
 
     stopped = [*args, "--dir", str(tmp_path / "stopped")]
-    real = adapt_cli.evaluate_candidate
+    real = adapt_workflow.evaluate_candidate
 
     def killed(settings, task, method, split, **kw):
         if (method, split) == ("udr", "validation"):
@@ -140,7 +140,7 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
         return real(settings, task, method, split, **kw)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(adapt_cli, "evaluate_candidate", killed)
+        mp.setattr(adapt_workflow, "evaluate_candidate", killed)
         code, _, err = run_cli(stopped, root)
         assert code == 1 and err.strip().splitlines()[-1] == "udr: error: simulated kill", err
     steps = json.loads((tmp_path / "stopped" / "adapt-steps.json").read_text())["done"]
@@ -166,7 +166,7 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
 
     # --restart starts over: the run there removed, the new request's record written (stopped again at once).
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(adapt_cli, "evaluate_candidate", killed)
+        mp.setattr(adapt_workflow, "evaluate_candidate", killed)
         mp.setattr("udr.stages.prepare.run_prepare", refuse)
         code, _, err = run_cli([*stopped, "--queries", "7", "--restart"], root)
         assert code == 1 and err.strip().splitlines()[-1] == "udr: error: stop", err

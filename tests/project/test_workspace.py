@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -212,16 +213,19 @@ def test_what_the_files_alone_decide_is_refused_before_anything_is_written(proje
 def test_validation_rows_that_leave_no_pool_are_refused_before_anything_is_written(project, run_cli):
     from udr.config import load_settings
     from udr.errors import UdrError
-    from udr.project.workspace import init_workspace
+    from udr.project.workspace import WorkspaceRequest, init_workspace
 
     root, csv = project
     settings = load_settings(root / "params.yaml")
     folder = root / "workspaces" / "opinions"
-    kwargs = {"label_column": "sentiment", "test_source": None}
+
+    def request(validation: int) -> WorkspaceRequest:
+        return WorkspaceRequest("opinions", csv, folder, label_column="sentiment", validation=validation)
+
     with pytest.raises(UdrError, match=r"--validation 31: .* has 32 train rows.* --validation 30 or less"):
-        init_workspace(settings, "opinions", csv, folder, validation=31, **kwargs)  # 40 rows, 8 carved for test
+        init_workspace(settings, request(31))  # 40 rows, 8 carved for test
     assert not (root / "workspaces").exists()
-    init_workspace(settings, "opinions", csv, folder, validation=30, **kwargs)  # the most `udr prepare` takes
+    init_workspace(settings, request(30))  # the most `udr prepare` takes
     code, _, err = run_cli(["prepare"], folder)
     assert code == 0, err
 
@@ -234,3 +238,32 @@ def test_a_workspace_another_process_writes_is_refused_naming_its_pid(project, r
         code, _, err = run_cli(["init-task", "opinions", "--from", str(csv), "--label", "sentiment"], root)
     assert code == 1 and f"pid {pid}" in err and "workspace" in err and len(err.strip().splitlines()) == 1, err
     assert not (root / "workspaces").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"name": "my task"}, "bad task name 'my task': 1-64 letters"),
+        ({"name": "x" * 65}, "bad task name"),
+        ({"max_train": 1}, "--max-train 1: the demonstration pool needs 2 rows or more"),
+        ({"max_test": 0}, "--max-test 0: keep 1 test row or more"),
+        ({"validation": 0}, "--validation 0: carve 1 row or more"),
+    ],
+)
+def test_a_workspace_request_with_a_bad_value_is_one_line(tmp_path, fields, message):
+    from udr.errors import UdrError
+    from udr.project.workspace import WorkspaceRequest
+
+    with pytest.raises(UdrError) as refused:
+        WorkspaceRequest(**{"name": "opinions", "source": "rows.csv", "folder": tmp_path / "ws", **fields})
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "ws").exists()
+
+
+def test_a_workspace_request_holds_paths_and_the_tasks_caps():
+    from udr.project.workspace import WorkspaceRequest
+
+    request = WorkspaceRequest("opinions", "rows.csv", "ws", test="test.csv", max_train=50, max_test=9)
+    assert (request.source, request.folder, request.test) == (Path("rows.csv"), Path("ws"), Path("test.csv"))
+    assert request.caps == {"max_train": 50, "max_test": 9}
+    assert WorkspaceRequest("opinions", "rows.csv", "ws", validation=30).caps["validation"] == 30

@@ -540,23 +540,22 @@ def init_task_cmd(
     """Make a workspace for your own classification task: a folder with its own params.yaml and the task's
     declaration and data, whose runs write their data, models and metrics there and leave the project's
     pipeline as it is; its models/base, final and epr link to the project's."""
-    from udr.project.workspace import init_workspace
+    from udr.project.workspace import WorkspaceRequest, init_workspace
 
     settings = load(params, set_)
-    folder = folder if folder is not None else settings.root / "workspaces" / name
-    ws = init_workspace(
-        settings,
-        name,
-        from_,
-        folder,
+    request = WorkspaceRequest(
+        name=name,
+        source=from_,
+        folder=folder if folder is not None else settings.root / "workspaces" / name,
+        test=test,
         input_column=input_column,
         label_column=label_column,
         instruction=instruction,
         metric=metric,
         max_train=max_train,
         max_test=max_test,
-        test_source=test,
     )
+    ws = init_workspace(settings, request)
     where = shown_path(ws.folder, Path.cwd())
     rows = f"{ws.rows} rows" if ws.test_rows is None else f"{ws.rows} rows + {ws.test_rows} test rows"
     console().print(

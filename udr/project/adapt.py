@@ -1,5 +1,5 @@
 """`udr adapt`'s decisions: from a user's labelled file to the best demonstration retriever for their task,
-with the evidence. The command (:mod:`udr.cli.adapt`) runs a workspace (:mod:`udr.project.workspace`)
+with the evidence. Its run (:mod:`udr.workflows.adapt`) takes a workspace (:mod:`udr.project.workspace`)
 through a short sequence of named steps, each one of the project's own stages run inside it, so the default
 pipeline is left as it is:
 

@@ -100,72 +100,71 @@ def workspace_params(project_raw: dict, project_root: Path, folder: Path, name: 
     return raw
 
 
-def init_workspace(
-    settings,
-    name: str,
-    source: Path,
-    folder: Path,
-    *,
-    input_column: str | None = None,
-    label_column: str | None = None,
-    instruction: str | None = None,
-    metric: str | None = None,
-    max_train: int = 1000,
-    max_test: int = 200,
-    test_source: Path | None = None,
-    validation: int | None = None,
-    extra_files: dict[str, str] | None = None,
-) -> Workspace:
-    """Write `folder` (it must not exist; locked, :mod:`udr.util.locks`, before it is checked) for the
-    classification task `name` over the data file `source` (and `test_source`, its test split, read with
-    the same columns): `data/tasks/<name>.yaml` and a copy of the file(s) beside it, `params.yaml`
-    (:func:`workspace_params`; `validation`: rows carved from the train rows to choose settings on), links
-    to the project's models, and `extra_files` ({name: text}, e.g. `udr adapt`'s step record); written beside,
-    then renamed. What the files alone decide (:func:`check_rows`) is checked before anything is written."""
-    from udr.data.declarations import TASK_NAME
+@dataclass(frozen=True)
+class WorkspaceRequest:
+    """What the user asked `udr init-task` for (the command's options): the classification task `name` over
+    the data file `source` (and `test`, its test rows, read with the same columns) in the workspace
+    `folder`, its pool and test rows capped (`validation`: rows carved from the train rows to choose settings
+    on). Made, it is checked: a bad task name or cap is a one-line UdrError."""
 
-    if not TASK_NAME.fullmatch(name):
-        raise UdrError(
-            f"bad task name {name!r}: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
-        )
+    name: str
+    source: Path
+    folder: Path
+    test: Path | None = None
+    input_column: str | None = None
+    label_column: str | None = None
+    instruction: str | None = None
+    metric: str | None = None
+    max_train: int = 1000
+    max_test: int = 200
+    validation: int | None = None
+
+    def __post_init__(self) -> None:
+        from udr.data.declarations import TASK_NAME
+
+        if not TASK_NAME.fullmatch(self.name):
+            raise UdrError(
+                f"bad task name {self.name!r}: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+            )
+        if self.max_train < 2:
+            raise UdrError(f"--max-train {self.max_train}: the demonstration pool needs 2 rows or more")
+        if self.max_test < 1:
+            raise UdrError(f"--max-test {self.max_test}: keep 1 test row or more")
+        if self.validation is not None and self.validation < 1:
+            raise UdrError(f"--validation {self.validation}: carve 1 row or more, or leave it out")
+        for name in ("source", "folder", "test"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, Path(value) if value is not None else None)
+
+    @property
+    def caps(self) -> dict:
+        """The task's caps in the workspace's params (`prepare.tasks.<name>`)."""
+        return {
+            "max_train": self.max_train,
+            "max_test": self.max_test,
+            **({"validation": self.validation} if self.validation else {}),
+        }
+
+
+def init_workspace(settings, request: WorkspaceRequest, *, extra_files: dict[str, str] | None = None) -> Workspace:
+    """Write the workspace `request.folder` (it must not exist; locked, :mod:`udr.util.locks`, before it is
+    checked): `data/tasks/<name>.yaml` and a copy of the file(s) beside it, `params.yaml`
+    (:func:`workspace_params`), links to the project's models, and `extra_files` ({name: text}, e.g. `udr
+    adapt`'s step record); written beside, then renamed. What the files alone decide (:func:`check_rows`) is
+    checked before anything is written."""
+    name = request.name
     if name in settings.registry:
         raise UdrError(
             f"task '{name}' already exists in this project ({settings.task(name).declared_in}); choose another name"
         )
-    shown = folder
-    folder = resolve_target(folder, "--dir")  # `..` and links resolved, a file above it refused, before any work
+    folder = resolve_target(request.folder, "--dir")  # `..` and links resolved, a file above it refused, first
     with holding(folder, "workspace"):
         if folder.exists():
-            raise UdrError(f"{shown} already exists: give another --dir, or remove it first")
-        return _write_workspace(
-            settings,
-            name,
-            Path(source),
-            folder,
-            input_column=input_column,
-            label_column=label_column,
-            instruction=instruction,
-            metric=metric,
-            caps={"max_train": max_train, "max_test": max_test, **({"validation": validation} if validation else {})},
-            test_source=Path(test_source) if test_source is not None else None,
-            extra_files=extra_files or {},
-        )
+            raise UdrError(f"{request.folder} already exists: give another --dir, or remove it first")
+        return _write_workspace(settings, request, folder, extra_files or {})
 
 
-def _write_workspace(
-    settings,
-    name: str,
-    source: Path,
-    folder: Path,
-    *,
-    input_column: str | None,
-    label_column: str | None,
-    instruction: str | None,
-    metric: str | None,
-    caps: dict,
-    test_source: Path | None,
-    extra_files: dict[str, str],
-) -> Workspace:
+def _write_workspace(settings, request: WorkspaceRequest, folder: Path, extra_files: dict[str, str]) -> Workspace:
     """:func:`init_workspace`'s work, under its lock: the files read and checked, then the folder written."""
     import yaml
 
@@ -174,12 +173,13 @@ def _write_workspace(
     from udr.data.sources import check_columns, read_records
     from udr.util.safe_yaml import load_yaml
 
-    records = read_records(Path(source), name)
+    name, source, test_source, caps = request.name, request.source, request.test, request.caps
+    records = read_records(source, name)
     if not records:
         raise UdrError(f"task {name}: data file {source} has no rows")
     columns = [str(c) for c in records[0][1]]
-    input_column = _pick(columns, input_column, INPUT_COLUMNS, "--input", source)
-    label_column = _pick(columns, label_column, LABEL_COLUMNS, "--label", source)
+    input_column = _pick(columns, request.input_column, INPUT_COLUMNS, "--input", source)
+    label_column = _pick(columns, request.label_column, LABEL_COLUMNS, "--label", source)
     labels = {str(r.get(label_column)).strip() for _, r in records}
     if len(labels) < 2:
         raise UdrError(
@@ -192,19 +192,19 @@ def _write_workspace(
             f"--test {test_source} holds the rows of --from {source}: a test file must be rows apart "
             "(leave --test out to carve test rows from --from)"
         )
-    test_records = _test_records(Path(test_source), name, input_column, label_column, labels) if test_source else None
+    test_records = _test_records(test_source, name, input_column, label_column, labels) if test_source else None
     check_rows(records, input_column, caps, test_records is not None, settings.prepare.test_fraction, source)
-    data_file = f"{name}{Path(source).suffix.lower()}"
+    data_file = f"{name}{source.suffix.lower()}"
     files = {"train": data_file}
     if test_source is not None:
-        files["test"] = f"{name}-test{Path(test_source).suffix.lower()}"
+        files["test"] = f"{name}-test{test_source.suffix.lower()}"
     declaration = {
         "kind": "classification",
-        "instruction": instruction or f"{label_column.replace('_', ' ').capitalize()} of the text: ",
+        "instruction": request.instruction or f"{label_column.replace('_', ' ').capitalize()} of the text: ",
         "data": files,
         "input": input_column,
         "label": label_column,
-        **({"metric": metric} if metric else {}),
+        **({"metric": request.metric} if request.metric else {}),
     }
     project_raw = load_yaml((settings.root / settings.params_file).read_text(encoding="utf-8"), "params file") or {}
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -212,7 +212,7 @@ def _write_workspace(
         tasks_dir = tmp / "data" / "tasks"
         tasks_dir.mkdir(parents=True)
         shutil.copyfile(source, tasks_dir / data_file)
-        over = Path(source).name + (f" (test: {Path(test_source).name})" if test_source is not None else "")
+        over = source.name + (f" (test: {test_source.name})" if test_source is not None else "")
         if test_source is not None:
             shutil.copyfile(test_source, tasks_dir / files["test"])
         text = f"# Declared by `udr init-task {name}` over {over}; see docs/tasks.md.\n"
@@ -246,8 +246,8 @@ def _write_workspace(
 
 def check_rows(records: list, input_column: str, caps: dict, test_given: bool, test_fraction: float, source) -> None:
     """A one-line UdrError, before anything is written, where the rows of `source` cannot make a task with
-    the caps `caps` (max_train, validation): one distinct input, a pool cap below 2, or validation rows
-    that leave fewer than 2 train rows (as `udr prepare` would find after the workspace is written)."""
+    the caps `caps` (validation): one distinct input, or validation rows that leave fewer than 2 train rows
+    (as `udr prepare` would find after the workspace is written)."""
     from udr.data.sources import carved_test_rows
 
     inputs = {str(r.get(input_column)).strip() for _, r in records}
@@ -255,8 +255,6 @@ def check_rows(records: list, input_column: str, caps: dict, test_given: bool, t
         raise UdrError(
             f"--input: column '{input_column}' of {source} holds {len(inputs)} distinct value: need 2 or more"
         )
-    if caps["max_train"] < 2:
-        raise UdrError(f"--max-train {caps['max_train']}: the demonstration pool needs 2 rows or more")
     n = len(records)
     train = n if test_given else n - carved_test_rows(n, test_fraction)
     validation = caps.get("validation") or 0

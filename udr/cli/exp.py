@@ -178,6 +178,22 @@ def exp_seeds_cmd(
         console().print(f"-> {out}")
 
 
+@exp_app.command("lofo")
+def exp_lofo_cmd(
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Experiments at a time.")] = 1,
+    missing: MissingOpt = False,
+    table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiments.")] = False,
+    dry: DryOpt = False,
+) -> None:
+    """Transfer one family at a time: UDR trained without each family with signal, tested on it against
+    BM25 and SBERT (queued DVC experiments) -> metrics/lofo.md."""
+    from udr.experiments.lofo import run_lofo, write_lofo
+
+    out = write_lofo(Path(".")) if table else run_lofo(Path("."), jobs=jobs, missing=missing, dry=dry)
+    if out is not None:
+        console().print(f"-> {out}")
+
+
 @exp_app.command("claims")
 def exp_claims_cmd() -> None:
     """The paper's four claims beside what this project measured (seed table, suite) -> metrics/claims.md."""

@@ -1,6 +1,6 @@
-"""The signal rule (`udr exp signal`) and the seed table (`udr exp seeds --table`) on a tiny evaluated project
-whose committed runs are crafted: a retriever that answers every validation row, a seed experiment whose UDR
-answers every test row."""
+"""The signal rule (`udr exp signal`), the seed table (`udr exp seeds --table`), the claims table and the
+leave-one-family-out folds (`udr exp lofo`) on a tiny evaluated project whose committed runs are crafted: a
+retriever that answers every validation row, a seed experiment or a fold whose UDR answers every test row."""
 
 from __future__ import annotations
 
@@ -143,3 +143,35 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     assert "+1.0 / +2.5 / +2.5 | resolved above |" in text
     assert "| suite: three held-out families, UDR − SBERT | 600 | -1.0 [-2.0, +0.1] | one seed | not resolved |" in text
     assert "multi-task EPR" not in text  # no source for it
+
+
+def test_one_family_at_a_time_holds_out_the_families_with_signal(with_signal, run_cli):
+    """`udr exp lofo` plans one fold per family with signal (sst2's sentiment: trained on break alone), and
+    its table compares the fold's UDR with BM25 and SBERT on the held-out rows."""
+    from udr.experiments.lofo import lofo_table
+
+    project = with_signal
+    code, _, err = run_cli(["exp", "lofo", "--dry"], project)
+    assert code == 1 and "run `udr exp signal` first" in err
+    assert run_cli(["exp", "signal"], project)[0] == 0
+    code, out, err = run_cli(["exp", "lofo", "--dry"], project)
+    assert code == 0, err
+    assert "-n lofo-sentiment -S 'train.tasks=[break]' -S 'evaluate.tasks=[sst2]'" in out and "evaluate@udr" in out
+    _git(project, "init", "-q")
+    _git(project, "add", "metrics", "data/predictions")
+    _git(project, "commit", "-q", "-m", "in-domain run")
+    _git(project, "checkout", "-q", "-b", "fold")
+    _answer(project / "data" / "predictions" / "udr" / "sst2.parquet", None)
+    result = json.loads((project / "metrics" / "udr" / "sst2.json").read_text())
+    result["graded"]["score"] = 100.0
+    (project / "metrics" / "udr" / "sst2.json").write_text(json.dumps(result))
+    _git(project, "commit", "-q", "-am", "fold")
+    _git(project, "update-ref", "refs/exps/ab/cdef/lofo-sentiment", "fold")
+    _git(project, "checkout", "-q", "-")
+    assert run_cli(["exp", "lofo", "--table"], project)[0] == 0
+    table = lofo_table(project)
+    (row,) = table["groups"].values()
+    assert row["tasks"] == ["sst2"] and row["n"] == 6 and row["scores"]["UDR, family held out"] == 100.0
+    sbert = row["scores"]["sbert"]
+    assert row["versus"]["sbert"]["difference"] == pytest.approx(100.0 - sbert)
+    assert "| sentiment | sst2 | 6 | 100.0 |" in (project / "metrics" / "lofo.md").read_text()

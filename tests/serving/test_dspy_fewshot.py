@@ -247,6 +247,12 @@ def test_the_prompts_demos_obey_the_filter_and_the_per_label_quota(real_retrieve
     loaded.load(str(path))
     assert loaded.filter == {"channel": "web"} and loaded.records == filtered.records
     assert loaded.demonstrations(QUERY) == filtered.demonstrations(QUERY)
+    records = [{"input": e.sentence, "target": e.sentiment, "channel": e.channel} for e in trainset]
+    name = real_retriever.add_pool(records, instruction="Sentiment: ", name="rows")  # an own pool served by name
+    served = _program(real_retriever, task=name, filter={"channel": "web"})
+    got = [d.sentence for d in served.demonstrations(QUERY)]
+    assert got == [d.input for d in reversed(real_retriever.retrieve(QUERY, name, k=3, filter={"channel": "web"}))]
+    assert len(got) == 3 and set(got) <= {e.sentence for e in web}
 
     quota = _program(real_retriever, k=4, per_label=2)
     lm = DummyLM(_answers(dspy.Predict))

@@ -1,4 +1,5 @@
-"""Shared by the serving tests: a bi-encoder of a real sentence encoder, and a retriever of it."""
+"""Shared by the serving tests: a bi-encoder of a real sentence encoder, a retriever of it, and a count of the
+demonstrations embedded."""
 
 from __future__ import annotations
 
@@ -25,3 +26,20 @@ def real_retriever(served, real_model, tmp_path):
     from udr import Retriever
 
     return Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache")
+
+
+@pytest.fixture
+def embedded_rows(monkeypatch):
+    """The number of demonstration texts E_d embedded, by every serving encoder (a list: one count per call)."""
+    from udr.serving.query_encoder import ServingEncoder
+
+    counts: list[int] = []
+    original = ServingEncoder.encode
+
+    def counted(self, texts, side, **kw):
+        if side == "demo":
+            counts.append(len(texts))
+        return original(self, texts, side, **kw)
+
+    monkeypatch.setattr(ServingEncoder, "encode", counted)
+    return counts

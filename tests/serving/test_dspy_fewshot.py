@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections import Counter
 
 import pytest
 
@@ -195,3 +196,84 @@ def test_modules_that_cannot_take_a_calls_demos_are_one_line_errors(real_retriev
         UDRFewShot(Fixed(), real_retriever, task="sst2", **FIELDS)
     with pytest.raises(UdrError, match="call it without demos="):
         _program(real_retriever)(sentence=QUERY, demos=[])
+
+
+def _shown_turns(lm) -> dict[str, tuple[list[str], list[str]]]:
+    """{query: (its prompt's demonstration inputs' turns, their answers' turns)}, for every call the LM saw."""
+    shown = {}
+    for entry in lm.history:
+        messages = entry["messages"]
+        query = next(q for q in QUERIES if q in messages[-1]["content"])
+        demos = messages[1:-1]
+        shown[query] = tuple([m["content"] for m in demos if m["role"] == role] for role in ("user", "assistant"))
+    return shown
+
+
+def _evaluate(program, lm) -> None:
+    """Every query of QUERIES through `program` from four threads (`dspy.Evaluate`), the LM answering each."""
+    devset = [dspy.Example(sentence=q, sentiment=f"verdict on {q}").with_inputs("sentence") for q in QUERIES]
+    evaluate = dspy.Evaluate(
+        devset=devset, metric=lambda *a, **kw: True, num_threads=4, display_progress=False, max_errors=0
+    )
+    with dspy.context(lm=lm):
+        evaluate(program)
+
+
+def test_the_prompts_demos_obey_the_filter_and_the_per_label_quota(real_retriever, tmp_path):
+    """`filter=` over a trainset's other fields: each prompt (four threads) carries the demonstrations of a program
+    over the passing examples alone, none of another channel, and the filter survives save and load. `per_label=2`,
+    k=4: each prompt carries two demonstrations of each sst2 label, as `Retriever.retrieve(per_label=2)` chooses
+    them, where plain top-4 retrieval gives one label three times. Both together, or a filter on a pool without
+    metadata, stop the constructor with one line."""
+    rows = real_retriever.retrieve(QUERY, task="sst2", k=16)
+    trainset = [
+        dspy.Example(sentence=d.input, sentiment=d.output, channel=("app", "web")[i % 2], batch=i // 4)
+        for i, d in enumerate(rows)
+    ]
+    web = [e for e in trainset if e.channel == "web"]
+    filtered = _program(real_retriever, task=None, trainset=trainset, filter={"channel": "web"})
+    plain = _program(real_retriever, task=None, trainset=web)
+    lm = DummyLM(_answers(dspy.Predict))
+    _evaluate(filtered, lm)
+    shown = _shown_turns(lm)
+    assert set(shown) == set(QUERIES)
+    for query, (inputs, _) in shown.items():
+        want = [d.sentence for d in plain.demonstrations(query)]
+        assert len(inputs) == 3 and all(text in turn for text, turn in zip(want, inputs)), query
+        assert not any(e.sentence in turn for e in trainset if e.channel == "app" for turn in inputs), query
+    path = tmp_path / "program.json"
+    filtered.save(str(path))
+    loaded = _program(real_retriever, task=None, trainset=trainset[:4])
+    loaded.load(str(path))
+    assert loaded.filter == {"channel": "web"} and loaded.records == filtered.records
+    assert loaded.demonstrations(QUERY) == filtered.demonstrations(QUERY)
+    records = [{"input": e.sentence, "target": e.sentiment, "channel": e.channel} for e in trainset]
+    name = real_retriever.add_pool(records, instruction="Sentiment: ", name="rows")  # an own pool served by name
+    served = _program(real_retriever, task=name, filter={"channel": "web"})
+    got = [d.sentence for d in served.demonstrations(QUERY)]
+    assert got == [d.input for d in reversed(real_retriever.retrieve(QUERY, name, k=3, filter={"channel": "web"}))]
+    assert len(got) == 3 and set(got) <= {e.sentence for e in web}
+
+    quota = _program(real_retriever, k=4, per_label=2)
+    lm = DummyLM(_answers(dspy.Predict))
+    _evaluate(quota, lm)
+    labels = {d.output for d in rows}
+    assert len(labels) == 2
+    over_quota = 0
+    for query, (inputs, answers) in _shown_turns(lm).items():
+        want = real_retriever.retrieve(query, task="sst2", k=4, per_label=2)
+        assert len(inputs) == 4 and all(d.input in turn for d, turn in zip(reversed(want), inputs)), query
+        shown_labels = Counter(next(label for label in labels if label in turn) for turn in answers)
+        assert shown_labels == dict.fromkeys(labels, 2), query
+        plain_labels = Counter(d.output for d in real_retriever.retrieve(query, task="sst2", k=4))
+        over_quota += max(plain_labels.values()) > 2
+    assert over_quota  # the quota changed what a plain retrieval serves
+
+    for options, message in (
+        ({"task": None, "trainset": trainset, "filter": {"channel": "web"}, "per_label": 1}, "do not combine"),
+        ({"filter": {"channel": "web"}}, r"unknown column 'channel' in pool 'sst2'"),
+        ({"task": None, "trainset": trainset, "filter": {"channel": ["web"]}}, "must be a string, number"),
+    ):
+        with pytest.raises(UdrError, match=message) as err:
+            _program(real_retriever, **options)
+        assert "\n" not in str(err.value)

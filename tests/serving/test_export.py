@@ -5,6 +5,7 @@ into udr, and carries a model card written from the run."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -290,3 +291,82 @@ def test_an_export_another_process_writes_is_refused_naming_its_pid(run_cli, ser
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert f"pid {pid}" in err and "export folder" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, no lock left
+
+
+CARDS = [
+    ("my card was declined at the till", "declined"),
+    ("the app refused my payment", "declined"),
+    ("why was my payment rejected", "declined"),
+    ("I lost my card on the train", "lost"),
+    ("someone stole my wallet and card", "lost"),
+    ("where can I order a new card", "lost"),
+    ("how do I raise my credit limit", "limit"),
+    ("can I get a higher limit on my card", "limit"),
+    ("my limit is too low for rent", "limit"),
+]
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_an_export_serves_filters_label_options_and_incremental_pools(
+    run_cli, served, real_model, exported, tmp_path, monkeypatch, embedded_rows
+):
+    """An export, loaded back outside any project, selects as the model it was exported from does: the label
+    options on a pool it carries (`udr retrieve --model EXPORT --per-label`), a metadata filter on an own pool
+    (`--where` and `filter=`, the same rows as a pool of the passing rows alone), and an own pool grown by rows
+    embeds only the added rows; a filter with a quota is one line."""
+    import csv
+
+    from udr import Retriever
+
+    monkeypatch.setenv("UDR_CACHE_DIR", str(tmp_path / "cli-cache"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    original = Retriever.load(real_model, root=served, cache_dir=tmp_path / "a")
+    labels = {"label_weight": 0.5, "label_votes": 8, "per_label": 2}
+    flags = ["--label-weight", "0.5", "--label-votes", "8", "--per-label", "2"]
+    for query in _queries(served, "sst2", 2):
+        args = ["retrieve", query, "-t", "sst2", "--model", str(exported), "-k", "4", *flags, "--json"]
+        code, out, err = run_cli(args, elsewhere)
+        assert code == 0, err
+        got = [json.loads(line) for line in out.splitlines()]
+        want = original.retrieve(query, task="sst2", k=4, **labels)
+        assert [g["pool_id"] for g in got] == [d.pool_id for d in want]
+        assert sorted(Counter(g["output"] for g in got).values()) == [2, 2]
+
+    rows = [(text, intent, ("app", "shop")[i % 2]) for i, (text, intent) in enumerate(CARDS)]
+    path = tmp_path / "cards.csv"
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows([("text", "intent", "channel"), *rows])
+    columns = {"instruction": "Intent of the message: ", "input_column": "text", "target_column": "intent"}
+    loaded = Retriever.load(exported, root=elsewhere, cache_dir=tmp_path / "b")
+    name = loaded.add_pool(path, **columns)
+    kept = [i for i, row in enumerate(rows) if row[2] == "app"]
+    instruction = columns["instruction"]
+    app_only = [{"input": rows[i][0], "target": rows[i][1]} for i in kept]
+    loaded.add_pool(app_only, instruction=instruction, name="app-only")
+    query = "my payment did not go through"
+    got = loaded.retrieve(query, task=name, k=3, filter={"channel": "app"})
+    assert [(d.pool_id, d.input) for d in got] == [
+        (kept[d.pool_id], d.input) for d in loaded.retrieve(query, task="app-only", k=3)
+    ]
+    cli_columns = [f"--{key.replace('_', '-')}={value}" for key, value in columns.items()]
+    args = ["retrieve", query, "--pool", str(path), *cli_columns, "--where", "channel=app", "-k", "3", "--json"]
+    code, out, err = run_cli([*args, "--model", str(exported)], elsewhere)
+    assert code == 0, err
+    assert [json.loads(line)["pool_id"] for line in out.splitlines()] == [d.pool_id for d in got]
+    code, _, err = run_cli([*args, "--model", str(exported), "--per-label", "1"], elsewhere)
+    assert code == 1 and "do not combine" in err and len(err.strip().splitlines()) == 1, err
+
+    records = [{"input": text, "target": intent, "channel": channel} for text, intent, channel in rows]
+    embedded_rows.clear()
+    grown = Retriever.load(exported, root=elsewhere, cache_dir=tmp_path / "c", encoder="udr")
+    grown.add_pool(records[:6], instruction=instruction, name="cards")
+    grown.add_pool(records, instruction=instruction, name="cards")  # three rows added
+    assert embedded_rows == [6, 3]
+    fresh = Retriever.load(exported, root=elsewhere, cache_dir=tmp_path / "d", encoder="udr")
+    fresh.add_pool(records, instruction=instruction, name="cards")
+    got = grown.retrieve(query, task="cards", k=4, per_label="balanced")
+    want = fresh.retrieve(query, task="cards", k=4, per_label="balanced")
+    assert [d.pool_id for d in got] == [d.pool_id for d in want]
+    assert [d.similarity for d in got] == pytest.approx([d.similarity for d in want], abs=1e-5)
+    assert sorted(Counter(d.output for d in got).values()) == [1, 1, 2]

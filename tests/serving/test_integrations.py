@@ -222,3 +222,39 @@ def test_langchain_filter_selects_among_the_rows_that_pass(real_retriever, tmp_p
         UDRExampleSelector(
             real_retriever, pool=tmp_path / "all.csv", filter={"country": "de"}, **columns
         ).select_examples({"input": "declined"})
+
+
+@pytest.mark.filterwarnings("ignore::udr.serving.evidence.UntrainedTaskWarning")
+def test_langchain_per_label_quota_over_an_own_pool_and_added_examples_embed_only_themselves(
+    served, real_model, cards_csv, tmp_path, embedded_rows
+):
+    """`per_label=1` over `pool=` a CSV (its target column the labels): one example of each intent, as
+    `Retriever.retrieve(per_label=1)` chooses them, where the plain top 3 repeats one; an added example embeds only
+    itself; a filter with a quota is one line."""
+    pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+    from collections import Counter
+
+    from udr import Retriever
+    from udr.errors import UdrError
+    from udr.serving.langchain_selector import UDRExampleSelector
+
+    retriever = Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache", encoder="udr")
+    columns = {"instruction": "Intent of the message: ", "input_column": "text", "target_column": "intent"}
+    quota = UDRExampleSelector(retriever, pool=cards_csv, k=3, per_label=1, **columns)
+    name = retriever.add_pool(cards_csv, **columns)
+    query = "my card got declined"
+    chosen = quota.select_examples({"input": query})
+    want = retriever.retrieve(query, task=name, k=3, per_label=1)
+    assert chosen == [{"input": d.input, "output": d.output} for d in want[::-1]]
+    assert sorted(e["output"] for e in chosen) == ["declined", "limit", "lost"]
+    assert max(Counter(d.output for d in retriever.retrieve(query, task=name, k=3)).values()) > 1
+
+    embedded_rows.clear()
+    quota.add_example({"input": "my card was declined online", "output": "declined"})
+    chosen = quota.select_examples({"input": query})
+    assert embedded_rows == [1] and sorted(e["output"] for e in chosen) == ["declined", "limit", "lost"]
+
+    both = UDRExampleSelector(retriever, pool=cards_csv, k=2, per_label=1, filter={"note": "app"}, **columns)
+    with pytest.raises(UdrError, match="do not combine") as err:
+        both.select_examples({"input": query})
+    assert "\n" not in str(err.value)

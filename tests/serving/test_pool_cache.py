@@ -4,7 +4,6 @@ with the results of embedding the whole pool afresh."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 QUERIES = ["a dog runs after a ball in the park", "how do I open a bank account", "the weather is sunny"]
 INSTRUCTION = "Continue the sentence: "
@@ -15,23 +14,6 @@ def _records(lo: int, hi: int) -> list[dict]:
     n = len(topics)
     texts = [f"sentence {i} about {topics[i % n]} and {topics[(3 * i) % n]}" for i in range(lo, hi)]
     return [{"input": text, "target": f"t{i}"} for i, text in zip(range(lo, hi), texts)]
-
-
-@pytest.fixture
-def embedded_rows(monkeypatch):
-    """The number of demonstration texts E_d embedded, by every serving encoder (a list: one count per call)."""
-    from udr.serving.query_encoder import ServingEncoder
-
-    counts: list[int] = []
-    original = ServingEncoder.encode
-
-    def counted(self, texts, side, **kw):
-        if side == "demo":
-            counts.append(len(texts))
-        return original(self, texts, side, **kw)
-
-    monkeypatch.setattr(ServingEncoder, "encode", counted)
-    return counts
 
 
 def _retrieved(retriever, name):

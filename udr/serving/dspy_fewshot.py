@@ -10,10 +10,14 @@ or tasks (`acall`) each get their own::
     qa(question="Who wrote the novel Dracula?")
 
 The demonstrations come from the task's pool (inputs in `input_field`, answers in `output_field`, by
-default `question` and `answer`: name your signature's fields otherwise) or from your own `trainset` of
-`dspy.Example`s. `save("program.json")` / `load(...)` keep the predictor's state and UDR's settings (the
-trainset's rows, k, the fields, the model's path and fingerprint, never its weights); `save(DIR,
-save_program=True)` pickles the program without the retriever, which `dspy.load` loads again from its path.
+default `question` and `answer`: name your signature's fields otherwise), from an own pool the retriever serves
+(`task=` the name `add_pool` gave it) or from your own `trainset` of `dspy.Example`s. The retrieval options are
+`udr retrieve`'s: `diversity`, label-aware selection (`label_weight`, `label_votes`, `per_label`) and a metadata
+`filter` ({column: value}: an own pool's extra columns, or a trainset example's other fields with a text,
+number, boolean or null value; :mod:`udr.serving.filters`). `save("program.json")` / `load(...)` keep the
+predictor's state and UDR's settings (the trainset's rows, k, the options, the fields, the model's path and
+fingerprint, never its weights); `save(DIR, save_program=True)` pickles the program without the retriever, which
+`dspy.load` loads again from its path.
 
 Imports of pydantic and udr.serving.api are inside the functions that use them: the module loads with dspy
 alone, and the retriever (torch) only when a module is made or loaded.
@@ -37,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise UdrError("the DSPy component needs dspy: pip install 'udr[dspy]'") from exc
 
 from udr.errors import UdrError
+from udr.serving.filters import check_filter
 from udr.serving.selection import DEFAULT_VOTES, LabelSelection
 
 STATE_KEY = "udr"  # UDRFewShot's own settings in the state `dump_state` writes beside the predictor's
@@ -87,8 +92,11 @@ def _state_settings(raw) -> dict:
     """UDRFewShot's settings read back from a saved state's STATE_KEY entry, checked (one-line errors)."""
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+    Value = str | int | float | bool | None  # a metadata value, as filters take them
+
     class Row(BaseModel):
-        model_config = ConfigDict(extra="forbid")
+        model_config = ConfigDict(extra="allow")  # the row's metadata
+        __pydantic_extra__: dict[str, Value]
         input: str
         target: str
 
@@ -104,6 +112,7 @@ def _state_settings(raw) -> dict:
         label_weight: float = Field(default=0.0, ge=0.0)
         label_votes: int = Field(default=DEFAULT_VOTES, ge=1)
         per_label: int | Literal["balanced"] | None = None
+        filter: dict[str, Value] = Field(default_factory=dict)
         input_field: str
         output_field: str
 
@@ -136,12 +145,16 @@ class UDRFewShot(dspy.Module):
         label_weight: float = 0.0,
         label_votes: int = DEFAULT_VOTES,
         per_label: int | str | None = None,
+        filter: dict | None = None,
     ):
         """label_weight, label_votes, per_label: label-aware selection, as `udr retrieve --label-weight
-        --label-votes --per-label` (a classification task's pool, or a trainset, whose outputs are its labels)."""
+        --label-votes --per-label` (a classification task's pool, or a trainset, whose outputs are its labels).
+        filter: demonstrations from the rows whose metadata have these values only, as `udr retrieve --where`
+        (an own pool's extra columns; a trainset example's other fields)."""
         super().__init__()
         self.labels = LabelSelection(label_weight, label_votes, per_label)
         self.labels.check_with(diversity)
+        self.filter = check_filter(filter)
         check_fields(demo_receiver(predictor), input_field, output_field)
         if isinstance(retriever, (str, Path)):
             from udr.serving.api import Retriever
@@ -164,13 +177,17 @@ class UDRFewShot(dspy.Module):
         self._embed_pool()
 
     def _records(self, trainset) -> list[dict]:
-        """The trainset's examples as own-pool records {input, target}; a one-line error for a bad one."""
+        """The trainset's examples as own-pool records {input, target, its metadata: the example's other fields
+        with a text, number, boolean or null value}; a one-line error for a bad example."""
         records = []
+        fields = (self.input_field, self.output_field)
         for i, example in enumerate(trainset):
-            values = {f: getattr(example, f, None) for f in (self.input_field, self.output_field)}
+            values = {f: getattr(example, f, None) for f in fields}
             if not all(isinstance(v, str) and v.strip() for v in values.values()):
                 raise UdrError(f"trainset example {i} needs non-empty '{self.input_field}' and '{self.output_field}'")
-            records.append({"input": values[self.input_field], "target": values[self.output_field]})
+            items = example.items() if isinstance(example, dspy.Example) else ()
+            meta = {f: v for f, v in items if f not in fields and isinstance(v, (str, int, float, bool, type(None)))}
+            records.append({**meta, "input": values[self.input_field], "target": values[self.output_field]})
         return records
 
     def _pool_name(self) -> str:
@@ -181,15 +198,18 @@ class UDRFewShot(dspy.Module):
             self._pool = self.retriever.add_pool(self.records, instruction=self.instruction, name=f"dspy-{id(self)}")
         return self._pool
 
+    def _options(self) -> dict:
+        """The retrieval options, as `Retriever.retrieve` takes them."""
+        return {"diversity": self.diversity, "filter": self.filter, **self.labels.options}
+
     def _embed_pool(self) -> None:
-        """Embed the pool now (add the trainset's): errors and the cost come here, not in each thread's first call."""
-        self.retriever.retrieve_batch([], task=self._pool_name(), **self.labels.options)
+        """Embed the pool now (add the trainset's) and check the options against it: errors and the cost come
+        here, not in each thread's first call."""
+        self.retriever.retrieve_batch([], task=self._pool_name(), k=self.k, **self._options())
 
     def demonstrations(self, query: str) -> list:
         """The k retrieved demonstrations for `query` as dspy.Examples, most similar last."""
-        demos = self.retriever.retrieve(
-            query, task=self._pool_name(), k=self.k, diversity=self.diversity, **self.labels.options
-        )
+        demos = self.retriever.retrieve(query, task=self._pool_name(), k=self.k, **self._options())
         return [
             dspy.Example(**{self.input_field: d.input, self.output_field: d.output}).with_inputs(self.input_field)
             for d in reversed(demos)
@@ -223,6 +243,7 @@ class UDRFewShot(dspy.Module):
             "k": self.k,
             "diversity": self.diversity,
             **self.labels.options,
+            "filter": self.filter,
             "input_field": self.input_field,
             "output_field": self.output_field,
         }
@@ -243,6 +264,7 @@ class UDRFewShot(dspy.Module):
         self.k, self.diversity = settings["k"], settings["diversity"]
         self.labels = LabelSelection(settings["label_weight"], settings["label_votes"], settings["per_label"])
         self.labels.check_with(self.diversity)
+        self.filter = settings["filter"]
         self.input_field, self.output_field = settings["input_field"], settings["output_field"]
         self._embed_pool()
         return self

@@ -100,3 +100,8 @@ def test_the_report_marks_the_recommendation_and_shows_the_intervals():
     text = outcome.markdown()
     assert "| adapted ← recommended | 90.0 | +5.0 [+1.5, +8.5] |" in text
     assert "| sbert | 85.0 |  |" in text and "Recommended: **adapted**" in text
+    assert "label share" not in text  # answers that are not labels have none
+    rows = [r | {"label_share": share} for r, share in zip(rows, (0.94, 0.96))]
+    text = Outcome("news", "accuracy", {}, rows, {"method": "adapted", "reason": "r"}, [], None, {}).markdown()
+    assert "| retriever | score | label share | − sbert |" in text
+    assert "| adapted ← recommended | 90.0 | 0.96 | +5.0 [+1.5, +8.5] |" in text

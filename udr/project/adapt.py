@@ -233,13 +233,19 @@ class Outcome:
             if not rows:
                 continue
             n = rows[0]["n"]
+            shares = any(r.get("label_share") is not None for r in rows)  # a task whose answers are labels
             lines += [f"**{title}** ({n} rows; paired 95% intervals against SBERT)", ""]
-            lines += ["| retriever | score | − sbert |", "| --- | ---: | ---: |"]
+            if shares:
+                lines += ["| retriever | score | label share | − sbert |", "| --- | ---: | ---: | ---: |"]
+            else:
+                lines += ["| retriever | score | − sbert |", "| --- | ---: | ---: |"]
             for r in rows:
                 diff = r.get("versus_sbert")
                 shown = "" if diff is None else f"{diff['difference']:+.1f} [{diff['low']:+.1f}, {diff['high']:+.1f}]"
                 mark = " ← recommended" if r["method"] == self.choice["method"] else ""
-                lines.append(f"| {r['method']}{mark} | {r['score']:.1f} | {shown} |")
+                share = r.get("label_share")
+                share_cell = [f"{share:.2f}" if share is not None else ""] if shares else []
+                lines.append(" | ".join([f"| {r['method']}{mark}", f"{r['score']:.1f}", *share_cell, shown]) + " |")
             lines.append("")
         lines.append(f"Recommended: **{self.choice['method']}**: {self.choice['reason']}.")
         if self.export:
@@ -248,7 +254,8 @@ class Outcome:
 
 
 def comparison_rows(settings, task: str, methods: Sequence[str], split: str) -> list[dict]:
-    """One row per method: its saved score on `split`, n, and its paired bootstrap interval against SBERT
+    """One row per method: its saved score on `split`, n, its label share (None where the task's answers are
+    not labels), and its paired bootstrap interval against SBERT
     (a dict; None for SBERT itself), each result and prediction file read once."""
     from udr.project.saved_evaluations import compare_saved, saved_results
 
@@ -260,6 +267,8 @@ def comparison_rows(settings, task: str, methods: Sequence[str], split: str) -> 
             "method": m,
             "score": results[m][task]["score"],
             "n": results[m][task]["n"],
+            # the share of retrieved demonstrations whose answer is the query's gold label (label tasks)
+            "label_share": results[m][task].get("label_share"),
             "versus_sbert": versus[m, REFERENCE].per_task[task].to_dict() if m != REFERENCE else None,
         }
         for m in methods

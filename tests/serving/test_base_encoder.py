@@ -196,3 +196,35 @@ def test_the_cli_encoder_option(project, run_cli, tmp_path, monkeypatch):
     assert code == 0 and base_out == out and 'as asked (encoder "base")' in err
     code, _, err = run_cli([*args, "--encoder", "sbert"], project)
     assert code == 1 and err.strip() == "udr: error: bad encoder 'sbert': expected one of auto, udr, base"
+
+
+@QUIET
+def test_the_base_encoders_pool_embeddings_are_cached_across_calls(project, tmp_path, monkeypatch):
+    """A pool the base encoder serves is embedded once: a second retriever over it (another call, another
+    process) embeds no row and ranks as the first; two rows added embed those two only."""
+    from udr.retriever.encoder import BiEncoder
+
+    counts: list[int] = []
+    original = BiEncoder.encode
+
+    def counted(self, texts, side, **kw):
+        if side == "demo":
+            counts.append(len(texts))
+        return original(self, texts, side, **kw)
+
+    monkeypatch.setattr(BiEncoder, "encode", counted)
+    first = _load(project, tmp_path, encoder="base")
+    first.add_pool(ROWS, instruction=INSTRUCTION)
+    ids, sims = _ranked(first.retrieve(PROBE, k=4))
+    assert sum(counts) == len(ROWS)
+    counts.clear()
+    again = _load(project, tmp_path, encoder="base")
+    again.add_pool(ROWS, instruction=INSTRUCTION)
+    ids_again, sims_again = _ranked(again.retrieve(PROBE, k=4))
+    assert counts == [] and ids_again == ids
+    np.testing.assert_allclose(sims_again, sims, rtol=1e-6)
+    more = [*ROWS, {**ROWS[0], "input": "name[Cafe 77], food[Thai]"}, {**ROWS[1], "input": "name[Cafe 78]"}]
+    grown = _load(project, tmp_path, encoder="base")
+    grown.add_pool(more, instruction=INSTRUCTION)
+    grown.retrieve(PROBE, k=4)
+    assert sum(counts) == 2

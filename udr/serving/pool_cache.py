@@ -1,4 +1,5 @@
-"""The on-disk cache of pool embeddings for pools `udr index` did not embed (own pools, other models).
+"""The on-disk cache of pool embeddings for pools `udr index` did not embed (own pools, other models, the
+base encoder's).
 
 The cache keeps each row's embedding, keyed by the model's fingerprint and the row's text as E_d reads it
 (instruction, template and the row: a changed row, instruction or template is another key), so that adding
@@ -69,11 +70,29 @@ class PoolEmbeddings:
 def cached_pool_embeddings(
     encoder, fingerprint: str, pool, *, cache_dir: Path | None = None, batch_size: int = 64, progress: bool = False
 ) -> PoolEmbeddings:
-    """E_d embeddings of `pool` with `encoder` (whose fingerprint is `fingerprint`): each row's from the cache
-    where it is there, the others embedded now and added to the cache as one shard."""
+    """E_d embeddings of `pool` with `encoder` (whose fingerprint is `fingerprint`), each row read as E_d reads
+    it (:func:`udr.retriever.encoder.demo_texts`): :func:`cached_embeddings` of those texts."""
     from udr.retriever.encoder import demo_texts
 
     texts = demo_texts(pool.task, pool.inputs, pool.outputs, encoder.settings)
+    return cached_embeddings(
+        encoder, fingerprint, texts, pool, cache_dir=cache_dir, batch_size=batch_size, progress=progress
+    )
+
+
+def cached_embeddings(
+    encoder,
+    fingerprint: str,
+    texts: list[str],
+    pool,
+    *,
+    cache_dir: Path | None = None,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> PoolEmbeddings:
+    """Demonstration-side embeddings of `texts` (one per row of `pool`, as `encoder` reads them; its
+    fingerprint `fingerprint`): each row's from the cache where it is there, the others embedded now and
+    added to the cache as one shard."""
     keys = [row_key(t) for t in texts]
     folder = model_folder(cache_dir or default_cache_dir(), fingerprint)
     found = _cached_rows(folder, fingerprint, set(keys))  # finished shards are whole (renamed): read without a lock

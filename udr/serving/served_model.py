@@ -12,6 +12,7 @@ them, to keep `from udr import Retriever` and `udr retrieve` light.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from functools import cached_property
 from pathlib import Path
@@ -65,6 +66,7 @@ class ServedModel:
         self.params = None if params is None else Path(params)
         self._fingerprint: str | None = None
         self._base_encoder = None  # the base encoder (sbert), loaded on first need
+        self._base_fingerprint: str | None = None
         # (name, own, task it is read as, base) of the pools whose untrained-task note was considered: said once each.
         self._noted: set[tuple] = set()
         self._noted_lock = threading.Lock()
@@ -196,6 +198,16 @@ class ServedModel:
 
                     self._base_encoder = sbert_encoder(folder).to(self.encoder.device)
         return self._base_encoder
+
+    def base_fingerprint(self) -> str:
+        """The base encoder's key in the pool cache: a hash of every file of its folder (computed once)."""
+        if self._base_fingerprint is None:
+            folder = self.base_folder()
+            parts = [
+                f"{p.relative_to(folder).as_posix()}:{file_sha256(p)}" for p in sorted(folder.rglob("*")) if p.is_file()
+            ]
+            self._base_fingerprint = "base:" + hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+        return self._base_fingerprint
 
     def base_reason(self, read_as: str | None, own: bool) -> str:
         """Why the base encoder serves a pool read as `read_as` (`own`: an own pool): AS_ASKED (encoder "base"),

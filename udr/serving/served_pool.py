@@ -97,20 +97,25 @@ def serve_pool(
     progress: bool = False,
 ) -> ServedPool:
     """`pool` with a searcher over its embeddings: UDR's (the index, the cache, or embedded now), or with
-    `base` the base encoder's of the pool's inputs, as the sbert baseline embeds them (embedded now)."""
+    `base` the base encoder's of the pool's inputs, as the sbert baseline embeds them (the cache, or embedded
+    now)."""
     from udr.retriever.encoder import query_text
     from udr.retriever.search import DenseRetriever
 
     approximate = search == "approximate"
     if base:
+        from udr.serving.pool_cache import cached_embeddings
+
         encoder = model.base_encoder()
-        emb = encoder.encode(
+        emb = cached_embeddings(
+            encoder,
+            model.base_fingerprint(),
             list(pool.inputs),
-            "demo",
+            pool,
+            cache_dir=cache_dir,
             batch_size=batch_size,
             progress=progress,
-            description=f"embedding {pool.name} pool ({len(pool)} demonstrations, base encoder)",
-        )
+        ).embeddings
         searcher = DenseRetriever(encoder, pool.ids, emb, batch_size=batch_size, approximate=approximate)
         return ServedPool(pool, searcher, base)
     emb = _pool_embeddings(model, pool, cache_dir, batch_size, progress)

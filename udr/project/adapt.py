@@ -21,7 +21,6 @@ safe_yaml) are inside the functions that use them, to keep the start of `udr` li
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from udr.errors import UdrError
 from udr.evaluation.claims import CLAIM_MARGIN
-from udr.util.files import building_dir, file_sha256, read_json_object, remove, shown_path, write_text_atomic
+from udr.util.files import file_sha256, read_json_object, remove, shown_path, write_text_atomic
 
 # The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
 # UDR trained on the task's own feedback; `udr` and `epr` are the project's models, never trained on it.
@@ -440,29 +439,28 @@ def default_validation(rows: int, test_given: bool, test_fraction: float) -> int
 
 
 def export_winner(settings, task: str, method: str, target: Path) -> str:
-    """The recommended retriever written to `target`: a trained bi-encoder (adapted, udr) as a
-    sentence-transformers export carrying `task`'s pool, with its model card (`udr retrieve -t TASK --model
-    TARGET` serves it); SBERT as a copy of the base encoder (already a sentence-transformers model). BM25
-    has no weights to export: the line says so."""
-    from udr.serving.export import export_pools, export_sentence_transformers, writing_export
+    """The recommended retriever written to `target`, carrying `task`'s pool (`udr retrieve -t TASK --model
+    TARGET` serves it): a trained bi-encoder (adapted, udr) as a sentence-transformers export with its model
+    card; SBERT as a copy of the base encoder (already a sentence-transformers model), which udr serves as the
+    sbert baseline reads the pool. BM25 has no weights to export: the line says so."""
+    from udr.serving.export import export_base_encoder, export_pools, export_sentence_transformers, writing_export
     from udr.serving.model_card import card_tasks, model_card
 
     if method in ("bm25", "random"):
         return f"{method} has no model to export: retrieve with it through `udr evaluate -m {method}`'s own code"
+    prepared = lambda name: settings.paths.prepared(name, "train")
     with writing_export(target) as out:
         if method == REFERENCE:
-            with building_dir(out) as tmp:
-                shutil.copytree(settings.paths.base_model("encoder").resolve(), tmp, dirs_exist_ok=True)
-            return (
-                f"{target} (the base encoder, a sentence-transformers model; in this project "
-                "`udr retrieve --pool FILE --encoder base` serves your rows with it)"
-            )
+            base = settings.paths.base_model("encoder")
+            chosen = {task: settings.task(task)}
+            export_base_encoder(base, out, chosen, export_pools(base, chosen, prepared))
+            return f"{target} (the base encoder, a sentence-transformers model, with the pool of {task})"
         model_dir = {
             ADAPTED: adapted_model(settings),
             "udr": settings.paths.final_model,
         }[method]
         chosen = card_tasks(settings, model_dir, [task])
-        pools = export_pools(model_dir, chosen, lambda name: settings.paths.prepared(name, "train"))
+        pools = export_pools(model_dir, chosen, prepared)
         card = model_card(settings, model_dir, str(target), chosen)
         export_sentence_transformers(model_dir, out, chosen, card, pools)
     return f"{target} (sentence-transformers with the pool of {task} and its model card)"

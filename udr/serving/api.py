@@ -44,7 +44,15 @@ from pathlib import Path
 from udr.data.tasks import get_task
 from udr.errors import UdrError
 from udr.serving.evidence import UntrainedTaskWarning
-from udr.serving.served_model import ENCODERS, ServedModel, check_device, check_encoder_choice, model_folder
+from udr.serving.served_model import (
+    ENCODERS,
+    BaseExport,
+    ServedModel,
+    check_device,
+    check_encoder_choice,
+    is_base_export,
+    model_folder,
+)
 from udr.serving.served_pool import SEARCHES, ServedPool, check_search, serve_pool
 
 # Re-exported where they were first defined: `from udr.serving.api import ...` keeps working.
@@ -168,8 +176,9 @@ class Retriever:
                 raise UdrError(f"params file not found: {params}")
             root = Path(params).parent
         model_dir = model_folder(path, Path(root))
+        on = torch.device(check_device(device))
         retriever = cls(
-            ServingEncoder(model_dir, torch.device(check_device(device))),
+            BaseExport(on) if is_base_export(model_dir) else ServingEncoder(model_dir, on),
             model_dir,
             root=root,
             params=params,

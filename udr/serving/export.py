@@ -13,6 +13,11 @@ rows, and `pools/tasks.json`, the declarations of tasks not built in), so `udr r
 EXPORT` serves them from anywhere. It carries no pool embeddings (they are bound to the model folder's
 files): the first retrieval from a task embeds its pool, and the on-disk cache keeps it.
 
+The base encoder (SBERT, the reference `udr adapt` compares with) is exported as a copy of its folder with the
+same pools and declarations and `udr_base_export.json` (:func:`export_base_encoder`), so that
+:meth:`udr.Retriever.load` serves it as the sbert baseline reads a pool: the base encoder on the pool's inputs,
+no instruction.
+
 Imports of sentence_transformers (the `sentence-transformers` extra) and transformers are inside the functions that
 use them, to keep the start of `udr` and of its commands light.
 """
@@ -27,6 +32,7 @@ from pathlib import Path
 from udr.errors import UdrError
 from udr.retriever.encoder import EXPORT_NAME as EXPORT_META
 from udr.retriever.encoder import BiEncoder
+from udr.serving.served_model import BASE_EXPORT_NAME
 from udr.util.files import building_dir, check_dir_target, json_text, resolve_target, staging_dir
 from udr.util.locks import holding
 from udr.util.weights import refuse_remote_code
@@ -37,6 +43,8 @@ ROUTE_DIRS = {"query": "query_0_Transformer", "demo": "document_0_Transformer"}
 # Prompt names sentence-transformers itself uses (encode_query / encode_document and the Router's routes):
 # a task of one of these names would silently change every plain encode_query() / encode_document().
 RESERVED_PROMPT_NAMES = ("query", "document", "passage", "corpus")
+# What an earlier export holds (and an export may replace): a bi-encoder's metadata, or a base encoder's.
+EXPORT_MARKERS = (EXPORT_META, BASE_EXPORT_NAME), "an earlier udr export"
 
 
 def _sentence_transformers():
@@ -141,6 +149,11 @@ def _write_pools(folder: Path, model_dir: Path, tasks: dict, pools: dict[str, Pa
     Paths.model_tasks(folder).write_text(json_text(declared))
 
 
+def _task_meta(tasks: dict) -> dict:
+    """{name: its instruction, template and kind} of `tasks` ({name: Task}), as an export's metadata records them."""
+    return {name: {"instruction": t.instruction, "template": t.template, "kind": t.kind} for name, t in tasks.items()}
+
+
 def export_sentence_transformers(
     model_dir: Path, out_dir: Path, tasks: dict, card: str, pools: dict[str, Path] | None = None
 ) -> dict:
@@ -161,19 +174,15 @@ def export_sentence_transformers(
         "format": "sentence-transformers",
         "encoder": settings.model_dump(),
         "routes": ROUTE_DIRS,
-        "tasks": {
-            name: {"instruction": task.instruction, "template": task.template, "kind": task.kind}
-            for name, task in tasks.items()
-        },
+        "tasks": _task_meta(tasks),
         # Which prompt goes where: E_q reads the instruction only with query_instruction (see udr.retriever.encoder).
         "query_prompts": bool(settings.instruction and settings.query_instruction),
         "document_prompts": bool(settings.instruction),
         "pools": sorted(pools or {}),
     }
-    ours = (EXPORT_META,), "an earlier udr export"
     with (
         writing_export(out_dir) as out_dir,
-        building_dir(out_dir, *ours) as tmp,
+        building_dir(out_dir, *EXPORT_MARKERS) as tmp,
         staging_dir(out_dir) as staging,
         _quiet_transformers(),
     ):
@@ -187,6 +196,26 @@ def export_sentence_transformers(
     return meta
 
 
+def export_base_encoder(base_dir: Path, out_dir: Path, tasks: dict, pools: dict[str, Path]) -> dict:
+    """Write the base encoder at `base_dir` (a sentence-transformers model: the sbert baseline's) to `out_dir`
+    (atomically, as :func:`export_sentence_transformers`) with the pools `pools` ({task: pool file}), the
+    declarations of `tasks` ({name: Task}) not built in, and `udr_base_export.json`; returns its metadata."""
+    meta = {
+        "format": "base-encoder",
+        "method": "sbert",
+        "reads": "the pool's inputs and the queries, no instruction (as `udr evaluate -m sbert`)",
+        "tasks": {
+            name: {"instruction": t.instruction, "template": t.template, "kind": t.kind} for name, t in tasks.items()
+        },
+        "pools": sorted(pools),
+    }
+    with writing_export(out_dir) as out_dir, building_dir(out_dir, *EXPORT_MARKERS) as tmp:
+        shutil.copytree(Path(base_dir).resolve(), tmp, dirs_exist_ok=True)
+        _write_pools(tmp, Path(base_dir), tasks, pools)
+        (tmp / BASE_EXPORT_NAME).write_text(json_text(meta))
+    return meta
+
+
 @contextlib.contextmanager
 def writing_export(out_dir: Path) -> Iterator[Path]:
     """Hold the lock of the export folder `out_dir` (:mod:`udr.util.locks`), then check it
@@ -197,7 +226,7 @@ def writing_export(out_dir: Path) -> Iterator[Path]:
 
 
 def check_export_target(out_dir: Path) -> Path:
-    """The resolved export folder: an export replaces only an earlier export (it holds `udr_export.json`)
-    or an empty directory; anything else (the user's files, `models/`, a project) is a one-line error and
-    stays untouched."""
-    return check_dir_target(Path(out_dir), (EXPORT_META,), "an earlier udr export", "export target")
+    """The resolved export folder: an export replaces only an earlier export (it holds `udr_export.json`, or a
+    base encoder's `udr_base_export.json`) or an empty directory; anything else (the user's files, `models/`, a
+    project) is a one-line error and stays untouched."""
+    return check_dir_target(Path(out_dir), *EXPORT_MARKERS, "export target")

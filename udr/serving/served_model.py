@@ -4,7 +4,9 @@ Its bi-encoder and folder, its fingerprint, the tasks and pools the folder carri
 settings, task registry and prepared pools), the tasks the model was trained on and the project's evidence on
 tasks it never trained on (:mod:`udr.serving.evidence`), the base encoder the project compares it with, and so
 which of the two serves a pool (`encoder_choice`, one of ENCODERS), with the note saying so once per pool.
-Each fact is read once, on first need.
+Each fact is read once, on first need. A base encoder's export (`udr adapt`'s SBERT winner,
+:func:`udr.serving.export.export_base_encoder`) is a served model whose every pool the base encoder it holds
+serves, as the sbert baseline reads it (:class:`BaseExport`).
 
 Imports of huggingface_hub and the udr modules that load numpy or pydantic are inside the functions that use
 them, to keep `from udr import Retriever` and `udr retrieve` light.
@@ -44,6 +46,22 @@ if TYPE_CHECKING:
     from udr.serving.query_encoder import ServingEncoder
 
 ENCODERS = ("auto", "udr", "base")  # which encoder serves a pool (Retriever.load's `encoder`)
+BASE_EXPORT_NAME = "udr_base_export.json"  # in an export of the base encoder (udr.serving.export)
+
+
+def is_base_export(folder: Path) -> bool:
+    """Whether `folder` is an export of the base encoder (it holds BASE_EXPORT_NAME)."""
+    return (Path(folder) / BASE_EXPORT_NAME).is_file()
+
+
+class BaseExport:
+    """The served model's `encoder` where the model is a base encoder's export: its device only; the base encoder
+    it holds is loaded on first need (:meth:`ServedModel.base_encoder`) and serves every pool."""
+
+    settings = None
+
+    def __init__(self, device):
+        self.device = device
 
 
 class ServedModel:
@@ -62,6 +80,12 @@ class ServedModel:
         self.encoder = encoder
         self.encoder_choice = check_encoder_choice(encoder_choice)
         self.model_dir = Path(model_dir)
+        self.base_export = isinstance(encoder, BaseExport)  # the base encoder serves every pool
+        if self.base_export and self.encoder_choice == "udr":
+            raise UdrError(
+                f"{self.model_dir} is an export of the base encoder (sbert): it holds no UDR to serve with "
+                'encoder "udr"'
+            )
         self.root = Path(root)
         self.params = None if params is None else Path(params)
         self._fingerprint: str | None = None
@@ -76,6 +100,8 @@ class ServedModel:
     @property
     def fingerprint(self) -> str:
         """The model's fingerprint (hash of its settings and weights), computed once."""
+        if self.base_export:
+            return self.base_fingerprint()
         if self._fingerprint is None:
             from udr.retriever.index import model_fingerprint
 
@@ -142,7 +168,8 @@ class ServedModel:
         at `root` has none either: the tasks it carries, and how to add one."""
         from udr.retriever.encoder import EXPORT_NAME
 
-        if not (self.model_dir / EXPORT_NAME).is_file() or Paths(self.root).prepared(task, "train").is_file():
+        exported = (self.model_dir / EXPORT_NAME).is_file() or self.base_export
+        if not exported or Paths(self.root).prepared(task, "train").is_file():
             return
         carried = ", ".join(self.model_pools) or "none"
         raise UdrError(
@@ -170,6 +197,8 @@ class ServedModel:
         one), else None; why not, where None)."""
         from udr.lm.loading import read_provenance
 
+        if self.base_export:
+            return self.model_dir, ""
         folder = Paths(self.root).method_model(BASE_METHOD)
         record = read_provenance(folder) if folder.is_dir() else None
         if record is None or record.get("kind") not in (None, "encoder"):
@@ -210,10 +239,11 @@ class ServedModel:
         return self._base_fingerprint
 
     def base_reason(self, read_as: str | None, own: bool) -> str:
-        """Why the base encoder serves a pool read as `read_as` (`own`: an own pool): AS_ASKED (encoder "base"),
+        """Why the base encoder serves a pool read as `read_as` (`own`: an own pool): AS_ASKED (encoder "base", or
+        a base encoder's export),
         BY_EVIDENCE (encoder "auto", a pool the model was not trained on, the project's evidence preferring the
         base encoder, which is this model's), or "" where UDR serves it."""
-        if self.encoder_choice == "base":
+        if self.encoder_choice == "base" or self.base_export:
             return AS_ASKED
         if self.encoder_choice == "udr" or not untrained(read_as, own, self.training):
             return ""
@@ -224,7 +254,10 @@ class ServedModel:
     def note_untrained(self, name: str, read_as: str | None, own: bool, base: str = "") -> None:
         """Say once (an UntrainedTaskWarning) where pool `name` (read as `read_as`; `own`: an own pool) is an own
         pool, or a task the model was not trained on, and whether the base encoder serves it (`base`, a
-        :meth:`base_reason`): nothing is read again after the first retrieval from a pool."""
+        :meth:`base_reason`): nothing is read again after the first retrieval from a pool. The base encoder's
+        export says nothing: it was trained on no task, and serves each as `udr evaluate -m sbert` does."""
+        if self.base_export:
+            return
         key = (name, own, read_as, base)
         if key in self._noted:
             return

@@ -74,3 +74,66 @@ def test_the_sbert_export_serves_its_task_with_its_pool(project, run_cli, tmp_pa
     ids, sims = _sbert_ranking(project, 4)
     assert [d["pool_id"] for d in demos] == ids
     np.testing.assert_allclose([d["similarity"] for d in demos], sims, rtol=1e-5, atol=1e-6)
+
+
+def _retrieved(out: str) -> list[int]:
+    return [json.loads(line)["pool_id"] for line in out.splitlines()]
+
+
+def _notes(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("udr: note:")]
+
+
+def test_the_task_is_served_by_the_sbert_winner_by_name_and_an_explicit_model_wins(project, run_cli):
+    adapted(project, "sbert")
+    code, out, err = run_cli(["retrieve", QUERY, "-t", NAME, "--json", "-k", "4"], project)
+    assert code == 0, err
+    assert _retrieved(out) == _sbert_ranking(project, 4)[0]
+    (note,) = _notes(err)
+    assert note.startswith(f"udr: note: serving {NAME} with the base encoder (sbert) from workspaces/{NAME}/export")
+    assert "`udr adapt` recommended it" in note and "--model DIR serves another model" in note
+    # An explicit --model serves as asked: the project's UDR carries no pool of the task.
+    code, _, err = run_cli(["retrieve", QUERY, "-t", NAME, "--model", "models/final", "--json"], project)
+    assert code == 1 and "serving" not in err
+
+
+def test_python_follows_a_trained_winner_and_says_so_once(project):
+    from udr import Retriever
+    from udr.util.notice import UdrNotice
+
+    _, export = adapted(project, "udr")
+    with pytest.warns(UdrNotice) as said:
+        retriever = Retriever.load(root=project, cache_dir=project / "cache")
+        demos = retriever.retrieve(QUERY, task=NAME, k=4)
+        retriever.retrieve("a second question", task=NAME, k=2)
+    notes = [str(w.message) for w in said]
+    assert len(notes) == 1 and notes[0].startswith(f"serving {NAME} with the project's UDR from "), notes
+    direct = Retriever.load(export, root=project, encoder="udr", cache_dir=project / "cache").retrieve(QUERY, NAME, 4)
+    assert [d.pool_id for d in demos] == [d.pool_id for d in direct]
+    assert retriever.prompt(QUERY, demos, task=NAME).splitlines()[-1].startswith(QUERY)
+
+
+def test_a_bm25_winner_is_served_with_the_base_encoder_over_the_workspace_pool(project, run_cli):
+    adapted(project, "bm25")
+    code, out, err = run_cli(["retrieve", QUERY, "-t", NAME, "--json", "-k", "4"], project)
+    assert code == 0, err
+    assert _retrieved(out) == _sbert_ranking(project, 4)[0]
+    (note,) = _notes(err)
+    assert "with the base encoder (sbert) over the workspace's pool" in note
+    assert "recommended bm25 for it" in note and "no dense retriever" in note
+
+
+def test_a_workspace_elsewhere_is_followed_where_its_run_recorded_it(project, run_cli, tmp_path):
+    from udr.project.adapt import record_workspace
+
+    ws, _ = adapted(project, "sbert")
+    ids = _sbert_ranking(project, 3)[0]
+    moved = tmp_path / "mine" / NAME
+    moved.parent.mkdir()
+    shutil.move(ws, moved)
+    code, _, err = run_cli(["retrieve", QUERY, "-t", NAME, "--json"], project)
+    assert code == 1 and "serving" not in err  # nothing at the default workspace, nothing recorded
+    record_workspace(project, NAME, moved)
+    code, out, err = run_cli(["retrieve", QUERY, "-t", NAME, "--json", "-k", "3"], project)
+    assert code == 0, err
+    assert _retrieved(out) == ids and f"{moved}/export" in _notes(err)[0]

@@ -24,7 +24,7 @@ from udr.cli.app import (
     load,
     show_progress,
 )
-from udr.project.adapt import AdaptRequest
+from udr.project.adapt import AdaptRequest, default_workspace
 from udr.util.files import shown_path
 from udr.workflows.adapt import run_adapt
 
@@ -89,7 +89,7 @@ def adapt_cmd(
     request = AdaptRequest(
         name=name,
         source=from_,
-        folder=folder if folder is not None else settings.root / "workspaces" / name,
+        folder=folder if folder is not None else default_workspace(settings.root, name),
         test=test,
         input_column=input_column,
         label_column=label_column,

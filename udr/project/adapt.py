@@ -11,6 +11,9 @@ pipeline is left as it is:
 6. test: the recommended retriever and the baselines on the test rows, once;
 7. export: the winner, ready for `udr retrieve`, Python, LangChain and DSPy.
 
+A finished run records its workspace in the project (:func:`record_workspace`), so that serving the task by name
+there follows the recommendation (:func:`adapted_task`).
+
 Each step, as it finishes, is recorded in the workspace with the request's fingerprint (:class:`StepRecord`),
 so the same command run again resumes a stopped run, its finished steps skipped.
 
@@ -40,6 +43,15 @@ REFERENCE = "sbert"
 # Scored queries are never cut below this by a minutes budget: fewer do not train (notebook: feedback curve).
 MIN_QUERIES = 64
 REPORT_NAME = "adapt.json"
+WORKSPACES = "workspaces"  # the project's folder of workspaces: workspaces/NAME is a run's default --dir
+# In it, .adapted/NAME.json: the workspace the last finished run of NAME used (its --dir). A task name starts
+# with a letter or digit, so no workspace is called so.
+WORKSPACE_RECORDS = ".adapted"
+
+
+def default_workspace(root: Path, name: str) -> Path:
+    """The workspace a run of task `name` uses without --dir: the project's workspaces/NAME."""
+    return Path(root) / WORKSPACES / name
 
 
 def adapted_model(settings) -> Path:
@@ -464,6 +476,52 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
         card = model_card(settings, model_dir, str(target), chosen)
         export_sentence_transformers(model_dir, out, chosen, card, pools)
     return f"{target} (sentence-transformers with the pool of {task} and its model card)"
+
+
+def record_workspace(root: Path, name: str, folder: Path) -> None:
+    """Record in the project at `root` that the run of task `name` finished in the workspace `folder`."""
+    record = Path(root) / WORKSPACES / WORKSPACE_RECORDS / f"{name}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(record, json.dumps({"workspace": str(Path(folder).resolve())}) + "\n")
+
+
+@dataclass(frozen=True)
+class Adapted:
+    """What the finished run of a task chose: its workspace, the recommended method and where it was exported
+    (a bm25 or random winner has no export)."""
+
+    task: str
+    workspace: Path
+    method: str
+    export: Path | None
+
+
+def adapted_task(root: Path, name: str) -> Adapted | None:
+    """What the last finished `udr adapt` of task `name` in the project at `root` recommended: from the workspace
+    it recorded (:func:`record_workspace`), else the default one; None where neither holds a finished run. A
+    report that does not read is a one-line error."""
+    from udr.data.declarations import TASK_NAME
+
+    if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
+        return None
+    folder = default_workspace(root, name)
+    record = Path(root) / WORKSPACES / WORKSPACE_RECORDS / f"{name}.json"
+    if record.is_file():
+        recorded = read_json_object(record, "udr adapt workspace record", "run `udr adapt` again").get("workspace")
+        if isinstance(recorded, str) and Path(recorded).is_dir():
+            folder = Path(recorded)
+    report = folder / "metrics" / REPORT_NAME
+    if not report.is_file():
+        return None
+    choice = read_json_object(report, "udr adapt report", "run `udr adapt` again").get("choice")
+    method = choice.get("method") if isinstance(choice, dict) else None
+    if method not in CANDIDATES:
+        raise UdrError(f"malformed udr adapt report {report}: no recommended retriever; run `udr adapt` again")
+    steps = StepRecord.read(folder)
+    exported = steps.request.get("export") if steps is not None else None
+    export = Path(exported) if exported else folder / "export"
+    has_model = method not in ("bm25", "random") and export.is_dir()
+    return Adapted(name, folder, method, export if has_model else None)
 
 
 def set_workspace_params(params_file: Path, section: str, values: dict) -> None:

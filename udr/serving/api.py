@@ -25,6 +25,13 @@ instruction, the pool's inputs; :func:`udr.evaluation.baselines.sbert_encoder`),
 task keeps UDR. `encoder` ("auto", "udr" or "base"; `udr retrieve --encoder`) overrides the rule: "udr" serves
 every pool with UDR, "base" every pool with the base encoder.
 
+Serving follows `udr adapt`: a retriever of the project's own model (no `path` given) asked for a task the project
+has no pool of, where a finished `udr adapt` of that task recorded its choice (:func:`udr.project.adapt.adapted_task`),
+serves it with the retriever that run recommended: its export (the adapted or the project's UDR with the task's
+pool, or the base encoder's as the sbert baseline reads it), and one notice says which encoder serves. A bm25 or
+random winner is no dense retriever: the task is then served with the base encoder (sbert, the reference the run
+compared with) over the workspace's pool, and the notice says so. A model given by `path` always serves as asked.
+
 A retriever holds the model it serves (:class:`udr.serving.served_model.ServedModel`: the bi-encoder, its facts
 and the evidence on the tasks it serves) and the pools it serves (:class:`udr.serving.served_pool.ServedPool`: a
 pool with the searcher over its embeddings), and retrieves from them.
@@ -125,6 +132,8 @@ class Retriever:
         # task name -> ServedPool: a pool with the searcher over its embeddings, replaced as one object, so
         # that a retrieval, which takes one reference, never pairs one pool's texts with another's ranking.
         self._served: dict = {}
+        self.follows_adapt = False  # serve a task `udr adapt` chose for with its choice (load, no path given)
+        self._adapted: dict[str, Retriever] = {}  # task name -> the retriever `udr adapt` chose for it
 
     # The served model's facts, as the retriever's attributes.
     encoder = _of_model("encoder")
@@ -190,6 +199,7 @@ class Retriever:
         )
         if encoder == "base":  # before any pool is read
             retriever.model.base_folder()
+        retriever.follows_adapt = path is None
         return retriever
 
     @classmethod
@@ -310,7 +320,19 @@ class Retriever:
         queries = list(queries)
         for i, query in enumerate(queries):
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
-        served = self._served_pool(self.resolve_task(task))  # one reference: pool and searcher together
+        name = self.resolve_task(task)
+        if name in self._adapted:
+            return self._adapted[name].retrieve_batch(
+                queries,
+                name,
+                k,
+                diversity=diversity,
+                label_weight=label_weight,
+                label_votes=label_votes,
+                per_label=per_label,
+                filter=filter,
+            )
+        served = self._served_pool(name)  # one reference: pool and searcher together
         pool = served.pool
         self.model.note_untrained(pool.name, *self._reading(pool.name), served.base)
         found = served.search(
@@ -342,7 +364,8 @@ class Retriever:
         `instruction`: start with the task instruction (the default follows `score.instruction`: none)."""
         from udr.lm.prompt import prompt_text
 
-        spec = self._pools[self.resolve_task(task)].task
+        name = self.resolve_task(task)
+        spec = self._adapted[name].pool_task(name) if name in self._adapted else self._pools[name].task
         rng = None
         if order == "random":
             from udr.util.rng import task_rng
@@ -363,6 +386,8 @@ class Retriever:
         """The task pool `name` is read as (its instruction and template): a pool served here (an own pool by the
         name `add_pool` gave it, e.g. "own"), else the registry's task of that name."""
         pool = self._pools.get(name)
+        if pool is None and name in self._adapted:
+            return self._adapted[name].pool_task(name)
         return pool.task if pool is not None else get_task(name, self.registry)
 
     def tasks(self) -> list[str]:
@@ -371,9 +396,9 @@ class Retriever:
 
     def resolve_task(self, task: str | None) -> str:
         """The pool `task` names, loading a pipeline pool on first use: the model folder's, else the
-        project's prepared one. None: the only own pool or, with no own pool, the only pipeline task;
-        where several are possible it is an error (a pool loaded for an earlier query does not make the
-        choice)."""
+        project's prepared one, or, where neither has it, the retriever `udr adapt` chose for it (see the module
+        docstring). None: the only own pool or, with no own pool, the only pipeline task; where several are
+        possible it is an error (a pool loaded for an earlier query does not make the choice)."""
         if task is None:
             possible = list(self._read_as) or self.model.pipeline_tasks()
             if len(possible) == 1:
@@ -381,9 +406,52 @@ class Retriever:
             raise UdrError(
                 f"no task given: name the task to retrieve for (known here: {', '.join(self.tasks()) or 'none'})"
             )
-        if task not in self._pools:
+        if task not in self._pools and task not in self._adapted:
+            follower = self._follow_adapt(task)
+            if follower is not None:
+                self._adapted.setdefault(task, follower)
+                return task
             self._pools[task] = self.model.pipeline_pool(task)
         return task
+
+    def _follow_adapt(self, task: str) -> Retriever | None:
+        """The retriever `udr adapt` recommended for `task`, loaded, where this retriever follows adapt and `task` is
+        no pipeline task here but a finished run's; None otherwise. Says once which encoder serves it."""
+        if not self.follows_adapt or task in self.model.pipeline_tasks():
+            return None
+        from udr.project.adapt import ADAPTED, adapted_task
+        from udr.util.files import shown_path
+        from udr.util.notice import notice
+
+        chosen = adapted_task(self.root, task)
+        if chosen is None:
+            return None
+        options = {
+            "device": self.encoder.device.type,
+            "cache_dir": self.cache_dir,
+            "batch_size": self.batch_size,
+            "progress": self.progress,
+            "search": self.search,
+        }
+        where = shown_path(chosen.workspace, Path.cwd())
+        evidence = f"`udr adapt` recommended it on {where}/metrics/adapt.md; --model DIR serves another model"
+        if chosen.export is None:  # bm25 or random: no dense retriever to serve
+            follower = Retriever.load(root=chosen.workspace, encoder="base", **options)
+            notice(
+                f"serving {task} with the base encoder (sbert) over the workspace's pool: `udr adapt` recommended "
+                f"{chosen.method} for it ({where}/metrics/adapt.md), which is no dense retriever udr serves, and sbert "
+                "is the reference it was compared with; --model DIR serves another model"
+            )
+        else:
+            # The task's own evidence decides: a trained winner serves with its UDR, whatever the project measured
+            # on other unseen tasks.
+            encoder = "udr" if self.encoder_choice == "auto" and chosen.method != "sbert" else self.encoder_choice
+            follower = Retriever.load(chosen.export, root=self.root, encoder=encoder, **options)
+            what = {"sbert": "the base encoder (sbert)", ADAPTED: "the adapted UDR", "udr": "the project's UDR"}
+            shown = shown_path(chosen.export, Path.cwd())
+            notice(f"serving {task} with {what[chosen.method]} from {shown}: {evidence}")
+        follower.model.chosen_by_adapt = True
+        return follower
 
     def _reading(self, name: str) -> tuple[str | None, bool]:
         """(the task pool `name`'s rows are read as, whether it is an own pool)."""

@@ -81,6 +81,7 @@ class ServedModel:
         self.encoder_choice = check_encoder_choice(encoder_choice)
         self.model_dir = Path(model_dir)
         self.base_export = isinstance(encoder, BaseExport)  # the base encoder serves every pool
+        self.chosen_by_adapt = False  # `udr adapt` chose it for the tasks it serves: their evidence is said there
         if self.base_export and self.encoder_choice == "udr":
             raise UdrError(
                 f"{self.model_dir} is an export of the base encoder (sbert): it holds no UDR to serve with "
@@ -255,8 +256,9 @@ class ServedModel:
         """Say once (an UntrainedTaskWarning) where pool `name` (read as `read_as`; `own`: an own pool) is an own
         pool, or a task the model was not trained on, and whether the base encoder serves it (`base`, a
         :meth:`base_reason`): nothing is read again after the first retrieval from a pool. The base encoder's
-        export says nothing: it was trained on no task, and serves each as `udr evaluate -m sbert` does."""
-        if self.base_export:
+        export says nothing (it was trained on no task, and serves each as `udr evaluate -m sbert` does), nor does
+        a model `udr adapt` chose (`chosen_by_adapt`: the retriever that follows it said so)."""
+        if self.base_export or self.chosen_by_adapt:
             return
         key = (name, own, read_as, base)
         if key in self._noted:

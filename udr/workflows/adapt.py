@@ -171,4 +171,5 @@ def run_adapt(project_settings, request: adapt.AdaptRequest, *, say, progress: b
             seconds=steps.seconds,
         )
         adapt.write_outcome(folder, outcome)
+        adapt.record_workspace(project_settings.root, r.name, folder)  # `udr retrieve -t NAME` follows it
     return outcome

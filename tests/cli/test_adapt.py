@@ -109,8 +109,11 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
     assert set(report["seconds"]) >= {"prepare", "score", "train", "validate adapted", f"test {choice}", "export"}
     if choice != "bm25":
         assert (tmp_path / "winner").is_dir() and any((tmp_path / "winner").iterdir())
-    if choice == "sbert":  # the base encoder's copy, and how this project serves rows with it
-        assert "--encoder base" in report["export"]
+    if choice != "bm25":  # the winner carries the task's pool, SBERT's too
+        assert "pool of opinion" in report["export"]
+    # In the project, the task by name is served as the run recommended (its --export recorded), said in one note.
+    out, err = udr("retrieve", "a quiet film about grief", "-t", "opinion", "-k", "2", "--json")
+    assert len(out.splitlines()) == 2 and err.count("udr: note: serving opinion with ") == 1, err
     # a trained winner is exported with the task's pool: the export serves the task by name
     from udr.config import load_settings
     from udr.project.adapt import export_winner

@@ -72,8 +72,8 @@ def retrieve_cmd(
         Path | None,
         typer.Option(
             "--model",
-            help="A udr bi-encoder directory, or a `udr export` of one (default: models/final, the pipeline's "
-            "final model)",
+            help="A udr bi-encoder directory, or a `udr export` of one, or `udr adapt`'s export (default: "
+            "models/final, the pipeline's final model; for a task `udr adapt` ran on, the retriever it recommended)",
             show_default=False,
         ),
     ] = None,

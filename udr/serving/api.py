@@ -391,8 +391,9 @@ class Retriever:
         return pool.task if pool is not None else get_task(name, self.registry)
 
     def tasks(self) -> list[str]:
-        """The tasks this retriever can serve now: own pools, the model folder's and the prepared pipeline tasks."""
-        return sorted(set(self._pools) | set(self.model.pipeline_tasks()))
+        """The tasks this retriever can serve now: own pools, the model folder's and the prepared pipeline tasks, and
+        those served as `udr adapt` chose since."""
+        return sorted(set(self._pools) | set(self._adapted) | set(self.model.pipeline_tasks()))
 
     def resolve_task(self, task: str | None) -> str:
         """The pool `task` names, loading a pipeline pool on first use: the model folder's, else the

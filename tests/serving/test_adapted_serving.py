@@ -11,8 +11,6 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.conftest import write_params  # noqa: F401  (the served project's params shape)
-
 NAME = "cards"
 QUERY = "my card was charged twice for one purchase"
 
@@ -74,6 +72,9 @@ def test_the_sbert_export_serves_its_task_with_its_pool(project, run_cli, tmp_pa
     ids, sims = _sbert_ranking(project, 4)
     assert [d["pool_id"] for d in demos] == ids
     np.testing.assert_allclose([d["similarity"] for d in demos], sims, rtol=1e-5, atol=1e-6)
+    # It holds no UDR: asked for one, a single line says so.
+    code, _, err = run_cli(["retrieve", QUERY, "-t", NAME, "--model", str(export), "--encoder", "udr"], elsewhere)
+    assert code == 1 and err.count("\n") == 1 and "is an export of the base encoder (sbert)" in err, err
 
 
 def _retrieved(out: str) -> list[int]:

@@ -460,7 +460,10 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
 
     if method in ("bm25", "random"):
         return f"{method} has no model to export: retrieve with it through `udr evaluate -m {method}`'s own code"
-    prepared = lambda name: settings.paths.prepared(name, "train")
+
+    def prepared(name: str) -> Path:
+        return settings.paths.prepared(name, "train")
+
     with writing_export(target) as out:
         if method == REFERENCE:
             base = settings.paths.base_model("encoder")
@@ -478,9 +481,13 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
     return f"{target} (sentence-transformers with the pool of {task} and its model card)"
 
 
+def _workspace_record(root: Path, name: str) -> Path:
+    return Path(root) / WORKSPACES / WORKSPACE_RECORDS / f"{name}.json"
+
+
 def record_workspace(root: Path, name: str, folder: Path) -> None:
     """Record in the project at `root` that the run of task `name` finished in the workspace `folder`."""
-    record = Path(root) / WORKSPACES / WORKSPACE_RECORDS / f"{name}.json"
+    record = _workspace_record(root, name)
     record.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(record, json.dumps({"workspace": str(Path(folder).resolve())}) + "\n")
 
@@ -505,7 +512,7 @@ def adapted_task(root: Path, name: str) -> Adapted | None:
     if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
         return None
     folder = default_workspace(root, name)
-    record = Path(root) / WORKSPACES / WORKSPACE_RECORDS / f"{name}.json"
+    record = _workspace_record(root, name)
     if record.is_file():
         recorded = read_json_object(record, "udr adapt workspace record", "run `udr adapt` again").get("workspace")
         if isinstance(recorded, str) and Path(recorded).is_dir():

@@ -158,7 +158,7 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
         "groups": groups,
         "signal_rule": RULE if signal is not None else None,
         "claims": claims,
-        "paper": {t: PAPER[t] for t in tasks if t in PAPER},
+        "paper": {t: PAPER[t] for t in trained if t in PAPER},  # the paper trained on cr and subj too
         "resamples": BOOTSTRAP_RESAMPLES,
     }
 
@@ -225,9 +225,10 @@ def seeds_markdown(table: dict) -> str:
         f"UDR and EPR (one retriever per task) trained with {seeds} training seeds: {', '.join(table['seeds'])}. "
         "A training seed draws the tasks, queries and candidates of each step and the dropout; the data, the "
         "LM's feedback and the test rows are the same for every seed, so random, BM25 and SBERT have one value. "
-        "Graded metric in percent on each task's test rows; the paper's values (GPT-Neo-2.7B, the whole test "
-        "sets) beside where this project uses the paper's data. Made by `udr exp seeds` (each seed a DVC "
-        "experiment: `dvc exp show`).\n\n"
+        "Graded metric in percent on each task's test rows; beside, the paper's values (GPT-Neo-2.7B, the "
+        "whole test sets, other metrics for some generation tasks) for the trained tasks whose data this "
+        "project takes from the paper's release. Made by `udr exp seeds` (each seed a DVC experiment: "
+        "`dvc exp show`).\n\n"
         + markdown_table(header, cells)
         + f"\n{signal}\n\n## Claims on seed-averaged retrievers\n\n"
         "Each side's score on a bootstrap resample of the test rows is the mean of its seeds' scores on those "

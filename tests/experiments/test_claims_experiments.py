@@ -93,7 +93,7 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     code, out, err = run_cli(["exp", "seeds", "--table", "--seed", "1"], project)
     assert code == 0, err
     table = seed_table(project, (1,))
-    assert len(table["seeds"]) == 2 and table["seeds"][1].startswith("seed 1 (seed-1, ")
+    assert table["seeds"] == ["seed 42 (HEAD)", "seed 1"] and table["read_from"][1]["udr"].startswith("udr at ")
     for t in TASKS:
         assert table["tasks"][t]["udr"] == [head[t]["graded"]["score"], 100.0]
         assert len(table["tasks"][t]["epr"]) == 2 and len(set(table["tasks"][t]["epr"])) == 1
@@ -119,6 +119,17 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     assert same["interval"]["difference"] == 0.0 and same["per_seed"] == [0.0, 0.0]
     text = (project / "metrics" / "seeds.md").read_text()
     assert " / 100.0 |" in text and "## Claims on seed-averaged retrievers" in text
+
+    # kept at HEAD as saved evaluations, the seed needs no experiment ref (a clone has none)
+    from udr.experiments.seeds import keep_seed_evaluations
+
+    assert keep_seed_evaluations(project, (1, 2)) == ["epr-seed-1", "udr-seed-1"]
+    _git(project, "add", "metrics", "data/predictions")
+    _git(project, "commit", "-q", "-m", "seed 1 kept")
+    _git(project, "update-ref", "-d", "refs/exps/ab/cdef/seed-1")
+    kept = seed_table(project, (1,))
+    assert kept["read_from"][1]["udr"].startswith("udr-seed-1 at HEAD")
+    assert {k: v for k, v in kept.items() if k != "read_from"} == {k: v for k, v in table.items() if k != "read_from"}
 
 
 def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli):

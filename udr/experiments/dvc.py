@@ -174,14 +174,23 @@ def git_show(root: Path, rev: str, path: str) -> bytes:
     return done.stdout
 
 
-def method_results(root: Path, method: str, tasks, rev: str) -> dict[str, dict]:
-    """{task: result} from metrics/<method>/*.json (test) at git revision `rev` (tasks None: all)."""
+def git_tree(root: Path, rev: str, folder: str) -> list[str]:
+    """The names in `folder` at git revision `rev`; a folder not there is a UdrError naming both."""
     listing = subprocess.run(
-        ["git", "ls-tree", "--name-only", f"{rev}:metrics/{method}"], cwd=root, capture_output=True, text=True
+        ["git", "ls-tree", "--name-only", f"{rev}:{folder}"], cwd=root, capture_output=True, text=True
     )
     if listing.returncode != 0:
-        raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first")
-    names = [n for n in listing.stdout.split() if tasks is None or Path(n).stem in tasks]
+        raise UdrError(f"no {folder} at {rev}: run and commit it first")
+    return listing.stdout.split()
+
+
+def method_results(root: Path, method: str, tasks, rev: str) -> dict[str, dict]:
+    """{task: result} from metrics/<method>/*.json (test) at git revision `rev` (tasks None: all)."""
+    try:
+        listing = git_tree(root, rev, f"metrics/{method}")
+    except UdrError:
+        raise UdrError(f"no metrics/{method} at {rev}: run and commit the default pipeline first") from None
+    names = [n for n in listing if tasks is None or Path(n).stem in tasks]
     out = {}
     for n in names:
         where, again = f"metrics/{method}/{n} at {rev[:12]}", f"commit a whole evaluation of {method}"

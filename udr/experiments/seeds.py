@@ -23,10 +23,19 @@ from pathlib import Path
 
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment
-from udr.experiments.dvc import compare_revisions, exp_run_args, method_scores, run_queued, saved_experiments
+from udr.experiments.dvc import (
+    compare_revisions,
+    exp_run_args,
+    git_show,
+    git_tree,
+    method_scores,
+    run_queued,
+    saved_experiments,
+)
 from udr.experiments.signal import RULE, tasks_with_signal
 from udr.experiments.tables import markdown_table
-from udr.util.files import write_json_atomic, write_text_atomic
+from udr.paths import Paths
+from udr.util.files import write_atomic, write_json_atomic, write_text_atomic
 
 SEEDS = (1, 2)  # with the global seed's committed run: three
 SEEDED = ("epr", "udr")  # retrievers a training seed moves
@@ -91,7 +100,10 @@ def run_seeds(root: Path, seeds=SEEDS, *, jobs: int = 1, missing: bool = False, 
     if experiments:
         queued = [exp_run_args(e.name, e.overrides, e.targets, queue=True) for e in experiments]
         run_queued(root, queued, settings, jobs=jobs, dry=dry)
-    return None if dry else write_seeds(root, seeds)
+    if dry:
+        return None
+    keep_seed_evaluations(root, seeds)
+    return write_seeds(root, seeds)
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float | None]:
@@ -108,15 +120,12 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
 
     settings = load_settings(root / "params.yaml")
     trained, tasks = settings.method_tasks("epr"), settings.evaluation_tasks()
-    saved = saved_experiments(root)
-    runs = [(f"seed {settings.training_seed} (HEAD)", "HEAD")]
-    runs += [
-        (f"seed {s} (seed-{s}, {saved[f'seed-{s}'][:7]})", saved[f"seed-{s}"]) for s in seeds if f"seed-{s}" in saved
-    ]
     covered = {m: settings.method_tasks(m) for m in SEEDED}
+    runs = [(f"seed {settings.training_seed} (HEAD)", {m: (m, "HEAD") for m in SEEDED})]
+    runs += [(f"seed {s}", sides) for s, sides in seed_sides(root, seeds, covered).items()]
     fixed = [*FIXED, *([MULTITASK] if _saved_at_head(root, MULTITASK, trained) else [])]
     covered |= {m: trained if m == MULTITASK else tasks for m in fixed}
-    scores = {m: [method_scores(root, m, covered[m], rev) for _, rev in runs] for m in SEEDED}
+    scores = {m: [method_scores(root, sides[m][0], covered[m], sides[m][1]) for _, sides in runs] for m in SEEDED}
     scores |= {m: [method_scores(root, m, covered[m], "HEAD")] for m in fixed}
     sizes = {t: r["n"] for t, r in method_results(root, "random", tasks, "HEAD").items()}
     signal = tasks_with_signal(root, trained)
@@ -130,7 +139,7 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
         groups["unseen tasks"] = unseen
 
     def side(m: str, t: str):
-        return [(m, rev) for _, rev in runs] if m in SEEDED else (m, "HEAD")
+        return [sides[m] for _, sides in runs] if m in SEEDED else (m, "HEAD")
 
     def average(m: str, i: int, members) -> float:  # seed i's average (a fixed retriever's one run)
         return statistics.fmean(scores[m][min(i, len(scores[m]) - 1)][t] for t in members)
@@ -149,6 +158,7 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
             )
     return {
         "seeds": [label for label, _ in runs],
+        "read_from": [{m: f"{name} at {rev[:12]}" for m, (name, rev) in sides.items()} for _, sides in runs],
         "fixed": fixed,
         "tasks": {
             t: {"n": sizes[t], "kind": settings.task(t).kind}
@@ -161,6 +171,46 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
         "paper": {t: PAPER[t] for t in trained if t in PAPER},  # the paper trained on cr and subj too
         "resamples": BOOTSTRAP_RESAMPLES,
     }
+
+
+def kept_name(method: str, seed: int) -> str:
+    """The saved evaluation that keeps `method`'s run with training seed `seed` at HEAD."""
+    return f"{method}-seed-{seed}"
+
+
+def seed_sides(root: Path, seeds, covered: dict[str, list[str]]) -> dict[int, dict[str, tuple[str, str]]]:
+    """{seed: {method: (saved evaluation, revision)}} of each extra seed run: its evaluations kept at HEAD
+    (:func:`keep_seed_evaluations`), else those of its DVC experiment; a seed with neither is left out."""
+    saved = saved_experiments(root)
+    out = {}
+    for s in seeds:
+        if all(_saved_at_head(root, kept_name(m, s), covered[m]) for m in SEEDED):
+            out[s] = {m: (kept_name(m, s), "HEAD") for m in SEEDED}
+        elif f"seed-{s}" in saved:
+            out[s] = {m: (m, saved[f"seed-{s}"]) for m in SEEDED}
+    return out
+
+
+def keep_seed_evaluations(root: Path, seeds=SEEDS) -> list[str]:
+    """Copy each seed experiment's evaluations of the seeded retrievers (results and predictions) into the
+    workspace as saved evaluations, `<method>-seed-<N>`, so that a clone without the experiments' git refs
+    (`dvc exp push` sends them) reads the seeds at HEAD once they are committed. Returns the names written."""
+    saved, paths, written = saved_experiments(root), Paths(root), []
+    for s in seeds:
+        rev = saved.get(f"seed-{s}")
+        if rev is None:
+            continue
+        for m in SEEDED:
+            for source, target in (
+                (paths.method_metrics(m, "x").parent, paths.method_metrics(kept_name(m, s), "x").parent),
+                (paths.predictions(m, "x").parent, paths.predictions(kept_name(m, s), "x").parent),
+            ):
+                folder = source.relative_to(root).as_posix()
+                for name in git_tree(root, rev, folder):
+                    data = git_show(root, rev, f"{folder}/{name}")
+                    write_atomic(target / name, lambda p, data=data: p.write_bytes(data))
+            written.append(kept_name(m, s))
+    return written
 
 
 def _saved_at_head(root: Path, name: str, tasks) -> bool:
@@ -227,8 +277,9 @@ def seeds_markdown(table: dict) -> str:
         "LM's feedback and the test rows are the same for every seed, so random, BM25 and SBERT have one value. "
         "Graded metric in percent on each task's test rows; beside, the paper's values (GPT-Neo-2.7B, the "
         "whole test sets, other metrics for some generation tasks) for the trained tasks whose data this "
-        "project takes from the paper's release. Made by `udr exp seeds` (each seed a DVC experiment: "
-        "`dvc exp show`).\n\n"
+        "project takes from the paper's release. Made by `udr exp seeds`: each extra seed is a DVC experiment, "
+        "`seed-N` (`dvc exp show -A`), whose evaluations are kept at HEAD as `udr-seed-N` and `epr-seed-N` "
+        "(metrics/ and data/predictions/).\n\n"
         + markdown_table(header, cells)
         + f"\n{signal}\n\n## Claims on seed-averaged retrievers\n\n"
         "Each side's score on a bootstrap resample of the test rows is the mean of its seeds' scores on those "

@@ -26,7 +26,14 @@ from pathlib import Path
 
 from udr.errors import UdrError, listed
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
-from udr.experiments.dvc import compare_revisions, method_scores, run_named, saved_experiments
+from udr.experiments.dvc import (
+    compare_revisions,
+    exp_run_args,
+    method_scores,
+    run_named,
+    run_queued,
+    saved_experiments,
+)
 from udr.experiments.tables import results_table, transfer_table
 from udr.paths import Paths, round_label
 from udr.util.files import write_text_atomic
@@ -118,6 +125,17 @@ def transfer_experiment(lm: str = TRANSFER_LM, tasks=TRANSFER_TASKS, methods=TRA
         (f"evaluate.lm={lm}", f"evaluate.tasks=[{','.join(tasks)}]", "evaluate.shots_tasks=[]"),
         targets=tuple(f"evaluate@{m}" for m in methods),
     )
+
+
+def queue_experiments(root: Path, settings, experiments, *, jobs: int = 1, missing: bool = False, dry: bool = False):
+    """Queue `experiments` (with `missing`, those not saved yet) and run them with `dvc queue start -j JOBS`
+    (:func:`udr.experiments.dvc.run_queued`: in DVC's temporary folders, the workspace left as it is)."""
+    if missing:
+        saved = saved_experiments(root)
+        experiments = tuple(e for e in experiments if e.name not in saved)
+    if experiments:
+        queued = [exp_run_args(e.name, e.overrides, e.targets, queue=True) for e in experiments]
+        run_queued(root, queued, settings, jobs=jobs, dry=dry)
 
 
 # ---------------------------------------------------------------- running an analysis and writing its table

@@ -23,8 +23,8 @@ from pathlib import Path
 from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
-from udr.experiments.analyses import Experiment
-from udr.experiments.dvc import compare_revisions, exp_run_args, method_scores, run_queued, saved_experiments
+from udr.experiments.analyses import Experiment, queue_experiments
+from udr.experiments.dvc import compare_revisions, method_scores, saved_experiments
 from udr.experiments.signal import tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
@@ -72,13 +72,7 @@ def run_lofo(root: Path, *, jobs: int = 1, missing: bool = False, dry: bool = Fa
     from udr.config import load_settings
 
     settings = load_settings(root / "params.yaml")
-    experiments = lofo_experiments(settings, root)
-    if missing:
-        saved = saved_experiments(root)
-        experiments = tuple(e for e in experiments if e.name not in saved)
-    if experiments:
-        queued = [exp_run_args(e.name, e.overrides, e.targets, queue=True) for e in experiments]
-        run_queued(root, queued, settings, jobs=jobs, dry=dry)
+    queue_experiments(root, settings, lofo_experiments(settings, root), jobs=jobs, missing=missing, dry=dry)
     return None if dry else write_lofo(root)
 
 

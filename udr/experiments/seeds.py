@@ -22,14 +22,12 @@ import statistics
 from pathlib import Path
 
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
-from udr.experiments.analyses import Experiment
+from udr.experiments.analyses import Experiment, queue_experiments
 from udr.experiments.dvc import (
     compare_revisions,
-    exp_run_args,
     git_show,
     git_tree,
     method_scores,
-    run_queued,
     saved_experiments,
 )
 from udr.experiments.signal import RULE, tasks_with_signal
@@ -93,13 +91,7 @@ def run_seeds(root: Path, seeds=SEEDS, *, jobs: int = 1, missing: bool = False, 
     from udr.config import load_settings
 
     settings = load_settings(root / "params.yaml")
-    experiments = seed_experiments(seeds)
-    if missing:
-        saved = saved_experiments(root)
-        experiments = tuple(e for e in experiments if e.name not in saved)
-    if experiments:
-        queued = [exp_run_args(e.name, e.overrides, e.targets, queue=True) for e in experiments]
-        run_queued(root, queued, settings, jobs=jobs, dry=dry)
+    queue_experiments(root, settings, seed_experiments(seeds), jobs=jobs, missing=missing, dry=dry)
     if dry:
         return None
     keep_seed_evaluations(root, seeds)

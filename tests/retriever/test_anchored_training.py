@@ -107,7 +107,7 @@ def test_the_defaults_record_and_fingerprint_keep_the_keys_they_had(looped):
     from udr.config import TrainSettings
     from udr.retriever.record import recorded_train_settings
 
-    new = {"anchor_beta", "anchor_top", "feedback"}
+    new = {"anchor_beta", "anchor_top", "feedback", "seed"}
     default = TrainSettings()
     kept = recorded_train_settings(default)
     assert kept == default.model_dump(exclude={"checkpoint_steps", "device", *new})

@@ -186,3 +186,12 @@ def test_one_family_at_a_time_holds_out_the_families_with_signal(with_signal, ru
     sbert = row["scores"]["sbert"]
     assert row["versus"]["sbert"]["difference"] == pytest.approx(100.0 - sbert)
     assert "| sentiment | sst2 | 6 | 100.0 |" in (project / "metrics" / "lofo.md").read_text()
+
+    from udr.experiments.lofo import keep_fold_evaluations
+
+    assert keep_fold_evaluations(project) == ["udr-lofo-sentiment"]
+    _git(project, "add", "metrics", "data/predictions")
+    _git(project, "commit", "-q", "-m", "fold kept")
+    _git(project, "update-ref", "-d", "refs/exps/ab/cdef/lofo-sentiment")
+    kept = lofo_table(project)
+    assert kept["groups"] == table["groups"] and kept["folds"]["sentiment"].startswith("udr-lofo-sentiment at HEAD")

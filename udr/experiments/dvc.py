@@ -19,6 +19,7 @@ from udr.errors import UdrError
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES
 from udr.evaluation.comparisons import checked_result, frame_metric, read_predictions
 from udr.paths import Paths
+from udr.util.files import write_atomic
 from udr.util.readers import parse_json
 
 
@@ -182,6 +183,29 @@ def git_tree(root: Path, rev: str, folder: str) -> list[str]:
     if listing.returncode != 0:
         raise UdrError(f"no {folder} at {rev}: run and commit it first")
     return listing.stdout.split()
+
+
+def keep_evaluation(root: Path, rev: str, method: str, name: str) -> None:
+    """Copy `method`'s test evaluation at git revision `rev` (its results and predictions) into the workspace
+    as the saved evaluation `name`, which a clone reads at HEAD once committed (experiment refs do not travel
+    with a clone; `dvc exp push` sends them)."""
+    paths = Paths(root)
+    for source, target in (
+        (paths.method_metrics(method, "x").parent, paths.method_metrics(name, "x").parent),
+        (paths.predictions(method, "x").parent, paths.predictions(name, "x").parent),
+    ):
+        folder = source.relative_to(root).as_posix()
+        for file in git_tree(root, rev, folder):
+            data = git_show(root, rev, f"{folder}/{file}")
+            write_atomic(target / file, lambda p, data=data: p.write_bytes(data))
+
+
+def saved_at_head(root: Path, name: str, tasks) -> bool:
+    """Whether HEAD holds a saved test evaluation `name` of every task of `tasks`."""
+    try:
+        return set(tasks) <= set(method_results(root, name, tasks, "HEAD"))
+    except UdrError:
+        return False
 
 
 def method_results(root: Path, method: str, tasks, rev: str) -> dict[str, dict]:

@@ -24,7 +24,7 @@ from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
-from udr.experiments.dvc import compare_revisions, method_scores, saved_experiments
+from udr.experiments.dvc import compare_revisions, keep_evaluation, method_scores, saved_at_head, saved_experiments
 from udr.experiments.signal import tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
@@ -73,7 +73,29 @@ def run_lofo(root: Path, *, jobs: int = 1, missing: bool = False, dry: bool = Fa
 
     settings = load_settings(root / "params.yaml")
     queue_experiments(root, settings, lofo_experiments(settings, root), jobs=jobs, missing=missing, dry=dry)
-    return None if dry else write_lofo(root)
+    if dry:
+        return None
+    keep_fold_evaluations(root)
+    return write_lofo(root)
+
+
+def kept_name(family: str) -> str:
+    """The saved evaluation that keeps the UDR of `family`'s fold at HEAD."""
+    return f"udr-lofo-{_slug(family)}"
+
+
+def keep_fold_evaluations(root: Path) -> list[str]:
+    """Keep each fold experiment's UDR evaluation at HEAD as the saved evaluation `udr-lofo-<family>`
+    (:func:`udr.experiments.dvc.keep_evaluation`). Returns the names written."""
+    from udr.config import load_settings
+
+    saved, written = saved_experiments(root), []
+    for family in lofo_folds(load_settings(root / "params.yaml"), root):
+        rev = saved.get(f"lofo-{_slug(family)}")
+        if rev is not None:
+            keep_evaluation(root, rev, "udr", kept_name(family))
+            written.append(kept_name(family))
+    return written
 
 
 def lofo_table(root: Path) -> dict:
@@ -82,13 +104,18 @@ def lofo_table(root: Path) -> dict:
 
     settings = load_settings(root / "params.yaml")
     folds, saved = lofo_folds(settings, root), saved_experiments(root)
-    run = {f: saved[f"lofo-{_slug(f)}"] for f in folds if f"lofo-{_slug(f)}" in saved}
+    run = {}  # family -> (saved evaluation, revision) of its fold's UDR: kept at HEAD, else its experiment's
+    for f, tasks in folds.items():
+        if saved_at_head(root, kept_name(f), tasks):
+            run[f] = (kept_name(f), "HEAD")
+        elif f"lofo-{_slug(f)}" in saved:
+            run[f] = ("udr", saved[f"lofo-{_slug(f)}"])
     groups = {f: folds[f] for f in run}
     if len(run) > 1:
         groups[POOLED] = [t for f in run for t in folds[f]]
     rows = {}
     for group, tasks in groups.items():
-        held_out = {t: ("udr", run[settings.task(t).family]) for t in tasks}
+        held_out = {t: run[settings.task(t).family] for t in tasks}
         scores = {"UDR, family held out": _average(root, held_out)}
         scores |= {m: _average(root, {t: (m, "HEAD") for t in tasks}) for m in (*BASELINES, "udr")}
         versus = {}
@@ -96,7 +123,7 @@ def lofo_table(root: Path) -> dict:
             _, iv = compare_revisions(root, {"udr": held_out}, {t: (b, "HEAD") for t in tasks}, settings.seed)["udr"]
             versus[b] = iv.to_dict()
         rows[group] = {"tasks": tasks, "n": _rows(root, tasks), "scores": scores, "versus": versus}
-    return {"folds": {f: saved.get(f"lofo-{_slug(f)}") for f in folds}, "groups": rows}
+    return {"folds": {f: (f"{run[f][0]} at {run[f][1][:12]}" if f in run else None) for f in folds}, "groups": rows}
 
 
 def _average(root: Path, sides: dict) -> float:

@@ -25,15 +25,14 @@ from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
 from udr.experiments.dvc import (
     compare_revisions,
-    git_show,
-    git_tree,
+    keep_evaluation,
     method_scores,
+    saved_at_head,
     saved_experiments,
 )
 from udr.experiments.signal import RULE, tasks_with_signal
 from udr.experiments.tables import markdown_table
-from udr.paths import Paths
-from udr.util.files import write_atomic, write_json_atomic, write_text_atomic
+from udr.util.files import write_json_atomic, write_text_atomic
 
 SEEDS = (1, 2)  # with the global seed's committed run: three
 SEEDED = ("epr", "udr")  # retrievers a training seed moves
@@ -115,7 +114,7 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
     covered = {m: settings.method_tasks(m) for m in SEEDED}
     runs = [(f"seed {settings.training_seed} (HEAD)", {m: (m, "HEAD") for m in SEEDED})]
     runs += [(f"seed {s}", sides) for s, sides in seed_sides(root, seeds, covered).items()]
-    fixed = [*FIXED, *([MULTITASK] if _saved_at_head(root, MULTITASK, trained) else [])]
+    fixed = [*FIXED, *([MULTITASK] if saved_at_head(root, MULTITASK, trained) else [])]
     covered |= {m: trained if m == MULTITASK else tasks for m in fixed}
     scores = {m: [method_scores(root, sides[m][0], covered[m], sides[m][1]) for _, sides in runs] for m in SEEDED}
     scores |= {m: [method_scores(root, m, covered[m], "HEAD")] for m in fixed}
@@ -176,7 +175,7 @@ def seed_sides(root: Path, seeds, covered: dict[str, list[str]]) -> dict[int, di
     saved = saved_experiments(root)
     out = {}
     for s in seeds:
-        if all(_saved_at_head(root, kept_name(m, s), covered[m]) for m in SEEDED):
+        if all(saved_at_head(root, kept_name(m, s), covered[m]) for m in SEEDED):
             out[s] = {m: (kept_name(m, s), "HEAD") for m in SEEDED}
         elif f"seed-{s}" in saved:
             out[s] = {m: (m, saved[f"seed-{s}"]) for m in SEEDED}
@@ -184,36 +183,17 @@ def seed_sides(root: Path, seeds, covered: dict[str, list[str]]) -> dict[int, di
 
 
 def keep_seed_evaluations(root: Path, seeds=SEEDS) -> list[str]:
-    """Copy each seed experiment's evaluations of the seeded retrievers (results and predictions) into the
-    workspace as saved evaluations, `<method>-seed-<N>`, so that a clone without the experiments' git refs
-    (`dvc exp push` sends them) reads the seeds at HEAD once they are committed. Returns the names written."""
-    saved, paths, written = saved_experiments(root), Paths(root), []
+    """Keep each seed experiment's evaluations of the seeded retrievers at HEAD as saved evaluations,
+    `<method>-seed-<N>` (:func:`udr.experiments.dvc.keep_evaluation`). Returns the names written."""
+    saved, written = saved_experiments(root), []
     for s in seeds:
         rev = saved.get(f"seed-{s}")
         if rev is None:
             continue
         for m in SEEDED:
-            for source, target in (
-                (paths.method_metrics(m, "x").parent, paths.method_metrics(kept_name(m, s), "x").parent),
-                (paths.predictions(m, "x").parent, paths.predictions(kept_name(m, s), "x").parent),
-            ):
-                folder = source.relative_to(root).as_posix()
-                for name in git_tree(root, rev, folder):
-                    data = git_show(root, rev, f"{folder}/{name}")
-                    write_atomic(target / name, lambda p, data=data: p.write_bytes(data))
+            keep_evaluation(root, rev, m, kept_name(m, s))
             written.append(kept_name(m, s))
     return written
-
-
-def _saved_at_head(root: Path, name: str, tasks) -> bool:
-    """Whether HEAD holds a saved test evaluation `name` of every task of `tasks`."""
-    from udr.errors import UdrError
-    from udr.experiments.dvc import method_results
-
-    try:
-        return set(tasks) <= set(method_results(root, name, tasks, "HEAD"))
-    except UdrError:
-        return False
 
 
 def _seeded_cells(values: list[float]) -> list[str]:

@@ -154,6 +154,13 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     assert "+1.0 / +2.5 / +2.5 | resolved above |" in text
     assert "| suite: three held-out families, UDR − SBERT | 600 | -1.0 [-2.0, +0.1] | one seed | not resolved |" in text
     assert "multi-task EPR" not in text  # no source for it
+    versus = {"sbert": {"difference": 1.0, "low": -3.0, "high": 5.0, "resolved": False}}
+    fold = {"tasks": ["sst2", "trec"], "n": 160, "versus": versus}
+    lofo = {"groups": {"sentiment": fold, "pooled: every held-out row": fold}}
+    (metrics / "lofo.json").write_text(json.dumps(lofo))
+    assert run_cli(["exp", "claims"], tmp_path)[0] == 0
+    text = (metrics / "claims.md").read_text()
+    assert "one family held out at a time (sst2, trec): UDR − SBERT | 160 | +1.0 [-3.0, +5.0] | one seed |" in text
 
 
 def test_one_family_at_a_time_holds_out_the_families_with_signal(with_signal, run_cli):

@@ -2,7 +2,8 @@
 interval and, where the retrievers were trained with several seeds, each seed's difference.
 
 It gathers what other tables computed and computes nothing itself: the default run's seed table
-(metrics/seeds.json, :mod:`udr.experiments.seeds`) and, where it was run, the offline suite's comparisons
+(metrics/seeds.json, :mod:`udr.experiments.seeds`), the leave-one-family-out folds (metrics/lofo.json,
+:mod:`udr.experiments.lofo`) and, where it was run, the offline suite's comparisons
 (metrics/suite/compare-<baseline>-<group>.json: one seed). A missing source leaves its rows out.
 `udr exp claims` writes it; `docs/sync_readme.py` copies it into the README.
 """
@@ -67,6 +68,8 @@ def claims_rows(root: Path) -> list[list[str]]:
             evidence = f"default run, {group} ({', '.join(tasks)}): {LABELS[a]} − {LABELS[b]}"
             per_seed = " / ".join(f"{d:+.1f}" for d in c["per_seed"])
             rows.append([claim, evidence, str(c["n"]), iv.markdown(), per_seed, finding(iv)])
+        if claim == PAPER_CLAIMS[-1][0] and (metrics / "lofo.json").is_file():  # transfer: the folds, pooled
+            rows += _lofo_rows(claim, read_json(metrics / "lofo.json", "fold table", "run `udr exp lofo --table`"))
         for baseline, group, label in suite:
             path = metrics / "suite" / f"compare-{baseline}-{group}.json"
             if not path.is_file():
@@ -75,6 +78,18 @@ def claims_rows(root: Path) -> list[list[str]]:
             iv = Interval.of(compared["average"])
             n = sum(v["n"] for k, v in compared.items() if k != "average")
             rows.append([claim, label, str(n), iv.markdown(), "one seed", finding(iv)])
+    return rows
+
+
+def _lofo_rows(claim: str, lofo: dict) -> list[list[str]]:
+    """The fold table's UDR − SBERT, pooled over the held-out families (the one family where only one ran)."""
+    groups = lofo.get("groups", {})
+    pooled = [g for g in groups if g.startswith("pooled")] or list(groups)[:1]
+    rows = []
+    for g in pooled:
+        iv = Interval.of(groups[g]["versus"]["sbert"])
+        label = f"default run, one family held out at a time ({', '.join(groups[g]['tasks'])}): UDR − SBERT"
+        rows.append([claim, label, str(groups[g]["n"]), iv.markdown(), "one seed", finding(iv)])
     return rows
 
 

@@ -24,7 +24,14 @@ from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
-from udr.experiments.dvc import compare_revisions, keep_evaluation, method_scores, saved_at_head, saved_experiments
+from udr.experiments.dvc import (
+    compare_revisions,
+    keep_evaluation,
+    method_results,
+    method_scores,
+    saved_at_head,
+    saved_experiments,
+)
 from udr.experiments.signal import tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
@@ -131,8 +138,6 @@ def _average(root: Path, sides: dict) -> float:
 
 
 def _rows(root: Path, tasks) -> int:
-    from udr.experiments.dvc import method_results
-
     return sum(r["n"] for r in method_results(root, "bm25", tasks, "HEAD").values())
 
 

@@ -26,6 +26,7 @@ from udr.experiments.analyses import Experiment, queue_experiments
 from udr.experiments.dvc import (
     compare_revisions,
     keep_evaluation,
+    method_results,
     method_scores,
     saved_at_head,
     saved_experiments,
@@ -107,7 +108,6 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
     unseen), and per group each claim both sides of which cover it: its seed-averaged interval and each
     seed's difference of averages."""
     from udr.config import load_settings
-    from udr.experiments.dvc import method_results
 
     settings = load_settings(root / "params.yaml")
     trained, tasks = settings.method_tasks("epr"), settings.evaluation_tasks()

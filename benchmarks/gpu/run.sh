@@ -4,7 +4,8 @@
 # scoring's throughput and MFU before and after (the padded engine against the packed one, on
 # SmolLM2-135M and on a random 853M Llama), then the pipeline end to end on real weights (LM scoring
 # and training under torchrun, the index, evaluation of UDR against BM25), then the evaluation
-# forwards' throughput, then a markdown table.
+# forwards' throughput, then a markdown table. On CUDA a profile of each engine says where scoring's
+# time goes.
 # Every step is timed and bounded by what is left of --budget; a failing step is recorded and the run
 # goes on with the steps that do not need it. What finished is written to --out ($OUT on the device):
 # gpu-run.md (the table), steps.jsonl (one record per step), run.log (every step's output).
@@ -150,6 +151,10 @@ if ((BENCH)); then
         --device "$DEVICE" "${DT[@]}" "${MFU[@]}" "${BT[@]}" "${CMP[@]}"
     [[ $DEVICE == cuda ]] && ok candidates && ok models && step bench-scoring-llama-1b 60 --cap 100 --table "$PY" benchmarks/scoring.py \
         --project "$PROJECT" --device cuda --dtype bf16 --mfu --random-llama-1b "${BT[@]}" "${CMP[@]}"
+    # Where the time goes (busy share, launches, top kernels) for both engines and both models.
+    [[ $DEVICE == cuda ]] && ok candidates && ok models && step profile-scoring 45 --cap 75 --table "$PY" \
+        benchmarks/gpu/profile_scoring.py --project "$PROJECT" --device cuda --task sst2 --pairs 320 \
+        --random-llama-1b --markdown
 fi
 
 # ---------------------------------------------------------------- the CUDA path end to end

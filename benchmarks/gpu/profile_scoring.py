@@ -54,12 +54,9 @@ HEADERS = [
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 
 
-def _device_us(avg, self_only: bool) -> float:
-    """An averaged event's device time in microseconds, across torch's names for it."""
-    names = (
-        ("self_device_time_total", "self_cuda_time_total") if self_only else ("device_time_total", "cuda_time_total")
-    )
-    for name in names:
+def _device_us(avg) -> float:
+    """An averaged event's own device time in microseconds, across torch's names for it."""
+    for name in ("self_device_time_total", "self_cuda_time_total"):
         value = getattr(avg, name, None)
         if value is not None:
             return float(value)
@@ -68,7 +65,6 @@ def _device_us(avg, self_only: bool) -> float:
 
 def profile_row(label, engine, scorer, items, generation, batch_tokens, device) -> list:
     """One profiled pass of `scorer` over `items`: the table's row."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from udr.feedback.scoring import score_items
@@ -83,16 +79,15 @@ def profile_row(label, engine, scorer, items, generation, batch_tokens, device) 
         wall = time.perf_counter() - t0
     averages = prof.key_averages()
     launches = sum(a.count for a in averages if a.key in LAUNCH_CALLS)
-    device_events = [a for a in averages if _device_us(a, True) > 0 and a.key not in LAUNCH_CALLS]
-    kernel_us = sum(_device_us(a, True) for a in device_events)
+    device_events = [a for a in averages if _device_us(a) > 0 and a.key not in LAUNCH_CALLS]
+    kernel_us = sum(_device_us(a) for a in device_events)
     if device_events:
-        top = sorted(device_events, key=lambda a: -_device_us(a, True))[:3]
-        tops = "; ".join(f"{a.key[:48]} {_device_us(a, True) / kernel_us:.0%}" for a in top)
+        top = sorted(device_events, key=lambda a: -_device_us(a))[:3]
+        tops = "; ".join(f"{a.key[:48]} {_device_us(a) / kernel_us:.0%}" for a in top)
     else:  # CPU: the host operators that take the most time
         host = sorted((a for a in averages if a.key.startswith("aten::")), key=lambda a: -a.self_cpu_time_total)[:3]
         total = sum(a.self_cpu_time_total for a in averages) or 1.0
         tops = "host: " + "; ".join(f"{a.key} {a.self_cpu_time_total / total:.0%}" for a in host)
-    del torch
     kernel_s = kernel_us / 1e6
     return [
         label,

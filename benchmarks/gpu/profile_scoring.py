@@ -5,7 +5,7 @@ Workload: `benchmarks/scoring.py`'s pairs of one task (`--task`, `--pairs`), sco
 then once under `torch.profiler` (CPU and CUDA activities). Per engine, one row:
 
 - wall s: the profiled pass, device synchronised;
-- kernel s: the sum of the device's kernel and copy time (self device time over every event);
+- kernel s: the sum of the device's kernel and copy time (the device's own events);
 - busy: kernel s / wall s. Far under 1 means the GPU waits on the host (launches, Python, the
   tokens' bookkeeping), not on its arithmetic or memory;
 - launches: kernel launch calls on the host (cudaLaunchKernel and its variants), per pair and per
@@ -65,6 +65,7 @@ def _device_us(avg) -> float:
 
 def profile_row(label, engine, scorer, items, generation, batch_tokens, device) -> list:
     """One profiled pass of `scorer` over `items`: the table's row."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     from udr.feedback.scoring import score_items
@@ -79,7 +80,8 @@ def profile_row(label, engine, scorer, items, generation, batch_tokens, device) 
         wall = time.perf_counter() - t0
     averages = prof.key_averages()
     launches = sum(a.count for a in averages if a.key in LAUNCH_CALLS)
-    device_events = [a for a in averages if _device_us(a) > 0 and a.key not in LAUNCH_CALLS]
+    # the device's own events (kernels, copies): a host operator's device time repeats its kernels'
+    device_events = [a for a in averages if a.device_type == DeviceType.CUDA and _device_us(a) > 0]
     kernel_us = sum(_device_us(a) for a in device_events)
     if device_events:
         top = sorted(device_events, key=lambda a: -_device_us(a))[:3]

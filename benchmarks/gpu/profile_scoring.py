@@ -130,7 +130,8 @@ def main(argv=None) -> int:
         ap.error("--device cuda: no CUDA device available")
     device = torch.device(args.device)
     model, tok = load_causal_lm(args.project / "models" / "base" / "lm")
-    models = [("SmolLM2-135M", model.to(device), None)]
+    n_params = sum(p.numel() for p in model.parameters())
+    models = [(f"project LM {n_params / 1e6:.1f}M", model.to(device), None)]
     if args.random_llama_1b:
         big = random_llama_1b(device)
         models.append(("random Llama 853M", big, big.config.vocab_size))

@@ -43,3 +43,17 @@ def test_the_padded_engine_against_the_packed_one(evaluated, capsys):
     assert float(table["total"][11]) < 1e-3  # max abs diff of the two engines' scores
     assert table["total"][10] == "0.0%"  # the packed engine pads nothing on a CPU (dense masks)
     assert "packed: rows of 1024 tokens, sdpa attention" in out
+
+
+def test_the_profile_of_each_engine_on_a_cpu(evaluated, capsys):
+    """benchmarks/gpu/profile_scoring.py on a CPU: one row per engine, every pair profiled, no device
+    events (so no busy share), and the host operators that took the most time."""
+    from benchmarks.gpu.profile_scoring import main as profile
+
+    args = ["--project", str(evaluated), "--device", "cpu", "--task", "sst2", "--pairs", "6"]
+    assert profile([*args, "--batch-tokens", "512", "--packed-tokens", "1024", "--markdown"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| project LM")]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    assert [c[1] for c in cells] == ["padded", "packed (sdpa)"]
+    assert all(c[2] == "6" and float(c[4]) > 0 and c[6] == "-" for c in cells)
+    assert all(c[11].startswith("host: aten::") for c in cells)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from udr.data.declarations import project_registry
 from udr.data.tasks import get_task
 from udr.errors import UdrError, listed, quoted, shorten
-from udr.paths import PER_TASK_METHODS, Paths, round_label
+from udr.paths import PER_TASK_METHODS, Paths, round_label, split_labelled
 from udr.util.safe_yaml import load_yaml
 
 DATA_DIR_ENV = "UDR_DATA_DIR"
@@ -307,6 +307,25 @@ class MineSettings(_Strict):
     batch_size: int = Field(64, gt=0, description="Texts per encoder batch when embedding.")
 
 
+class LabelSettings(_Strict):
+    """Label-aware selection of a `METHOD+labels` evaluation (:mod:`udr.retriever.label_selection`)."""
+
+    weight: float = Field(
+        1.0, ge=0.0, description="γ: similarity + γ · p̂(the candidate's label) re-ranks the candidates (0: no re-rank)."
+    )
+    votes: int = Field(16, ge=1, description="m: the nearest pool rows whose labels vote p̂.")
+    per_label: int | Literal["balanced"] | None = Field(
+        None, description="At most this many demonstrations of a label, 'balanced', or null (no quota)."
+    )
+
+    @field_validator("per_label")
+    @classmethod
+    def _quota(cls, value):
+        if value is not None and value != "balanced" and value < 1:
+            raise ValueError("a per-label quota is at least 1, 'balanced' or null")
+        return value
+
+
 class EvaluateSettings(_Strict):
     context: int = Field(
         512, ge=32, description="C: the LM's context in tokens for one prompt (demonstrations + input + answer)."
@@ -359,6 +378,10 @@ class EvaluateSettings(_Strict):
         default_factory=lambda: ["metrics/feedback/test-q1000/summary.json"],
         description="Committed experiments' summary.json files shown beside this run in metrics/headline.md "
         "(relative to the params file).",
+    )
+    labels: LabelSettings = Field(
+        default_factory=LabelSettings,
+        description="Label-aware selection of the `METHOD+labels` methods (e.g. udr+labels) on classification tasks.",
     )
     dtype: Dtype = "bf16"
     device: Device = "auto"
@@ -446,8 +469,11 @@ class Settings(_Strict):
         method trained per task (:data:`udr.paths.PER_TASK_METHODS`: EPR has no model of a task it never
         trained on; the paper's Table 5 compares UDR with BM25 and SBERT there)."""
         tasks = self.evaluation_tasks()
-        if method in PER_TASK_METHODS:
+        base, labelled = split_labelled(method)
+        if base in PER_TASK_METHODS:
             tasks = [t for t in tasks if t not in self.evaluate.unseen_tasks]
+        if labelled:  # label-aware selection needs the labels of a classification pool
+            tasks = [t for t in tasks if self.task(t).kind == "classification"]
         return tasks
 
     @property

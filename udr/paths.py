@@ -37,6 +37,18 @@ PER_TASK_METHODS = ("epr",)
 TRAINED_BASELINES = ("epr", "dr-target")
 
 
+# `METHOD+labels`: a method's retriever with label-aware selection on top (`evaluate.labels`), evaluated on
+# classification tasks; its results are saved under that name.
+LABELS_SUFFIX = "+labels"
+
+
+def split_labelled(method: str) -> tuple[str, bool]:
+    """(the retriever's own method, whether label-aware selection is on top): `udr+labels` -> ("udr", True)."""
+    if method.endswith(LABELS_SUFFIX):
+        return method[: -len(LABELS_SUFFIX)], True
+    return method, False
+
+
 # Bytes of a name a user gives that becomes one folder or file name (a saved evaluation's, a task's): far
 # below the 255 a file system allows, so that name and suffix fit whatever the name.
 NAME_LIMIT = 100
@@ -133,7 +145,7 @@ class Paths:
         encoder, epr models/epr (a bi-encoder per task, :data:`PER_TASK_METHODS`), udr models/final; None for a
         method that reads none (random, bm25)."""
         folders = {"sbert": self.base_model("encoder"), "epr": self.epr_models, "udr": self.final_model}
-        return folders.get(method)
+        return folders.get(split_labelled(method)[0])
 
     @staticmethod
     def index(model_dir: Path, task: str) -> Path:

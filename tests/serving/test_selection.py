@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from udr.errors import UdrError
-from udr.serving.selection import BALANCED, LabelSelection, quota_pick, select
+from udr.retriever.label_selection import BALANCED, LabelSelection, quota_pick, select
 
 QUERY = "a gripping, funny film"
 QUERIES = [QUERY, "a dull, lifeless mess of a movie", "the actors are superb in it"]

@@ -414,3 +414,40 @@ def test_dr_target_trains_per_task_on_target_similarity_and_evaluates_as_a_saved
     from udr.retriever.index import model_fingerprint
 
     assert result["model"] == model_fingerprint(evaluated / "models" / "dr-target" / "sst2")
+
+
+def test_label_aware_selection_is_a_method_on_classification_tasks(evaluated, tmp_path, run_cli):
+    """`-m udr+labels`: UDR's candidates chosen by label-aware selection (`evaluate.labels`), on the
+    classification tasks only, saved under that name with its settings; a balanced quota shares each prompt's
+    demonstrations among the labels; weight 0 and no quota give UDR's own demonstrations."""
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(evaluated, project)
+    balanced = ["-S", "evaluate.labels.per_label=balanced", "-S", "evaluate.labels.weight=5"]
+    code, out, err = run_cli(["evaluate", "-m", "udr+labels", *balanced], project)
+    assert code == 0, err
+    assert not (project / "metrics" / "udr+labels" / "break.json").exists()  # generation: no labels
+    result = json.loads((project / "metrics" / "udr+labels" / "sst2.json").read_text())
+    assert result["method"] == "udr+labels" and result["labels"]["per_label"] == "balanced"
+    assert result["labels"]["weight"] == 5.0 and result["model"]  # UDR's model fingerprint
+    pool = pl.read_parquet(project / "data" / "prepared" / "sst2" / "train.parquet")
+    label = dict(zip(pool["id"].to_list(), pool["label"].to_list()))
+    preds = pl.read_parquet(project / "data" / "predictions" / "udr+labels" / "sst2.parquet")
+    whole = [demos for demos in preds["demo_ids"].to_list() if len(demos) == 3]  # the context cuts the others
+    assert whole
+    for demos in whole:
+        counts = [sum(label[d] == c for d in demos) for c in set(label.values())]
+        assert max(counts) - min(counts) <= 1, demos
+
+    plain = ["-S", "evaluate.labels.weight=0", "--save-as", "udr-again"]
+    code, out, err = run_cli(["evaluate", "-m", "udr+labels", "-t", "sst2", *plain], project)
+    assert code == 0, err
+    again = pl.read_parquet(project / "data" / "predictions" / "udr-again" / "sst2.parquet")
+    udr = pl.read_parquet(project / "data" / "predictions" / "udr" / "sst2.parquet")
+    assert again["demo_ids"].to_list() == udr["demo_ids"].to_list()
+
+    code, out, err = run_cli(["evaluate", "-m", "udr+labels", "-t", "break"], project)
+    assert code != 0 and "needs a classification task's labels: break is generation" in err
+    code, out, err = run_cli(["evaluate", "-m", "nosuch+labels"], project)
+    assert code != 0 and "unknown method 'nosuch+labels'" in err

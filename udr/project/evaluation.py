@@ -14,8 +14,10 @@ from udr.errors import UdrError
 from udr.evaluation.baselines import RetrieverSetup, build_retriever, check_method
 from udr.evaluation.task_evaluation import EvaluationSetup, LanguageModel, ResultFiles, load_language_model
 from udr.lm.models import resolve_model
+from udr.paths import split_labelled
 from udr.retriever.encoder import SETTINGS_NAME, task_model_dir
 from udr.retriever.index import model_fingerprint
+from udr.retriever.label_selection import LabelSelection
 from udr.retriever.search import PoolRetriever
 from udr.util.distributed import resolve_device_type
 from udr.util.schemas import PreparedMeta, read_model
@@ -32,12 +34,19 @@ def language_model(settings) -> LanguageModel:
 
 
 def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
-    """The project's seed, and `evaluate.device` and `mine.batch_size` to embed pools and queries with; the
+    """The project's seed, `evaluate.device` and `mine.batch_size` to embed pools and queries with, and the
+    label-aware selection of `evaluate.labels` (for a `METHOD+labels` method); the
     device is resolved (and checked) only where `method` embeds (sbert, epr, udr; None: a bi-encoder of
     one's own): random and BM25 embed nothing, and run whatever it says."""
     embeds = method is None or settings.paths.method_model(method) is not None
     device = resolve_device_type(settings.evaluate.device, "evaluate.device") if embeds else "cpu"
-    return RetrieverSetup(seed=settings.seed, device=device, batch_size=settings.mine.batch_size)
+    labels = settings.evaluate.labels
+    return RetrieverSetup(
+        seed=settings.seed,
+        device=device,
+        batch_size=settings.mine.batch_size,
+        labels=LabelSelection(labels.weight, labels.votes, labels.per_label),
+    )
 
 
 def evaluation_setup(settings) -> EvaluationSetup:
@@ -78,6 +87,7 @@ def learned_model_fingerprint(settings, method: str, task_name: str, model: Path
     """The fingerprint of the bi-encoder an EPR / UDR evaluation of `task_name` reads (`model`, default the
     pipeline's; a folder of per-task models: the task's); None for the methods that read none of their own,
     and where the model is missing (building the retriever then says so)."""
+    method = split_labelled(method)[0]
     if method not in ("epr", "udr"):
         return None
     model_dir = Path(model) if model is not None else settings.paths.method_model(method)

@@ -1,6 +1,6 @@
-"""A project's scoring work, as `udr score` (:mod:`udr.stages.score`), the benchmarks and the tools read it:
-a round's candidate pairs of a task's scored queries, split into those reused from the round before and those
-to score.
+"""A project's scoring work, as `udr score` (:mod:`udr.stages.score`), the `udr exp` instruments, the benchmarks
+and the tools read it: the scoring setup of its settings, and a round's candidate pairs of a task's scored
+queries, split into those reused from the round before and those to score.
 
 Imports of polars are inside the functions that use them, to keep the start of `udr` light.
 """
@@ -11,9 +11,14 @@ import numpy as np
 
 from udr.data.prepare import read_prepared
 from udr.errors import UdrError
-from udr.feedback.pair_scoring import ScoreWork
+from udr.feedback.pair_scoring import ScoreWork, ScoringSetup
 from udr.feedback.scores_file import query_choice, read_scores
 from udr.util.readers import read_parquet_checked
+
+
+def scoring_setup(settings) -> ScoringSetup:
+    """The project's score settings, resolved LM and seed, as :mod:`udr.feedback.pair_scoring` takes them."""
+    return ScoringSetup(score=settings.score, lm_dir=settings.paths.base_model("lm"), seed=settings.seed)
 
 
 def load_work(settings, task_name: str, round_: int) -> ScoreWork:

@@ -304,9 +304,9 @@ class Retriever:
         filter: dict | None = None,
     ) -> list[list[Demonstration]]:
         """`retrieve` for many queries of one task, embedded `batch_size` at a time; results in query order."""
+        from udr.retriever.label_selection import LabelSelection
         from udr.retriever.search import check_diversity
         from udr.serving.filters import check_filter
-        from udr.serving.selection import LabelSelection
 
         check_diversity(diversity)
         selection = LabelSelection(label_weight, label_votes, per_label)

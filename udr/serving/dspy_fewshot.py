@@ -41,8 +41,8 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise UdrError("the DSPy component needs dspy: pip install 'udr[dspy]'") from exc
 
 from udr.errors import UdrError
+from udr.retriever.label_selection import DEFAULT_VOTES, LabelSelection
 from udr.serving.filters import check_filter
-from udr.serving.selection import DEFAULT_VOTES, LabelSelection
 
 STATE_KEY = "udr"  # UDRFewShot's own settings in the state `dump_state` writes beside the predictor's
 

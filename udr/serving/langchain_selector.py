@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
     raise UdrError("the LangChain selector needs langchain-core: pip install 'udr[langchain]'") from exc
 
 from udr.errors import UdrError
-from udr.serving.selection import DEFAULT_VOTES, LabelSelection
+from udr.retriever.label_selection import DEFAULT_VOTES, LabelSelection
 
 
 class _BracesKept(PromptTemplate):

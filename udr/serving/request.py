@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
+from udr.retriever.label_selection import DEFAULT_VOTES, LabelSelection
 from udr.retriever.search import check_diversity
-from udr.serving.selection import DEFAULT_VOTES, LabelSelection
 from udr.util.files import check_output_path, write_text_atomic
 
 if TYPE_CHECKING:

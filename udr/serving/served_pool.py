@@ -21,7 +21,7 @@ from udr.serving.served_model import ServedModel
 from udr.util.files import file_sha256
 
 if TYPE_CHECKING:
-    from udr.serving.selection import LabelSelection
+    from udr.retriever.label_selection import LabelSelection
 
 SEARCHES = ("exact", "approximate")
 

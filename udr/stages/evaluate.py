@@ -32,6 +32,7 @@ from udr.evaluation.baselines import (
 )
 from udr.evaluation.saved_names import check_saved_name, encoder_saved_name
 from udr.evaluation.task_evaluation import LanguageModel, evaluate_task
+from udr.paths import split_labelled
 from udr.project.evaluation import (
     evaluation_setup,
     language_model,
@@ -79,7 +80,7 @@ def run_evaluate(
         if limit is not None:
             raise UdrError("--save-as and --limit exclude each other: a quick look is not saved")
     if model is not None:
-        if method not in ("epr", "udr"):
+        if split_labelled(method)[0] not in ("epr", "udr"):
             raise UdrError(f"--model goes with -m epr or -m udr (a trained bi-encoder), not {method}")
         if not Path(model).is_dir():
             raise UdrError(f"missing model {model}: give a trained udr bi-encoder directory")
@@ -151,6 +152,7 @@ def evaluate_project_task(
         fingerprint=fingerprint,
         save_as=save_as,
         encoder=encoder.record if encoder is not None else None,
+        labels=settings.evaluate.labels.model_dump() if split_labelled(method)[1] else None,
         write_to=result_files(settings, save_as or method, name, split) if saved else None,
         started=start,
     )

@@ -25,13 +25,8 @@ from udr.errors import UdrError
 from udr.feedback.pair_scoring import ScoreSummary, ScoreWork, ScoringSetup, score_inputs, score_work
 from udr.feedback.scores_file import load_scores
 from udr.feedback.shipped import take_shipped
-from udr.project.scoring import load_work
+from udr.project.scoring import load_work, scoring_setup
 from udr.util.distributed import resolve_lm_precision
-
-
-def scoring_setup(settings) -> ScoringSetup:
-    """The project's score settings, resolved LM and seed."""
-    return ScoringSetup(score=settings.score, lm_dir=settings.paths.base_model("lm"), seed=settings.seed)
 
 
 def run_score(

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from udr.errors import UdrError
 from udr.evaluation.claims import CLAIM_MARGIN
+from udr.project.workspace import WorkspaceRequest
 from udr.util.files import file_sha256, read_json_object, remove, shown_path, write_text_atomic
 
 # The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
@@ -546,22 +547,18 @@ def set_workspace_params(params_file: Path, section: str, values: dict) -> None:
 
 
 @dataclass(frozen=True)
-class AdaptRequest:
-    """What the user asked `udr adapt` for (the command's options)."""
+class AdaptRequest(WorkspaceRequest):
+    """What the user asked `udr adapt` for (the command's options): the task and its workspace, as
+    :class:`udr.project.workspace.WorkspaceRequest` has and checks them, and adapt's own options."""
 
-    name: str
-    source: Path
-    folder: Path
-    test: Path | None = None
-    input_column: str | None = None
-    label_column: str | None = None
-    instruction: str | None = None
-    metric: str | None = None
-    validation: int | None = None
+    max_test: int = 300
     queries: int = 256
     minutes: float | None = None
-    max_train: int = 1000
-    max_test: int = 300
     export: Path | None = None
     test_all: bool = False
     restart: bool = False  # start over in a workspace a run left (not part of the request's fingerprint)
+
+    def workspace_request(self, folder: Path, validation: int) -> WorkspaceRequest:
+        """The workspace this request makes in `folder`, with `validation` rows carved from the train rows."""
+        shared = {f.name: getattr(self, f.name) for f in fields(WorkspaceRequest)}
+        return WorkspaceRequest(**{**shared, "folder": folder, "validation": validation})

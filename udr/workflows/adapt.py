@@ -48,7 +48,7 @@ def open_workspace(project_settings, request: adapt.AdaptRequest, folder: Path, 
     workspace's (written with it; what the input files alone decide is checked before), or that of the
     run of the same request there, resumed (:func:`udr.project.adapt.resumed_record`)."""
     from udr.data.sources import read_records
-    from udr.project.workspace import WorkspaceRequest, init_workspace
+    from udr.project.workspace import init_workspace
 
     r = request
     fingerprint = adapt.request_fingerprint(r)
@@ -58,18 +58,8 @@ def open_workspace(project_settings, request: adapt.AdaptRequest, folder: Path, 
         return record
     rows = len(read_records(r.source, r.name))
     test_fraction = project_settings.prepare.test_fraction
-    workspace = WorkspaceRequest(
-        name=r.name,
-        source=r.source,
-        folder=folder,
-        test=r.test,
-        input_column=r.input_column,
-        label_column=r.label_column,
-        instruction=r.instruction,
-        metric=r.metric,
-        max_train=r.max_train,
-        max_test=r.max_test,
-        validation=r.validation or adapt.default_validation(rows, r.test is not None, test_fraction),
+    workspace = r.workspace_request(
+        folder, r.validation or adapt.default_validation(rows, r.test is not None, test_fraction)
     )
     ws = init_workspace(
         project_settings, workspace, extra_files={adapt.STEPS_NAME: adapt.StepRecord(folder, fingerprint).text()}

@@ -26,6 +26,7 @@ from udr.util.files import (
     file_sha256,
     json_text,
     read_json_object,
+    tree_hashes,
     write_atomic,
     write_text_atomic,
 )
@@ -115,8 +116,7 @@ def model_fingerprint(model_dir: Path) -> str:
             raise UdrError(f"incomplete model {model_dir}: no {weights}; train it again or pass another --model")
     parts = [file_sha256(BiEncoder.settings_file(model_dir))]
     for part in dict.fromkeys(BiEncoder.part_dirs(model_dir)):  # an export's tokenizer is its query encoder's
-        for path in sorted(p for p in part.rglob("*") if p.is_file()):
-            parts.append(f"{path.relative_to(model_dir).as_posix()}:{file_sha256(path)}")
+        parts += tree_hashes(part, model_dir)
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 

@@ -38,7 +38,7 @@ from udr.serving.evidence import (
     untrained_note,
 )
 from udr.util.distributed import resolve_device_type
-from udr.util.files import check_no_links_out, file_sha256
+from udr.util.files import check_no_links_out, file_sha256, tree_hashes
 
 if TYPE_CHECKING:
     from udr.config import Settings
@@ -232,10 +232,7 @@ class ServedModel:
     def base_fingerprint(self) -> str:
         """The base encoder's key in the pool cache: a hash of every file of its folder (computed once)."""
         if self._base_fingerprint is None:
-            folder = self.base_folder()
-            parts = [
-                f"{p.relative_to(folder).as_posix()}:{file_sha256(p)}" for p in sorted(folder.rglob("*")) if p.is_file()
-            ]
+            parts = tree_hashes(self.base_folder())
             self._base_fingerprint = "base:" + hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
         return self._base_fingerprint
 

@@ -31,6 +31,15 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def tree_hashes(folder: Path, relative_to: Path | None = None) -> list[str]:
+    """ "path:sha256" of every file under `folder`, in path order, each path relative to `relative_to` (default
+    `folder`): what a fingerprint of a folder's files hashes."""
+    root = Path(relative_to) if relative_to is not None else Path(folder)
+    return [
+        f"{p.relative_to(root).as_posix()}:{file_sha256(p)}" for p in sorted(Path(folder).rglob("*")) if p.is_file()
+    ]
+
+
 def _sibling(path: Path, tag: str) -> Path:
     return path.with_name(f".{path.name}.{tag}-{os.getpid()}")
 

@@ -311,7 +311,7 @@ class LabelSettings(_Strict):
     """Label-aware selection of a `METHOD+labels` evaluation (:mod:`udr.retriever.label_selection`)."""
 
     weight: float = Field(
-        1.0, ge=0.0, description="γ: similarity + γ · p̂(the candidate's label) re-ranks the candidates (0: no re-rank)."
+        3.0, ge=0.0, description="γ: similarity + γ · p̂(the candidate's label) re-ranks the candidates (0: no re-rank)."
     )
     votes: int = Field(16, ge=1, description="m: the nearest pool rows whose labels vote p̂.")
     per_label: int | Literal["balanced"] | None = Field(

@@ -5,6 +5,8 @@ there, and the test evaluations of the retrievers with and without labels (rando
 SBERT / UDR with label-aware selection) on the classification tasks with signal. Per task and on average: each
 one's score and label share (the share of its demonstrations carrying the query's gold label), and the paired
 bootstrap differences of label-aware selection against UDR and SBERT, bold where resolved.
+
+Imports of udr.project.saved_evaluations are inside the functions that use them, to keep the start of `udr` light.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from udr.config import LabelSettings
+from udr.errors import UdrError
 from udr.paths import LABELS_SUFFIX
+from udr.project.saved_evaluations import saved_results
 from udr.stages.evaluate import run_evaluate
 from udr.util.notice import notice
 
@@ -47,8 +49,6 @@ def with_labels(settings, point: LabelSettings):
 
 def validation_score(settings, name: str, tasks: Sequence[str]) -> float | None:
     """The mean validation score of the saved evaluation `name` over `tasks`; None where one is missing."""
-    from udr.errors import UdrError
-    from udr.project.saved_evaluations import saved_results
 
     try:
         results = saved_results(settings, name, tasks, split="validation")

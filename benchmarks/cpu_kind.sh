@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The default run's precision and engine choices measured on this CPU, alone on the machine: one command per
+# CPU kind, whose tables docs/performance.md keeps one per kind. In order, each in one process (ratios within
+# a table are measured in the same run):
+#   1. the CPU's kind: its model name and the flags that decide bf16's speed (avx512_bf16, amx_bf16);
+#   2. precision.py: prompt forwards and decode steps, fp32 against bf16 autocast (scoring's and evaluation's
+#      forwards);
+#   3. scoring.py --compare packed, in bf16 and then in fp32: the padded engine against the packed one on the
+#      stage's own pairs (64 a task of sst2, comv, break and e2e);
+#   4. training.py --compare dtype: UDR's training steps, train.dtype fp32 against bf16.
+# PROJECT is a project whose default pipeline has run (its prepared data, round-0 candidates and scores,
+# models/base); THREADS the torch threads (the default run's: 2).
+#
+#   bash benchmarks/cpu_kind.sh [PROJECT=.] [THREADS=2] > cpu-kind.md
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PROJECT=$(cd "${1:-.}" && pwd)
+THREADS=${2:-2}
+PY=${PYTHON:-$REPO/.venv/bin/python}
+export OMP_NUM_THREADS=$THREADS HF_HUB_OFFLINE=1
+
+flags=$(grep -o -w -E 'avx512_bf16|amx_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')
+echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs), model $(grep -m1 -E '^model\s' /proc/cpuinfo | cut -d: -f2 | xargs)); flags: $flags; $THREADS threads"
+echo
+echo "## Forwards: fp32 against bf16 autocast"
+"$PY" "$REPO/benchmarks/precision.py" --model "$PROJECT/models/base/lm" --markdown
+for dtype in bf16 fp32; do
+    echo
+    echo "## Scoring: padded against packed, $dtype"
+    "$PY" "$REPO/benchmarks/scoring.py" --project "$PROJECT" --compare packed --dtype "$dtype" --markdown 2>/dev/null
+done
+echo
+echo "## Training: fp32 against bf16 autocast"
+"$PY" "$REPO/benchmarks/training.py" --params "$PROJECT/params.yaml" --compare dtype --steps 8

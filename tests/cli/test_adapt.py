@@ -92,7 +92,11 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
     ws = root / "workspaces" / "opinion"
     report = json.loads((ws / "metrics" / "adapt.json").read_text())
     methods = [row["method"] for row in report["validation"]]
-    assert methods == ["random", "bm25", "sbert", "udr", "adapted"]  # no per-task EPR of a new task
+    # no per-task EPR of a new task; label-aware selection on top of SBERT and the adapted UDR (labels here)
+    assert methods == ["random", "bm25", "sbert", "udr", "adapted", "sbert-labels", "adapted-labels"]
+    labelled = {row["method"]: row for row in report["validation"]}
+    assert all(0 <= labelled[m]["label_share"] <= 1 for m in ("sbert-labels", "adapted-labels"))
+    assert "evaluate 7 retrievers on 10 validation rows" in err, err
     assert all(row["n"] == 10 for row in report["validation"])
     sbert_row = next(row for row in report["validation"] if row["method"] == "sbert")
     assert sbert_row["versus_sbert"] is None

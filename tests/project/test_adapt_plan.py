@@ -8,9 +8,11 @@ from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
 from udr.project.adapt import (
     CANDIDATES,
+    LABELLED,
     MIN_QUERIES,
     Outcome,
     Rates,
+    candidates,
     default_validation,
     plan_adaptation,
     recommend,
@@ -105,3 +107,13 @@ def test_the_report_marks_the_recommendation_and_shows_the_intervals():
     text = Outcome("news", "accuracy", {}, rows, {"method": "adapted", "reason": "r"}, [], None, {}).markdown()
     assert "| retriever | score | label share | − sbert |" in text
     assert "| adapted ← recommended | 90.0 | 0.96 | +5.0 [+1.5, +8.5] |" in text
+
+
+def test_label_aware_candidates_are_compared_where_the_answers_are_labels_and_priced():
+    assert candidates("classification") == (*CANDIDATES, "sbert-labels", "adapted-labels")
+    assert candidates("generation") == candidates("multiple_choice") == CANDIDATES
+    assert set(LABELLED.values()) == {"sbert", "adapted"}
+    seven = plan(validated=len(candidates("classification")))
+    prompt = min(512, 9 * 40)
+    assert seven.seconds["evaluate"] == pytest.approx((7 * 200 + 3 * 300) * prompt * 0.001)
+    assert "evaluate 7 retrievers on 200 validation rows" in seven.describe()

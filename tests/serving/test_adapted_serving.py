@@ -36,8 +36,9 @@ def project(served, tmp_path, run_cli):
     return root
 
 
-def adapted(root, method: str, export=None):
-    """The workspace of `cards` as a finished `udr adapt` leaves it: `method` recommended and exported."""
+def adapted(root, method: str, export=None, labels=None):
+    """The workspace of `cards` as a finished `udr adapt` leaves it: `method` recommended and exported (`labels`:
+    a label-aware winner's selection)."""
     from udr.config import load_settings
     from udr.project.adapt import STEPS_NAME, StepRecord, export_winner
 
@@ -45,7 +46,8 @@ def adapted(root, method: str, export=None):
     target = export or ws / "export"
     line = export_winner(load_settings(ws / "params.yaml"), NAME, method, target)
     (ws / "metrics").mkdir(exist_ok=True)
-    (ws / "metrics" / "adapt.json").write_text(json.dumps({"task": NAME, "choice": {"method": method, "reason": ""}}))
+    report = {"task": NAME, "choice": {"method": method, "reason": ""}, "labels": labels}
+    (ws / "metrics" / "adapt.json").write_text(json.dumps(report))
     request = {"export": None if export is None else str(export.resolve())}
     (ws / STEPS_NAME).write_text(StepRecord(ws, request, {"export": {"seconds": 1.0, "value": line}}).text())
     return ws, target
@@ -138,3 +140,30 @@ def test_a_workspace_elsewhere_is_followed_where_its_run_recorded_it(project, ru
     code, out, err = run_cli(["retrieve", QUERY, "-t", NAME, "--json", "-k", "3"], project)
     assert code == 0, err
     assert _retrieved(out) == ids and f"{moved}/export" in _notes(err)[0]
+
+
+def test_a_label_aware_winner_serves_with_its_selection_by_default(project, run_cli):
+    """`udr adapt` recommending SBERT with label-aware selection: the task served by name takes SBERT's candidates
+    with that selection (a balanced quota here: 2 of each label in 4), one note saying so; asked for another
+    selection, that one."""
+    labels = {"weight": 0.0, "votes": 16, "per_label": "balanced"}
+    adapted(project, "sbert-labels", labels=labels)
+    code, out, err = run_cli(["retrieve", QUERY, "-t", NAME, "--json", "-k", "4"], project)
+    assert code == 0, err
+    outputs = [json.loads(line)["output"] for line in out.splitlines()]
+    assert sorted(outputs) == ["fee", "fee", "limit", "limit"], outputs
+    notes = _notes(err)
+    assert any("label-aware selection by default (γ 0, 16 votes, per-label quota balanced)" in n for n in notes)
+    assert any(f"serving {NAME} with the base encoder (sbert)" in n for n in notes)
+    code, out, err = run_cli(["retrieve", QUERY, "-t", NAME, "--json", "-k", "4", "--per-label", "4"], project)
+    assert code == 0, err
+    assert _retrieved(out) == _sbert_ranking(project, 4)[0]  # a quota of 4 a label cuts nothing of 4
+
+
+def test_a_label_aware_report_without_its_selection_is_a_one_line_error(project):
+    from udr.errors import UdrError
+    from udr.project.adapt import adapted_task
+
+    adapted(project, "sbert-labels", labels={"weight": "x"})
+    with pytest.raises(UdrError, match="no label selection of sbert-labels"):
+        adapted_task(project, NAME)

@@ -6,7 +6,8 @@ pipeline is left as it is:
 1. plan: the work and its time, from this project's recorded rates (:func:`plan_adaptation`), cut to the budget;
 2. feedback: BM25 candidates and the LM's scores of `queries` of the task's train rows;
 3. adapt: UDR trained on that feedback from the project's UDR (`models/final`);
-4. validate: every candidate retriever (:data:`CANDIDATES`) on the validation rows, paired with SBERT;
+4. validate: every candidate retriever (:func:`candidates`: with label-aware selection on top of SBERT and the
+   adapted UDR where the answers are labels) on the validation rows, paired with SBERT;
 5. choose: the retriever recommended (:func:`recommend`), decided on validation only;
 6. test: the recommended retriever and the baselines on the test rows, once;
 7. export: the winner, ready for `udr retrieve`, Python, LangChain and DSPy.
@@ -29,6 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from udr.config import LabelSettings
 from udr.errors import UdrError
 from udr.evaluation.claims import CLAIM_MARGIN
 from udr.project.workspace import WorkspaceRequest
@@ -39,6 +43,18 @@ from udr.util.files import file_sha256, read_json_object, remove, shown_path, wr
 # EPR is trained per task (models/epr/<task>): the project has none of a new task, so it is not a candidate.
 CANDIDATES = ("random", "bm25", "sbert", "udr", "adapted")
 ADAPTED = "adapted"
+# Label-aware selection (:mod:`udr.retriever.label_selection`, the workspace's `evaluate.labels`) on top of SBERT
+# and of the adapted UDR: candidates too where the task's answers are labels (a classification task). Each name
+# is the saved evaluation's, mapped to the retriever it selects from.
+LABELLED = {"sbert-labels": "sbert", "adapted-labels": ADAPTED}
+
+
+def candidates(kind: str) -> tuple[str, ...]:
+    """The retrievers compared on a task of `kind`: :data:`CANDIDATES`, and the label-aware ones
+    (:data:`LABELLED`) on a classification task."""
+    return (*CANDIDATES, *LABELLED) if kind == "classification" else CANDIDATES
+
+
 # The retriever a recommendation has to beat, resolved, on validation: the general encoder, no training.
 REFERENCE = "sbert"
 # Scored queries are never cut below this by a minutes budget: fewer do not train (notebook: feedback curve).
@@ -83,6 +99,7 @@ class Plan:
     test_methods: tuple[str, ...]
     seconds: dict[str, float] = field(default_factory=dict)
     machine: str = ""
+    validated: int = len(CANDIDATES)  # the retrievers compared on validation
 
     @property
     def total_seconds(self) -> float:
@@ -93,7 +110,7 @@ class Plan:
         parts = ", ".join(f"{k} {v / 60:.1f}" for k, v in self.seconds.items())
         return (
             f"plan: score {self.queries} queries ({self.pairs} pairs), train {self.train_steps} steps, evaluate "
-            f"{len(CANDIDATES)} retrievers on {self.validation_rows} validation rows and {len(self.test_methods)} "
+            f"{self.validated} retrievers on {self.validation_rows} validation rows and {len(self.test_methods)} "
             f"on {self.test_rows} test rows: about {minutes:.0f} minutes, an estimate, not a bound ({parts}; at "
             f"the rates this project recorded on {self.machine or 'an unknown machine'}, model loading left out)"
         )
@@ -159,12 +176,14 @@ def plan_adaptation(
     epochs: int,
     test_methods: Sequence[str],
     minutes: float | None = None,
+    validated: int = len(CANDIDATES),
 ) -> Plan:
     """The work of a run and its seconds per step; with `minutes`, the scored queries cut (not below
     :data:`MIN_QUERIES`) until the estimate fits, a one-line error where the evaluations alone do not.
-    `row_tokens`: the mean tokens of one demonstration (input and answer) with the LM's tokenizer."""
+    `row_tokens`: the mean tokens of one demonstration (input and answer) with the LM's tokenizer; `validated`:
+    the retrievers compared on validation."""
     prompt_tokens = min(context, (max_demos + 1) * row_tokens)
-    evaluations = (len(CANDIDATES) * validation_rows + len(test_methods) * test_rows) * prompt_tokens
+    evaluations = (validated * validation_rows + len(test_methods) * test_rows) * prompt_tokens
     fixed = {"evaluate": evaluations * rates.eval_seconds_per_token}
 
     def plan(q: int) -> Plan:
@@ -176,7 +195,7 @@ def plan_adaptation(
             "train": steps * rates.train_seconds_per_step,
             **fixed,
         }
-        return Plan(q, pairs, steps, validation_rows, test_rows, tuple(test_methods), seconds, rates.machine)
+        return Plan(q, pairs, steps, validation_rows, test_rows, tuple(test_methods), seconds, rates.machine, validated)
 
     chosen = plan(queries)
     if minutes is None or chosen.total_seconds <= minutes * 60:
@@ -238,6 +257,7 @@ class Outcome:
     test: list[dict]
     export: str | None
     seconds: dict[str, float]
+    labels: dict | None = None  # a label-aware winner's `evaluate.labels`, which serving applies
 
     def markdown(self) -> str:
         lines = [f"## udr adapt: {self.task} ({self.metric})", ""]
@@ -260,9 +280,18 @@ class Outcome:
                 lines.append(" | ".join([f"| {r['method']}{mark}", f"{r['score']:.1f}", *share_cell, shown]) + " |")
             lines.append("")
         lines.append(f"Recommended: **{self.choice['method']}**: {self.choice['reason']}.")
+        if self.labels:
+            lines.append(f"Label-aware selection, served by default: {selection_text(self.labels)}.")
         if self.export:
             lines.append(f"Exported to {self.export}.")
         return "\n".join(lines) + "\n"
+
+
+def selection_text(labels: dict) -> str:
+    """`evaluate.labels` in words: "γ 3, 16 votes, no per-label quota"."""
+    quota = labels.get("per_label")
+    quota_text = "no per-label quota" if quota is None else f"per-label quota {quota}"
+    return f"γ {labels['weight']:g}, {labels['votes']} votes, {quota_text}"
 
 
 def comparison_rows(settings, task: str, methods: Sequence[str], split: str) -> list[dict]:
@@ -459,6 +488,10 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
     from udr.serving.export import export_base_encoder, export_pools, export_sentence_transformers, writing_export
     from udr.serving.model_card import card_tasks, model_card
 
+    if method in LABELLED:  # the retriever it selects from; serving applies the selection (Adapted.labels)
+        labels = selection_text(settings.evaluate.labels.model_dump())
+        shown = export_winner(settings, task, LABELLED[method], target)
+        return f"{shown}; serve it with label-aware selection ({labels}), as `udr retrieve -t {task}` does"
     if method in ("bm25", "random"):
         return f"{method} has no model to export: retrieve with it through `udr evaluate -m {method}`'s own code"
 
@@ -502,6 +535,7 @@ class Adapted:
     workspace: Path
     method: str
     export: Path | None
+    labels: dict | None = None  # a label-aware winner's selection settings (`evaluate.labels`)
 
 
 def adapted_task(root: Path, name: str) -> Adapted | None:
@@ -521,15 +555,25 @@ def adapted_task(root: Path, name: str) -> Adapted | None:
     report = folder / "metrics" / REPORT_NAME
     if not report.is_file():
         return None
-    choice = read_json_object(report, "udr adapt report", "run `udr adapt` again").get("choice")
+    outcome = read_json_object(report, "udr adapt report", "run `udr adapt` again")
+    choice = outcome.get("choice")
     method = choice.get("method") if isinstance(choice, dict) else None
-    if method not in CANDIDATES:
+    if method not in (*CANDIDATES, *LABELLED):
         raise UdrError(f"malformed udr adapt report {report}: no recommended retriever; run `udr adapt` again")
+    labels = None
+    if method in LABELLED:
+        labels = outcome.get("labels")
+        try:
+            LabelSettings(**labels)
+        except (TypeError, ValidationError):
+            raise UdrError(
+                f"malformed udr adapt report {report}: no label selection of {method}; run `udr adapt` again"
+            ) from None
     steps = StepRecord.read(folder)
     exported = steps.request.get("export") if steps is not None else None
     export = Path(exported) if exported else folder / "export"
     has_model = method not in ("bm25", "random") and export.is_dir()
-    return Adapted(name, folder, method, export if has_model else None)
+    return Adapted(name, folder, LABELLED.get(method, method), export if has_model else None, labels)
 
 
 def set_workspace_params(params_file: Path, section: str, values: dict) -> None:

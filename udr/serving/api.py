@@ -134,6 +134,7 @@ class Retriever:
         self._served: dict = {}
         self.follows_adapt = False  # serve a task `udr adapt` chose for with its choice (load, no path given)
         self._adapted: dict[str, Retriever] = {}  # task name -> the retriever `udr adapt` chose for it
+        self.adapt_labels = None  # a LabelSelection `udr adapt` chose with this retriever (served by default)
 
     # The served model's facts, as the retriever's attributes.
     encoder = _of_model("encoder")
@@ -322,7 +323,11 @@ class Retriever:
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
         name = self.resolve_task(task)
         if name in self._adapted:
-            return self._adapted[name].retrieve_batch(
+            follower = self._adapted[name]
+            chosen = follower.adapt_labels  # `udr adapt` recommended label-aware selection: the default here
+            if chosen is not None and not (selection.active or diversity or where):
+                label_weight, label_votes, per_label = chosen.weight, chosen.votes, chosen.per_label
+            return follower.retrieve_batch(
                 queries,
                 name,
                 k,
@@ -452,6 +457,16 @@ class Retriever:
             shown = shown_path(chosen.export, Path.cwd())
             notice(f"serving {task} with {what[chosen.method]} from {shown}: {evidence}")
         follower.model.chosen_by_adapt = True
+        if chosen.labels is not None:
+            from udr.project.adapt import selection_text
+            from udr.retriever.label_selection import LabelSelection
+
+            labels = chosen.labels
+            follower.adapt_labels = LabelSelection(labels["weight"], labels["votes"], labels["per_label"])
+            notice(
+                f"{task}: label-aware selection by default ({selection_text(labels)}), as `udr adapt` recommended; "
+                "label_weight / per_label (--label-weight, --per-label) choose another"
+            )
         return follower
 
     def _reading(self, name: str) -> tuple[str | None, bool]:

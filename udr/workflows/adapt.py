@@ -12,6 +12,7 @@ import contextlib
 from dataclasses import asdict
 from pathlib import Path
 
+from udr.paths import LABELS_SUFFIX
 from udr.project import adapt
 from udr.util.files import resolve_target, shown_path
 from udr.util.locks import holding
@@ -24,9 +25,15 @@ def evaluate_candidate(settings, task: str, method: str, split: str, *, progress
 
     if settings.paths.method_metrics(method, task, split).is_file():
         return
-    if method == adapt.ADAPTED:
+    base = adapt.LABELLED.get(method, method)  # a label-aware candidate selects from this one's candidates
+    labels = LABELS_SUFFIX if method in adapt.LABELLED else ""
+    if base == adapt.ADAPTED:
         model = adapt.adapted_model(settings)
-        run_evaluate(settings, "udr", tasks=[task], split=split, model=model, save_as=method, progress=progress)
+        run_evaluate(
+            settings, f"udr{labels}", tasks=[task], split=split, model=model, save_as=method, progress=progress
+        )
+    elif labels:
+        run_evaluate(settings, f"{base}{labels}", tasks=[task], split=split, save_as=method, progress=progress)
     else:
         run_evaluate(settings, method, tasks=[task], split=split, progress=progress)
 
@@ -75,6 +82,7 @@ def plan_run(settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: 
 
     r = request
     counts = {s: len(read_prepared(settings.root, r.name, s)) for s in ("train", "validation", "test")}
+    methods = adapt.candidates(settings.task(r.name).kind)
     plan = adapt.plan_adaptation(
         rates,
         row_tokens=adapt.row_tokens(settings, r.name),
@@ -87,8 +95,9 @@ def plan_run(settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: 
         context=settings.evaluate.context,
         batch_size=settings.train.batch_size,
         epochs=settings.train.epochs_first,
-        test_methods=adapt.CANDIDATES[1:] if r.test_all else ("recommended", "sbert", "bm25"),
+        test_methods=methods[1:] if r.test_all else ("recommended", "sbert", "bm25"),
         minutes=r.minutes,
+        validated=len(methods),
     )
     say(plan.describe())
     if plan.queries != settings.score.queries_per_task:
@@ -140,12 +149,13 @@ def run_adapt(project_settings, request: adapt.AdaptRequest, *, say, progress: b
         steps.run("candidates", run_candidates, settings, r.name, progress=progress)
         steps.run("score", run_score, settings, r.name, 0, progress=progress)
         steps.run("train", train_adapted, settings, progress=progress)
-        for method in adapt.CANDIDATES:
+        methods = adapt.candidates(settings.task(r.name).kind)
+        for method in methods:
             steps.run(f"validate {method}", evaluate, method, "validation")
-        checked = adapt.comparison_rows(settings, r.name, adapt.CANDIDATES, "validation")
+        checked = adapt.comparison_rows(settings, r.name, methods, "validation")
         choice = adapt.recommend(checked)
         say(f"recommended: {choice.method}: {choice.reason}")
-        tested = list(dict.fromkeys(adapt.CANDIDATES[1:] if r.test_all else (choice.method, "sbert", "bm25")))
+        tested = list(dict.fromkeys(methods[1:] if r.test_all else (choice.method, "sbert", "bm25")))
         for method in tested:
             steps.run(f"test {method}", evaluate, method, "test")
         target = r.export or folder / "export"
@@ -159,6 +169,7 @@ def run_adapt(project_settings, request: adapt.AdaptRequest, *, say, progress: b
             test=adapt.comparison_rows(settings, r.name, tested, "test"),
             export=exported,
             seconds=steps.seconds,
+            labels=settings.evaluate.labels.model_dump() if choice.method in adapt.LABELLED else None,
         )
         adapt.write_outcome(folder, outcome)
         adapt.record_workspace(project_settings.root, r.name, folder)  # `udr retrieve -t NAME` follows it

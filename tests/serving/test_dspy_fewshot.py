@@ -270,7 +270,6 @@ def test_the_prompts_demos_obey_the_filter_and_the_per_label_quota(real_retrieve
     assert over_quota  # the quota changed what a plain retrieval serves
 
     for options, message in (
-        ({"task": None, "trainset": trainset, "filter": {"channel": "web"}, "per_label": 1}, "do not combine"),
         ({"filter": {"channel": "web"}}, r"unknown column 'channel' in pool 'sst2'"),
         ({"task": None, "trainset": trainset, "filter": {"channel": ["web"]}}, "must be a string, number"),
     ):

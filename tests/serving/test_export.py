@@ -313,7 +313,7 @@ def test_an_export_serves_filters_label_options_and_incremental_pools(
     """An export, loaded back outside any project, selects as the model it was exported from does: the label
     options on a pool it carries (`udr retrieve --model EXPORT --per-label`), a metadata filter on an own pool
     (`--where` and `filter=`, the same rows as a pool of the passing rows alone), and an own pool grown by rows
-    embeds only the added rows; a filter with a quota is one line."""
+    embeds only the added rows; a filter with a quota selects within the passing rows."""
     import csv
 
     from udr import Retriever
@@ -354,8 +354,12 @@ def test_an_export_serves_filters_label_options_and_incremental_pools(
     code, out, err = run_cli([*args, "--model", str(exported)], elsewhere)
     assert code == 0, err
     assert [json.loads(line)["pool_id"] for line in out.splitlines()] == [d.pool_id for d in got]
-    code, _, err = run_cli([*args, "--model", str(exported), "--per-label", "1"], elsewhere)
-    assert code == 1 and "do not combine" in err and len(err.strip().splitlines()) == 1, err
+    # a quota within the filter: as over the pool of the passing rows alone
+    code, out, err = run_cli([*args, "--model", str(exported), "--per-label", "1"], elsewhere)
+    assert code == 0, err
+    quota = loaded.retrieve(query, task="app-only", k=3, per_label=1)
+    assert [json.loads(line)["pool_id"] for line in out.splitlines()] == [kept[d.pool_id] for d in quota]
+    assert sorted(json.loads(line)["output"] for line in out.splitlines()) == ["declined", "limit", "lost"]
 
     records = [{"input": text, "target": intent, "channel": channel} for text, intent, channel in rows]
     embedded_rows.clear()

@@ -230,12 +230,11 @@ def test_langchain_per_label_quota_over_an_own_pool_and_added_examples_embed_onl
 ):
     """`per_label=1` over `pool=` a CSV (its target column the labels): one example of each intent, as
     `Retriever.retrieve(per_label=1)` chooses them, where the plain top 3 repeats one; an added example embeds only
-    itself; a filter with a quota is one line."""
+    itself; a filter with a quota selects within the passing rows."""
     pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
     from collections import Counter
 
     from udr import Retriever
-    from udr.errors import UdrError
     from udr.serving.langchain_selector import UDRExampleSelector
 
     retriever = Retriever.load(real_model, root=served, cache_dir=tmp_path / "cache", encoder="udr")
@@ -255,6 +254,6 @@ def test_langchain_per_label_quota_over_an_own_pool_and_added_examples_embed_onl
     assert embedded_rows == [1] and sorted(e["output"] for e in chosen) == ["declined", "limit", "lost"]
 
     both = UDRExampleSelector(retriever, pool=cards_csv, k=2, per_label=1, filter={"note": "app"}, **columns)
-    with pytest.raises(UdrError, match="do not combine") as err:
-        both.select_examples({"input": query})
-    assert "\n" not in str(err.value)
+    within = retriever.retrieve(query, task=name, k=2, per_label=1, filter={"note": "app"})
+    assert both.select_examples({"input": query}) == [{"input": d.input, "output": d.output} for d in within[::-1]]
+    assert len({d.output for d in within}) == 2

@@ -314,8 +314,6 @@ class Retriever:
         selection.check_with(diversity)
         k = check_count(k)
         where = check_filter(filter)
-        if where and selection.active:  # a quota's refill searches the whole pool: not yet within a filter
-            raise UdrError("filter and label-aware selection (label_weight, per_label) do not combine yet: use one")
         if isinstance(queries, (str, bytes)):
             raise UdrError("queries: expected a list of strings, got one string (use retrieve() for a single query)")
         queries = list(queries)

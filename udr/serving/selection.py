@@ -32,13 +32,15 @@ def pool_labels(pool, own_shape: bool) -> Sequence[str]:
 
 
 def label_ranking(searcher, pool, labels: Sequence[str], queries: Sequence[str], k: int, selection: LabelSelection):
-    """[(pool ids, similarities)] per query: `searcher`'s candidates over `pool` (whose rows carry `labels`)
-    chosen by :func:`udr.retriever.label_selection.select`. A quota the candidates leave short is filled from
-    the whole pool; a quota the pool's labels cannot fill at all is a one-line error."""
-    size = len(pool)
-    check_k(k, size, False)
-    check_quota_fits(selection, labels, k, pool.name)
+    """[(pool ids, similarities)] per query: `searcher`'s candidates over `pool` (whose rows carry `labels`; the
+    searcher holds the pool's rows, or those a metadata filter passes) chosen by
+    :func:`udr.retriever.label_selection.select`. A quota the candidates leave short is filled from all the rows
+    searched; a quota their labels cannot fill at all is a one-line error."""
     rows = pool.positions
+    searched = [int(pid) for pid in searcher.pool_ids]  # the pool's rows, or those a filter passes
+    size = len(searched)
+    check_k(k, size, False)
+    check_quota_fits(selection, [labels[rows[pid]] for pid in searched], k, pool.name)
 
     def rank(positions, n):
         return searcher.rank([queries[p] for p in positions], n)

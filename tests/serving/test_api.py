@@ -80,9 +80,8 @@ def test_prompt_puts_the_most_similar_demonstration_last(retriever):
     assert with_instruction.startswith("Sentiment of the sentence: " + f"{demos[0].input}\t{demos[0].output}\n")
 
 
-def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeypatch):
+def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, embedded_rows):
     from udr import Retriever
-    from udr.serving.query_encoder import ServingEncoder
 
     records = [{"input": f"def f{i}(x): return x + {i}", "target": f"add {i} to x"} for i in range(12)]
     own = Retriever.from_pool(
@@ -91,23 +90,16 @@ def test_own_pool_records_are_embedded_once_and_cached(served, tmp_path, monkeyp
     demos = own.retrieve("def g(y): return y + 3", k=4)
     assert len(demos) == 4 and all(records[d.pool_id] == {"input": d.input, "target": d.output} for d in demos)
     assert len(list((tmp_path / "cache" / "pools").glob("*/*.npy"))) == 1
+    assert embedded_rows == [12]
 
-    calls = []
-    original = ServingEncoder.encode
-
-    def counted(self, texts, side, **kw):
-        calls.append(side)
-        return original(self, texts, side, **kw)
-
-    monkeypatch.setattr(ServingEncoder, "encode", counted)
     again = Retriever.from_pool(
         records, instruction="Comment on the code. Code: ", root=served, cache_dir=tmp_path / "cache"
     )
     assert [d.pool_id for d in again.retrieve("def g(y): return y + 3", k=4)] == [d.pool_id for d in demos]
-    assert calls == ["query"]  # the pool came from the cache; only the query was embedded
-    assert again.encoder._full is None  # ... by the light query encoder: transformers' model never loaded
+    assert embedded_rows == [12]  # the pool came from the cache: no demonstration embedded
+    assert again.encoder._full is None  # ... and the query by the light encoder: transformers' model never loaded
     Retriever.from_pool(records, instruction="Explain the code: ", root=served, cache_dir=tmp_path / "cache")
-    assert calls.count("demo") == 1  # another instruction: other texts, embedded again
+    assert embedded_rows == [12, 12]  # another instruction: other texts, embedded again
     assert len(list((tmp_path / "cache" / "pools").glob("*/*.npy"))) == 2
 
 

@@ -229,40 +229,56 @@ def method_scores(root: Path, method: str, tasks, rev: str) -> dict[str, float]:
     return {t: r["graded"]["score"] for t, r in method_results(root, method, tasks, rev).items()}
 
 
-def compare_revisions(root: Path, rows: dict, b: dict, seed: int) -> dict:
-    """Paired bootstrap of each row minus B on the test split, every side a saved evaluation per task
-    read from git: each row of `rows` ({key: {task: side}}) and `b` ({task: side}) map a task to a side,
-    (method, revision), or a list of them (one retriever trained with several seeds), whose graded scores
-    are averaged on every resample. Returns {key: (per-task Intervals, average Interval)} over the tasks
-    of `b`, from the predictions committed with each evaluation; each (method, revision, task) is read and
-    scored once."""
-    from udr.data.prepare import read_prepared
-    from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
+class SavedScorers:
+    """The graded-score functions of saved evaluations read from git, each (task, method, revision) read and
+    scored once, and each task's prepared test rows read once: one instance serves many comparisons."""
 
-    examples = {t: read_prepared(root, t, "test").to_dicts() for t in b}
-    scorers: dict = {}
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._examples: dict = {}
+        self._scorers: dict = {}
 
-    def scorer(task, method, rev):
-        if (task, method, rev) not in scorers:
+    def examples(self, task: str) -> list[dict]:
+        from udr.data.prepare import read_prepared
+
+        if task not in self._examples:
+            self._examples[task] = read_prepared(self.root, task, "test").to_dicts()
+        return self._examples[task]
+
+    def scorer(self, task: str, method: str, rev: str):
+        if (task, method, rev) not in self._scorers:
+            root = self.root
             metric = method_results(root, method, [task], rev)[task]["metric"]
             path = Paths(root).predictions(method, task).relative_to(root).as_posix()
             where = f"{path} at {rev[:12]}"
             again = f"commit a whole evaluation of {method} on {task}"
             frame = read_predictions(where, again, git_show(root, rev, path))
-            scorers[task, method, rev] = frame_metric(
-                frame, examples[task], metric, where, f"the prepared test split of {task}"
+            self._scorers[task, method, rev] = frame_metric(
+                frame, self.examples(task), metric, where, f"the prepared test split of {task}"
             )
-        return scorers[task, method, rev]
+        return self._scorers[task, method, rev]
+
+
+def compare_revisions(root: Path, rows: dict, b: dict, seed: int, scorers: SavedScorers | None = None) -> dict:
+    """Paired bootstrap of each row minus B on the test split, every side a saved evaluation per task
+    read from git: each row of `rows` ({key: {task: side}}) and `b` ({task: side}) map a task to a side,
+    (method, revision), or a list of them (one retriever trained with several seeds), whose graded scores
+    are averaged on every resample. Returns {key: (per-task Intervals, average Interval)} over the tasks
+    of `b`, from the predictions committed with each evaluation; each (method, revision, task) is read and
+    scored once (across calls too, given the same `scorers`)."""
+    from udr.evaluation.bootstrap import PairedTask, paired_bootstrap
+
+    scorers = scorers if scorers is not None else SavedScorers(root)
 
     def side(task, sides):
         if isinstance(sides, tuple):
-            return scorer(task, *sides)
-        each = [scorer(task, *s) for s in sides]
+            return scorers.scorer(task, *sides)
+        each = [scorers.scorer(task, *s) for s in sides]
         return lambda idx: sum(f(idx) for f in each) / len(each)
 
     return {
         key: paired_bootstrap(
-            [PairedTask(len(examples[t]), side(t, row[t]), side(t, b[t])) for t in b],
+            [PairedTask(len(scorers.examples(t)), side(t, row[t]), side(t, b[t])) for t in b],
             resamples=BOOTSTRAP_RESAMPLES,
             seed=seed,
         )

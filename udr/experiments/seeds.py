@@ -24,6 +24,7 @@ from pathlib import Path
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
 from udr.experiments.dvc import (
+    SavedScorers,
     compare_revisions,
     keep_evaluation,
     method_results,
@@ -136,12 +137,13 @@ def seed_table(root: Path, seeds=SEEDS) -> dict:
         return statistics.fmean(scores[m][min(i, len(scores[m]) - 1)][t] for t in members)
 
     claims = []
+    scorers = SavedScorers(root)  # each evaluation's predictions read once for every claim
     for group, members in groups.items():
         for a, b, meaning in CLAIMS:
             if a not in scores or b not in scores or not set(members) <= set(covered[a]) & set(covered[b]):
                 continue
             rows = {a: {t: side(a, t) for t in members}}
-            _, interval = compare_revisions(root, rows, {t: side(b, t) for t in members}, settings.seed)[a]
+            _, interval = compare_revisions(root, rows, {t: side(b, t) for t in members}, settings.seed, scorers)[a]
             per_seed = [average(a, i, members) - average(b, i, members) for i in range(len(runs))]
             claims.append(
                 {"group": group, "a": a, "b": b, "claim": meaning, "n": sum(sizes[t] for t in members)}

@@ -25,17 +25,17 @@ them, to keep the start of `udr` and of its commands light.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from udr.errors import UdrError
+from udr.errors import UdrError, first_line
 from udr.lm.precision import lm_forward_context
 from udr.lm.ragged import attention_implementation, supports_ragged
 from udr.lm.scorer import BatchStats, ModelParts, Scorer, ScoringItem, common_prefix, head_log_probs
+from udr.util.notice import notice
 
 PACKED = "udr_packed"
 ENGINES = ("auto", "padded", "packed")
@@ -43,7 +43,6 @@ BLOCK = 128  # FlexAttention's block size, and the unit of the rows' padded leng
 DENSE_ROW_TOKENS = 4096  # rows of the dense-mask attention: its mask and scores grow with the square
 HEAD_CHUNK = 4096  # scored positions per LM-head call (fp32 logits of 4096 x a 50k vocabulary: 0.8 GB)
 
-log = logging.getLogger(__name__)
 
 _mask: ContextVar[object | None] = ContextVar("udr_packed_mask", default=None)
 _compiled: dict[str, Callable] = {}
@@ -362,7 +361,7 @@ class PackedScorer(ModelParts):
                     # the rows run again with dense masks rather than the run failing.
                     if self.attention != "flex" or self._flex_tried:
                         raise
-                    log.warning("packed scoring: FlexAttention failed (%s); using SDPA with dense masks", exc)
+                    notice(f"packed scoring: FlexAttention failed ({first_line(exc)}); using SDPA with dense masks")
                     self.attention = "sdpa"
                     return self.score(items, groups, on_row)
                 self._flex_tried = True

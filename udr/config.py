@@ -254,6 +254,13 @@ class TrainSettings(_Strict):
     )
     warmup_steps: int = Field(3, ge=0, description="Linear warmup steps (the paper: 500).")
     weight_decay: float = Field(0.0, ge=0.0)
+    final_alpha: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="WiSE-FT weight of the last round's trained model in models/final: alpha * trained + "
+        "(1 - alpha) * its initial encoder (`udr index`; 1: the trained model as is).",
+    )
     checkpoint_steps: int = Field(10, gt=0, description="Save a resumable checkpoint every this many steps.")
     dtype: Dtype = Field(
         "bf16",

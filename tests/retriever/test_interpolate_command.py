@@ -137,3 +137,21 @@ def test_a_second_process_on_the_output_folder_is_refused(project, run_cli):
         )
     assert code == 1 and f"pid {pid}" in err and len(err.strip().splitlines()) == 1, err
     assert not target.exists()
+
+
+def test_train_final_alpha_interpolates_the_last_round_into_models_final(project, run_cli):
+    """`train.final_alpha` below 1: `udr index` writes models/final as `udr interpolate` writes the last round's
+    model at that alpha (the same bytes), its record and the index report saying so."""
+    last = sorted(p.name for p in (project / "models" / "rounds").iterdir() if p.is_dir())[-1]
+    code, _, err = run_cli(["index", "-S", "train.final_alpha=0.25"], project)
+    assert code == 0, err
+    code, _, err = run_cli(["interpolate", f"models/rounds/{last}", "--alpha", "0.25", "--out", "models/wl"], project)
+    assert code == 0, err
+    for part in ("query", "demo"):
+        final = (project / f"models/final/{part}/model.safetensors").read_bytes()
+        assert final == (project / f"models/wl/{part}/model.safetensors").read_bytes(), part
+        trained = (project / f"models/rounds/{last}/{part}/model.safetensors").read_bytes()
+        assert part == "demo" or final != trained  # the query encoder moved (a frozen E_d stays as it was)
+    mix = json.loads((project / "models/final/udr_record.json").read_text())["interpolation"]
+    assert mix["alpha"] == 0.25 and mix["trained"]["path"] == f"../rounds/{last}"
+    assert json.loads((project / "models/final/index/report.json").read_text())["final_alpha"] == 0.25

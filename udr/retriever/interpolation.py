@@ -137,24 +137,35 @@ def write_interpolation(
     with writing_model(out, params_file, root, replace) as out:  # locked for the run, then checked
         if out == model.resolve():
             raise UdrError(f"--out {model} is the model itself: give another directory")
-        trained = BiEncoder.load(model)
-        if initial is None:
-            initial = default_initial(model, trained, record, Path(base_dir), base_spec)
-        initial = Path(initial)
-        if (initial / SETTINGS_NAME).is_file():
-            start = BiEncoder.load(initial)
-        elif (initial / PROVENANCE_FILE).is_file():
-            start = _keep_unstored(BiEncoder.from_base(initial, trained.settings), trained, initial)
-        else:
-            raise UdrError(f"missing model {initial}: --initial takes a udr bi-encoder or a resolved base encoder")
-        interpolate(trained, start, float(alpha))
+        trained, initial = interpolated_encoder(model, record, alpha, initial, base_dir, base_spec)
         mixed = {k: v for k, v in rebase_project(record, model, out).items() if k != "index"}
-        mixed["interpolation"] = {
-            "alpha": float(alpha),
-            "trained": _source(model, out),
-            "initial": _source(initial, out),
-        }
+        mixed["interpolation"] = interpolation_record(alpha, model, initial, out)
         with building_dir(out, (SETTINGS_NAME,), MADE) as tmp:
             trained.save(tmp)
             write_record(tmp, mixed)
     return out
+
+
+def interpolated_encoder(
+    model: Path, record: dict, alpha: float, initial: Path | None, base_dir: Path, base_spec: str
+) -> tuple[BiEncoder, Path]:
+    """(the bi-encoder at `model`, whose record is `record`, interpolated in memory with `initial` at `alpha`,
+    the initial folder used): `initial` None takes the base encoder the model was trained from
+    (:func:`default_initial`)."""
+    trained = BiEncoder.load(model)
+    if initial is None:
+        initial = default_initial(model, trained, record, Path(base_dir), base_spec)
+    initial = Path(initial)
+    if (initial / SETTINGS_NAME).is_file():
+        start = BiEncoder.load(initial)
+    elif (initial / PROVENANCE_FILE).is_file():
+        start = _keep_unstored(BiEncoder.from_base(initial, trained.settings), trained, initial)
+    else:
+        raise UdrError(f"missing model {initial}: --initial takes a udr bi-encoder or a resolved base encoder")
+    interpolate(trained, start, float(alpha))
+    return trained, initial
+
+
+def interpolation_record(alpha: float, trained: Path, initial: Path, out: Path) -> dict:
+    """What an interpolated model's record says of it: alpha and both sources, folders relative to `out`."""
+    return {"alpha": float(alpha), "trained": _source(trained, out), "initial": _source(initial, out)}

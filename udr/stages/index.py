@@ -1,4 +1,5 @@
-"""The `udr index` stage: a bi-encoder (default: the last round's) copied to models/final/ with every
+"""The `udr index` stage: a bi-encoder (default: the last round's, interpolated with its initial encoder where
+`train.final_alpha` is below 1) copied to models/final/ with every
 prepared task's pool embedded by its E_d (:mod:`udr.retriever.index`), a copy of each pool and the tasks'
 declarations, so that the folder retrieves without its project; `--tasks` adds tasks to an indexed folder.
 
@@ -76,7 +77,12 @@ def _write_index(settings, src: Path, dst: Path, model: Path | None, tasks: list
             shutil.rmtree(Paths.model_pools(tmp), ignore_errors=True)
             if (record := read_record(tmp)) is not None:  # its project, named from the copy's place
                 write_record(tmp, rebase_project(record, src, dst))
+            alpha = settings.train.final_alpha
+            if model is None and alpha < 1.0:  # the last round's model interpolated with its initial encoder
+                _interpolate_into(settings, src, tmp, dst, alpha)
             report = {"round": label, "model": model_fingerprint(tmp), "tasks": {}}
+            if model is None and alpha < 1.0:
+                report["final_alpha"] = alpha
             encoder = BiEncoder.load(tmp).to(device)
             _index_tasks(settings, encoder, tmp, settings.prepared_task_names(), report, progress)
         return report
@@ -89,6 +95,21 @@ def _write_index(settings, src: Path, dst: Path, model: Path | None, tasks: list
     report = json.loads(report_file.read_text())
     _index_tasks(settings, BiEncoder.load(dst).to(device), dst, tasks, report, progress)
     return report
+
+
+def _interpolate_into(settings, src: Path, tmp: Path, dst: Path, alpha: float) -> None:
+    """`train.final_alpha` below 1: the copy `tmp` of the last round's model `src` (becoming `dst`) holds
+    alpha * trained + (1 - alpha) * its initial encoder's weights (WiSE-FT, :mod:`udr.retriever.interpolation`),
+    its record saying so."""
+    from udr.retriever.interpolation import interpolated_encoder, interpolation_record
+
+    record = read_record(src)
+    if record is None:
+        raise UdrError(f"{src} has no udr_record.json: train.final_alpha interpolates a model `udr train` made")
+    base = settings.paths.base_model("encoder")
+    trained, initial = interpolated_encoder(src, record, alpha, None, base, settings.models.encoder)
+    trained.save(tmp)
+    write_record(tmp, {**read_record(tmp), "interpolation": interpolation_record(alpha, src, initial, dst)})
 
 
 def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: dict, progress: bool) -> None:

@@ -88,8 +88,13 @@ def test_dvc_yaml_evaluates_every_method_of_the_config():
     assert tuple(retrievers) == METHODS
 
 
-# Train settings that change where or how often training runs, never the trained model.
-TRAIN_NOT_RECIPE = {"checkpoint_steps", "device"}
+# Train settings that change where or how often training runs, never the trained model; and final_alpha, which
+# `udr index` reads (a param of the index stage, tested below), not training.
+TRAIN_NOT_RECIPE = {"checkpoint_steps", "device", "final_alpha"}
+
+
+def test_the_index_stage_depends_on_the_interpolation_it_applies():
+    assert "train.final_alpha" in _stages()["index"]["params"]
 
 
 @pytest.mark.parametrize("stage", ["train", "retrain"])

@@ -18,8 +18,8 @@ there follows the recommendation (:func:`adapted_task`).
 Each step, as it finishes, is recorded in the workspace with the request's fingerprint (:class:`StepRecord`),
 so the same command run again resumes a stopped run, its finished steps skipped.
 
-Imports of transformers, yaml, udr.data, udr.serving, udr.project.saved_evaluations and udr.util (schemas,
-safe_yaml) are inside the functions that use them, to keep the start of `udr` light.
+Imports of transformers, yaml, pydantic, udr.config, udr.data, udr.serving, udr.project.saved_evaluations and
+udr.util (schemas, safe_yaml) are inside the functions that use them, to keep the start of `udr` light.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from udr.config import LabelSettings
 from udr.errors import UdrError
 from udr.evaluation.claims import CLAIM_MARGIN
 from udr.project.workspace import WorkspaceRequest
@@ -562,6 +559,10 @@ def adapted_task(root: Path, name: str) -> Adapted | None:
         raise UdrError(f"malformed udr adapt report {report}: no recommended retriever; run `udr adapt` again")
     labels = None
     if method in LABELLED:
+        from pydantic import ValidationError
+
+        from udr.config import LabelSettings
+
         labels = outcome.get("labels")
         try:
             LabelSettings(**labels)

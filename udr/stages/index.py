@@ -76,10 +76,11 @@ def _write_index(settings, src: Path, dst: Path, model: Path | None, tasks: list
             shutil.rmtree(tmp / "index", ignore_errors=True)  # an indexed --model: its old indexes go
             shutil.rmtree(Paths.model_pools(tmp), ignore_errors=True)
             if (record := read_record(tmp)) is not None:  # its project, named from the copy's place
-                write_record(tmp, rebase_project(record, src, dst))
+                record = rebase_project(record, src, dst)
+                write_record(tmp, record)
             alpha = settings.train.final_alpha
             if model is None and alpha < 1.0:  # the last round's model interpolated with its initial encoder
-                _interpolate_into(settings, src, tmp, dst, alpha)
+                _interpolate_into(settings, src, tmp, dst, record, alpha)
             report = {"round": label, "model": model_fingerprint(tmp), "tasks": {}}
             if model is None and alpha < 1.0:
                 report["final_alpha"] = alpha
@@ -97,19 +98,19 @@ def _write_index(settings, src: Path, dst: Path, model: Path | None, tasks: list
     return report
 
 
-def _interpolate_into(settings, src: Path, tmp: Path, dst: Path, alpha: float) -> None:
-    """`train.final_alpha` below 1: the copy `tmp` of the last round's model `src` (becoming `dst`) holds
+def _interpolate_into(settings, src: Path, tmp: Path, dst: Path, record: dict | None, alpha: float) -> None:
+    """`train.final_alpha` below 1: the copy `tmp` of the last round's model `src` (becoming `dst`, its record
+    `record`) holds
     alpha * trained + (1 - alpha) * its initial encoder's weights (WiSE-FT, :mod:`udr.retriever.interpolation`),
     its record saying so."""
     from udr.retriever.interpolation import interpolated_encoder, interpolation_record
 
-    record = read_record(src)
     if record is None:
         raise UdrError(f"{src} has no udr_record.json: train.final_alpha interpolates a model `udr train` made")
     base = settings.paths.base_model("encoder")
-    trained, initial = interpolated_encoder(src, record, alpha, None, base, settings.models.encoder)
+    trained, initial = interpolated_encoder(src, read_record(src), alpha, None, base, settings.models.encoder)
     trained.save(tmp)
-    write_record(tmp, {**read_record(tmp), "interpolation": interpolation_record(alpha, src, initial, dst)})
+    write_record(tmp, {**record, "interpolation": interpolation_record(alpha, src, initial, dst)})
 
 
 def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: dict, progress: bool) -> None:

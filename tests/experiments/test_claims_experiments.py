@@ -202,3 +202,30 @@ def test_one_family_at_a_time_holds_out_the_families_with_signal(with_signal, ru
     _git(project, "update-ref", "-d", "refs/exps/ab/cdef/lofo-sentiment")
     kept = lofo_table(project)
     assert kept["groups"] == table["groups"] and kept["folds"]["sentiment"].startswith("udr-lofo-sentiment at HEAD")
+
+
+def test_label_aware_selection_is_chosen_on_validation_and_tested_once(with_signal, run_cli):
+    """`udr exp labels` on the classification tasks with signal (sst2 here): every point of the grid evaluated on
+    validation for UDR and SBERT, the best mean chosen (the plain retriever among them), tested once where it is
+    not the plain retriever, and the table written; run again, it evaluates nothing on validation anew."""
+    from udr.config import LabelSettings
+    from udr.workflows.label_sweep import grid, point_name
+
+    code, _, err = run_cli(["exp", "labels"], with_signal)
+    assert code == 1 and "run `udr exp signal` first" in err and err.count("\n") == 1, err
+    assert run_cli(["exp", "signal"], with_signal)[0] == 0
+    code, out, err = run_cli(["exp", "labels"], with_signal)
+    assert code == 0, err
+    data = json.loads((with_signal / "metrics" / "labels.json").read_text())
+    assert data["tasks"] == ["sst2"]
+    for m in ("udr", "sbert"):
+        swept = data["swept"][m]
+        assert list(swept["validation"]) == [point_name(m, p) for p in grid()]
+        name = point_name(m, LabelSettings(**swept["chosen"]))
+        assert swept["validation"][name] == max(swept["validation"].values())
+        assert (with_signal / "metrics" / f"{m}+labels" / "sst2.json").is_file() == (name != m)
+    assert "Validation sweep" in (with_signal / "metrics" / "labels.md").read_text()
+    saved = {p: p.stat().st_mtime_ns for p in (with_signal / "metrics" / "validation").rglob("*.json")}
+    code, _, err = run_cli(["exp", "labels"], with_signal)
+    assert code == 0, err
+    assert {p: p.stat().st_mtime_ns for p in saved} == saved

@@ -25,6 +25,7 @@ from udr.evaluation.bootstrap import Interval
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
 from udr.experiments.dvc import (
+    SavedScorers,
     compare_revisions,
     keep_evaluation,
     method_results,
@@ -121,13 +122,15 @@ def lofo_table(root: Path) -> dict:
     if len(run) > 1:
         groups[POOLED] = [t for f in run for t in folds[f]]
     rows = {}
+    scorers = SavedScorers(root)  # each evaluation's predictions read once for every group
     for group, tasks in groups.items():
         held_out = {t: run[settings.task(t).family] for t in tasks}
         scores = {"UDR, family held out": _average(root, held_out)}
         scores |= {m: _average(root, {t: (m, "HEAD") for t in tasks}) for m in (*BASELINES, "udr")}
         versus = {}
         for b in BASELINES:
-            _, iv = compare_revisions(root, {"udr": held_out}, {t: (b, "HEAD") for t in tasks}, settings.seed)["udr"]
+            sides = {t: (b, "HEAD") for t in tasks}
+            _, iv = compare_revisions(root, {"udr": held_out}, sides, settings.seed, scorers)["udr"]
             versus[b] = iv.to_dict()
         rows[group] = {"tasks": tasks, "n": _rows(root, tasks), "scores": scores, "versus": versus}
     return {"folds": {f: (f"{run[f][0]} at {run[f][1][:12]}" if f in run else None) for f in folds}, "groups": rows}

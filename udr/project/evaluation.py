@@ -40,12 +40,11 @@ def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
     one's own): random and BM25 embed nothing, and run whatever it says."""
     embeds = method is None or settings.paths.method_model(method) is not None
     device = resolve_device_type(settings.evaluate.device, "evaluate.device") if embeds else "cpu"
-    labels = settings.evaluate.labels
     return RetrieverSetup(
         seed=settings.seed,
         device=device,
         batch_size=settings.mine.batch_size,
-        labels=LabelSelection(labels.weight, labels.votes, labels.per_label),
+        labels=LabelSelection(**settings.evaluate.labels.model_dump()),
     )
 
 

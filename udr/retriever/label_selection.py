@@ -175,15 +175,14 @@ class LabelAwareRetriever:
     pool id's label."""
 
     def __init__(self, base, labels: Mapping[int, object], selection: LabelSelection, pool_name: str = "pool"):
-        self.base, self.labels, self.selection = base, dict(labels), selection
+        self.base, self.labels, self.selection, self.pool_name = base, dict(labels), selection, pool_name
         self.pool_ids = base.pool_ids
-        check_quota_fits(selection, list(self.labels.values()), 1, pool_name)
 
     def rank(self, queries: Sequence[str], k: int, exclude: Sequence[int | None] | None = None) -> Ranking:
         """The k pool ids per query chosen by labels and similarity (`exclude[i]`: a pool id query i must not get)."""
         size = len(self.pool_ids) - (1 if exclude is not None and any(e is not None for e in exclude) else 0)
         check_k(k, len(self.pool_ids), exclude is not None)
-        check_quota_fits(self.selection, list(self.labels.values()), k, "of this task")
+        check_quota_fits(self.selection, list(self.labels.values()), k, self.pool_name)
 
         def rank(positions, n):
             positions = list(positions)

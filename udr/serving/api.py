@@ -459,11 +459,10 @@ class Retriever:
             from udr.project.adapt import selection_text
             from udr.retriever.label_selection import LabelSelection
 
-            labels = chosen.labels
-            follower.adapt_labels = LabelSelection(labels["weight"], labels["votes"], labels["per_label"])
+            follower.adapt_labels = LabelSelection(**chosen.labels)
             notice(
-                f"{task}: label-aware selection by default ({selection_text(labels)}), as `udr adapt` recommended; "
-                "label_weight / per_label (--label-weight, --per-label) choose another"
+                f"{task}: label-aware selection by default ({selection_text(chosen.labels)}), as `udr adapt` "
+                "recommended; label_weight / per_label (--label-weight, --per-label) choose another"
             )
         return follower
 

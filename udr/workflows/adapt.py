@@ -26,16 +26,17 @@ def evaluate_candidate(settings, task: str, method: str, split: str, *, progress
     if settings.paths.method_metrics(method, task, split).is_file():
         return
     base = adapt.LABELLED.get(method, method)  # a label-aware candidate selects from this one's candidates
-    labels = LABELS_SUFFIX if method in adapt.LABELLED else ""
-    if base == adapt.ADAPTED:
-        model = adapt.adapted_model(settings)
-        run_evaluate(
-            settings, f"udr{labels}", tasks=[task], split=split, model=model, save_as=method, progress=progress
-        )
-    elif labels:
-        run_evaluate(settings, f"{base}{labels}", tasks=[task], split=split, save_as=method, progress=progress)
-    else:
-        run_evaluate(settings, method, tasks=[task], split=split, progress=progress)
+    adapted = base == adapt.ADAPTED  # the adapted UDR: `udr evaluate -m udr --model` its folder
+    evaluated = ("udr" if adapted else base) + (LABELS_SUFFIX if method in adapt.LABELLED else "")
+    run_evaluate(
+        settings,
+        evaluated,
+        tasks=[task],
+        split=split,
+        model=adapt.adapted_model(settings) if adapted else None,
+        save_as=None if evaluated == method else method,
+        progress=progress,
+    )
 
 
 def train_adapted(settings, *, progress: bool) -> Path:

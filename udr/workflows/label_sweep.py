@@ -78,8 +78,8 @@ def sweep(settings, method: str, tasks: Sequence[str]) -> dict[str, float]:
 
 def choose(method: str, scores: dict[str, float]) -> LabelSettings:
     """Step 2: the point with the best mean validation score (ties: the earlier point)."""
-    best = max(grid(), key=lambda p: (scores[point_name(method, p)], -grid().index(p)))
-    return best
+    points = grid()
+    return max(points, key=lambda p: (scores[point_name(method, p)], -points.index(p)))
 
 
 def run_label_sweep(settings, methods: Sequence[str], tasks: Sequence[str]) -> dict[str, dict]:

@@ -249,14 +249,14 @@ def looped(loop_project):
 # ---------------------------------------------------------------- every retriever evaluated
 
 EVAL_TASKS = ["sst2", "break"]
-EVAL_METHODS = ["random", "bm25", "sbert", "epr", "udr"]
+EVAL_METHODS = ["random", "bm25", "sbert", "dr-target", "epr", "udr"]
 # A task declared from a CSV (write_csv_task), evaluated but never trained on.
 UNSEEN_TASK = "reviews"
 
 
 @pytest.fixture(scope="session")
 def evaluated(tmp_path_factory, data_dir):
-    """Round 0 and the per-task EPR baselines trained on tiny models, every method evaluated (on an unseen
+    """Round 0 and the per-task DR-Target and EPR baselines trained on tiny models, every method evaluated (on an unseen
     declared task too, but EPR, which has no model of it), the report written."""
     from udr.lm.models import resolve_model
 
@@ -301,7 +301,7 @@ def evaluated(tmp_path_factory, data_dir):
         ["prepare", "--task", UNSEEN_TASK],
         ["score"],
         ["train"],
-        *(["train", "--epr", "--task", t] for t in EVAL_TASKS),
+        *(["train", f"--{b}", "--task", t] for b in ("epr", "dr-target") for t in EVAL_TASKS),
         ["index"],
         *(["evaluate", "--method", m] for m in EVAL_METHODS),
         ["report"],

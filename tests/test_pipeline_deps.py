@@ -176,6 +176,24 @@ def test_epr_depends_on_every_train_setting_it_reads():
     assert set(_stages()["train_epr"]["do"]["params"]) == want
 
 
+def test_dr_target_reads_the_settings_epr_reads():
+    """DR-Target is EPR's recipe and budget with another ranking of the candidates: the same settings in, the
+    same stage params (a change that re-runs one re-runs the other)."""
+    from udr.config import TrainSettings
+    from udr.retriever.recipes import dr_target_train_settings, epr_train_settings
+
+    base = TrainSettings()
+    assert dr_target_train_settings(base, "sst2") == epr_train_settings(base, "sst2").model_copy(
+        update={"feedback": "target"}
+    )
+    for name in TrainSettings.model_fields:
+        other = base.model_copy(update={name: _another(getattr(base, name))})
+        epr_moved = epr_train_settings(other, "sst2") != epr_train_settings(base, "sst2")
+        assert (dr_target_train_settings(other, "sst2") != dr_target_train_settings(base, "sst2")) == epr_moved, name
+    stages = _stages()
+    assert stages["train_dr_target"]["do"]["params"] == stages["train_epr"]["do"]["params"]
+
+
 # ---------------------------------------------------------------- what DVC re-runs (slow)
 
 
@@ -248,12 +266,13 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
         (root / "params.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
         return _changed_stages(root, env)
 
-    methods = ("random", "bm25", "sbert", "epr", "udr")
+    methods = ("random", "bm25", "sbert", "dr-target", "epr", "udr")
     evaluations = {f"evaluate@{m}" for m in methods}
     # An evaluation parameter: only the evaluations.
     assert with_change("evaluate", "context", 500) == evaluations
     # A training parameter: training stages only; no data prep, BM25 candidates or round-0 scoring.
-    assert with_change("train", "lr", 1e-3) == {"train", "retrain@round1", "train_epr@sst2", "train_epr@e2e"}
+    baselines = {f"{stage}@{t}" for stage in ("train_epr", "train_dr_target") for t in ("sst2", "e2e")}
+    assert with_change("train", "lr", 1e-3) == {"train", "retrain@round1", *baselines}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert _changed_stages(root, env) == set()
 

@@ -26,7 +26,7 @@ DATA_DIR_ENV = "UDR_DATA_DIR"
 DEFAULT_PARAMS = Path("params.yaml")
 
 # The value sets of the parameters below, each defined once; the tuples are derived from them.
-Method = Literal["random", "bm25", "sbert", "epr", "udr"]
+Method = Literal["random", "bm25", "sbert", "dr-target", "epr", "udr"]
 METHODS: tuple[str, ...] = get_args(Method)
 """The retrievers `udr evaluate` compares (dvc.yaml's `retrievers` lists the same, tested)."""
 CandidateField = Literal["paper", "input", "target"]

@@ -27,14 +27,21 @@ ROUND_PREFIX = "round"
 NAMED_RUNS = "runs"  # metrics/train/runs/<name>: the logs of runs named with `udr train --out`
 # The evaluated methods (config.METHODS) that read a model of the project's (:meth:`Paths.method_model`), and
 # the command that makes it; random and BM25 read none.
-METHOD_MODEL_COMMANDS = {"sbert": "udr models", "epr": "udr train --epr --task TASK", "udr": "udr index"}
-# The evaluated methods trained one retriever per task (the paper's EPR baseline): their model folder holds a
-# bi-encoder per task (<folder>/<task>/), and a task they never trained on (an unseen one) has none.
-PER_TASK_METHODS = ("epr",)
+METHOD_MODEL_COMMANDS = {
+    "sbert": "udr models",
+    "dr-target": "udr train --dr-target --task TASK",
+    "epr": "udr train --epr --task TASK",
+    "udr": "udr index",
+}
+# The evaluated methods trained one retriever per task (the paper's DR-Target and EPR baselines): their model
+# folder holds a bi-encoder per task (<folder>/<task>/), and a task they never trained on (an unseen one) has none.
+PER_TASK_METHODS = ("dr-target", "epr")
 # The baselines `udr train --<name> --task T` trains per task (models/<name>/<task>/): EPR (the LM's feedback)
 # and DR-Target (the BM25 similarity of targets), both with EPR's recipe; without --task, one multi-task model
 # (models/<name>-multitask/; EPR's is the ablation "without list-wise ranking").
 TRAINED_BASELINES = ("epr", "dr-target")
+# The evaluated methods that read a trained bi-encoder of the project's (`udr evaluate --model` takes another).
+BI_ENCODER_METHODS = (*PER_TASK_METHODS, "udr")
 
 
 # `METHOD+labels`: a method's retriever with label-aware selection on top (`evaluate.labels`), evaluated on
@@ -142,9 +149,10 @@ class Paths:
 
     def method_model(self, method: str) -> Path | None:
         """The model folder an evaluated method reads (made by :data:`METHOD_MODEL_COMMANDS`): sbert the base
-        encoder, epr models/epr (a bi-encoder per task, :data:`PER_TASK_METHODS`), udr models/final; None for a
-        method that reads none (random, bm25)."""
-        folders = {"sbert": self.base_model("encoder"), "epr": self.epr_models, "udr": self.final_model}
+        encoder, dr-target and epr models/<method> (a bi-encoder per task, :data:`PER_TASK_METHODS`), udr
+        models/final; None for a method that reads none (random, bm25)."""
+        per_task = {m: self.root / "models" / m for m in PER_TASK_METHODS}
+        folders = {"sbert": self.base_model("encoder"), **per_task, "udr": self.final_model}
         return folders.get(split_labelled(method)[0])
 
     @staticmethod

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from udr.config import METHODS
 from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
 from udr.evaluation.comparisons import COMPARED
 from udr.util.files import read_json_object
 from udr.util.notice import notice
 
-METHODS = ("random", "bm25", "sbert", "epr", "udr")
-BASELINES = ("bm25", "sbert", "epr", "random")
+BASELINES = ("bm25", "sbert", "dr-target", "epr", "random")
 
 
 def beside_columns(root: Path, paths: list[str]) -> list[dict]:

@@ -14,7 +14,7 @@ from udr.errors import UdrError
 from udr.evaluation.baselines import RetrieverSetup, build_retriever, check_method
 from udr.evaluation.task_evaluation import EvaluationSetup, LanguageModel, ResultFiles, load_language_model
 from udr.lm.models import resolve_model
-from udr.paths import split_labelled
+from udr.paths import BI_ENCODER_METHODS, split_labelled
 from udr.retriever.encoder import SETTINGS_NAME, task_model_dir
 from udr.retriever.index import model_fingerprint
 from udr.retriever.label_selection import LabelSelection
@@ -87,7 +87,7 @@ def learned_model_fingerprint(settings, method: str, task_name: str, model: Path
     pipeline's; a folder of per-task models: the task's); None for the methods that read none of their own,
     and where the model is missing (building the retriever then says so)."""
     method = split_labelled(method)[0]
-    if method not in ("epr", "udr"):
+    if method not in BI_ENCODER_METHODS:
         return None
     model_dir = Path(model) if model is not None else settings.paths.method_model(method)
     model_dir = task_model_dir(model_dir, task_name)

@@ -20,6 +20,7 @@ import torch
 
 from udr.data.prepare import read_prepared
 from udr.feedback.scores_file import load_scores
+from udr.paths import TRAINED_BASELINES
 from udr.retriever.initial import describe_init, initial_encoder
 from udr.retriever.record import recorded_train_settings, trained_model_record, write_record
 from udr.retriever.train_log import TrainLog
@@ -144,7 +145,8 @@ def run_train(
         return None
     summary = finish(trainer, out, round_, steps, data, sampler, start, dp.world, device_type)
     write_record(out, training_record(settings, out, method=method, round_=round_, init=Path(init), summary=summary))
-    live.finish(summary, "training the EPR baseline" if method == "epr" else f"training round {round_}")
+    what = f"training the {method} baseline" if method in TRAINED_BASELINES else f"training round {round_}"
+    live.finish(summary, what)
     remove(partial)
     dp.close()
     return summary

@@ -32,7 +32,7 @@ from udr.evaluation.baselines import (
 )
 from udr.evaluation.saved_names import check_saved_name, encoder_saved_name
 from udr.evaluation.task_evaluation import LanguageModel, evaluate_task
-from udr.paths import split_labelled
+from udr.paths import BI_ENCODER_METHODS, split_labelled
 from udr.project.evaluation import (
     evaluation_setup,
     language_model,
@@ -80,8 +80,9 @@ def run_evaluate(
         if limit is not None:
             raise UdrError("--save-as and --limit exclude each other: a quick look is not saved")
     if model is not None:
-        if split_labelled(method)[0] not in ("epr", "udr"):
-            raise UdrError(f"--model goes with -m epr or -m udr (a trained bi-encoder), not {method}")
+        if split_labelled(method)[0] not in BI_ENCODER_METHODS:
+            known = ", ".join(f"-m {m}" for m in BI_ENCODER_METHODS)
+            raise UdrError(f"--model goes with a trained bi-encoder's method ({known}), not {method}")
         if not Path(model).is_dir():
             raise UdrError(f"missing model {model}: give a trained udr bi-encoder directory")
     if not tasks:

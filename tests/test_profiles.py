@@ -50,7 +50,9 @@ def test_dvc_plans_every_stage_of_the_paper_profile(tmp_path):
     listed = subprocess.run([dvc, "stage", "list"], cwd=tmp_path, capture_output=True, text=True, check=True)
     stages = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
     tasks = load_settings(PROFILE).task_names()
-    want = {f"{stage}@{t}" for stage in ("prepare", "candidates", "score", "train_dr_target", "train_epr") for t in tasks}
+    want = {
+        f"{stage}@{t}" for stage in ("prepare", "candidates", "score", "train_dr_target", "train_epr") for t in tasks
+    }
     want |= {f"{stage}@round{r}" for stage in ("mine", "rescore", "retrain") for r in (1, 2)}
     want |= {f"evaluate@{m}" for m in ("random", "bm25", "sbert", "dr-target", "epr", "udr")}
     want |= {"models", "train", "index", "report"}

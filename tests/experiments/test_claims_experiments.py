@@ -89,6 +89,9 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     _git(project, "commit", "-q", "-am", "seed 1")
     _git(project, "update-ref", "refs/exps/ab/cdef/seed-1", "seed1")
     _git(project, "checkout", "-q", "-")
+    # DR-Target's seed runs are experiments of their own: a seed without one is not in the table yet
+    assert seed_table(project, (1,))["seeds"] == ["seed 42 (HEAD)"]
+    _git(project, "update-ref", "refs/exps/ab/cdef/dr-target-seed-1", "seed1")  # as the global seed's
 
     code, out, err = run_cli(["exp", "seeds", "--table", "--seed", "1"], project)
     assert code == 0, err
@@ -96,7 +99,8 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     assert table["seeds"] == ["seed 42 (HEAD)", "seed 1"] and table["read_from"][1]["udr"].startswith("udr at ")
     for t in TASKS:
         assert table["tasks"][t]["udr"] == [head[t]["graded"]["score"], 100.0]
-        assert len(table["tasks"][t]["epr"]) == 2 and len(set(table["tasks"][t]["epr"])) == 1
+        for m in ("epr", "dr-target"):
+            assert len(table["tasks"][t][m]) == 2 and len(set(table["tasks"][t][m])) == 1
         assert len(table["tasks"][t]["bm25"]) == 1
     assert table["groups"] == {
         "all trained tasks": TASKS,
@@ -114,7 +118,7 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     assert claim["interval"]["difference"] == pytest.approx(sum(claim["per_seed"]) / 2)
     assert claim["n"] == 12
     pairs = [(c["a"], c["b"]) for c in claims]
-    assert ("udr", "epr-multitask") in pairs and ("epr-multitask", "epr") in pairs
+    assert ("udr", "epr-multitask") in pairs and ("epr-multitask", "epr") in pairs and ("udr", "dr-target") in pairs
     (same,) = [c for c in claims if (c["a"], c["b"]) == ("epr-multitask", "epr")]
     assert same["interval"]["difference"] == 0.0 and same["per_seed"] == [0.0, 0.0]
     text = (project / "metrics" / "seeds.md").read_text()
@@ -123,10 +127,11 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     # kept at HEAD as saved evaluations, the seed needs no experiment ref (a clone has none)
     from udr.experiments.seeds import keep_seed_evaluations
 
-    assert keep_seed_evaluations(project, (1, 2)) == ["epr-seed-1", "udr-seed-1"]
+    assert keep_seed_evaluations(project, (1, 2)) == ["epr-seed-1", "udr-seed-1", "dr-target-seed-1"]
     _git(project, "add", "metrics", "data/predictions")
     _git(project, "commit", "-q", "-m", "seed 1 kept")
     _git(project, "update-ref", "-d", "refs/exps/ab/cdef/seed-1")
+    _git(project, "update-ref", "-d", "refs/exps/ab/cdef/dr-target-seed-1")
     kept = seed_table(project, (1,))
     assert kept["read_from"][1]["udr"].startswith("udr-seed-1 at HEAD")
     assert {k: v for k, v in kept.items() if k != "read_from"} == {k: v for k, v in table.items() if k != "read_from"}

@@ -399,21 +399,21 @@ def test_a_saved_evaluation_another_process_writes_is_refused_naming_its_pid(eva
     assert [p.name for p in (project / "metrics" / "samename").iterdir()] == ["sst2.json"]  # no lock file left
 
 
-def test_dr_target_trains_per_task_on_target_similarity_and_evaluates_as_a_saved_run(evaluated, run_cli):
-    """`udr train --dr-target --task T`: EPR's recipe on candidates ranked by their targets' BM25 similarity
-    (recorded as feedback target) -> models/dr-target/T; evaluated through -m epr --model with --save-as."""
-    code, _, err = run_cli(["train", "--dr-target", "--task", "sst2"], evaluated)
-    assert code == 0, err
-    record = json.loads((evaluated / "models" / "dr-target" / "sst2" / "udr_record.json").read_text())
-    assert record["method"] == "dr-target" and record["train"]["feedback"] == "target"
-    assert record["train"]["sampling"] == "epr" and record["train"]["tasks"] == ["sst2"]
-    args = ["evaluate", "-m", "epr", "--model", "models/dr-target", "--save-as", "dr-target", "-t", "sst2"]
-    code, _, err = run_cli(args, evaluated)
-    assert code == 0, err
-    result = json.loads((evaluated / "metrics" / "dr-target" / "sst2.json").read_text())
+def test_dr_target_trains_per_task_on_target_similarity_and_evaluates_with_its_own_models(evaluated):
+    """`udr train --dr-target --task T` (the fixture's): EPR's recipe on candidates ranked by their targets' BM25
+    similarity (recorded as feedback target) -> models/dr-target/T, other weights than EPR's; `-m dr-target`
+    evaluates each task with its own model, and has none of the unseen task."""
     from udr.retriever.index import model_fingerprint
 
-    assert result["model"] == model_fingerprint(evaluated / "models" / "dr-target" / "sst2")
+    for task in TASKS:
+        model = evaluated / "models" / "dr-target" / task
+        record = json.loads((model / "udr_record.json").read_text())
+        assert record["method"] == "dr-target" and record["train"]["feedback"] == "target"
+        assert record["train"]["sampling"] == "epr" and record["train"]["tasks"] == [task]
+        assert model_fingerprint(model) != model_fingerprint(evaluated / "models" / "epr" / task)
+        result = json.loads((evaluated / "metrics" / "dr-target" / f"{task}.json").read_text())
+        assert result["method"] == "dr-target" and result["model"] == model_fingerprint(model)
+    assert not (evaluated / "metrics" / "dr-target" / f"{UNSEEN_TASK}.json").exists()
 
 
 def test_label_aware_selection_is_a_method_on_classification_tasks(evaluated, tmp_path, run_cli):

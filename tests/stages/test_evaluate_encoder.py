@@ -178,7 +178,10 @@ def test_what_is_no_encoder_is_a_one_line_error(project, run_cli, tmp_path, monk
     assert sorted(project.rglob("*")) == before
     for args, message in (
         (["-m", "bm25", "--instruction"], "--instruction goes with -m encoder:FOLDER"),
-        (["-m", "encoder:encoders/plain", "--model", "models/base/encoder"], "--model goes with -m epr or -m udr"),
+        (
+            ["-m", "encoder:encoders/plain", "--model", "models/base/encoder"],
+            "--model goes with a trained bi-encoder's method (-m dr-target, -m epr, -m udr)",
+        ),
     ):
         code, _, err = run_cli(["evaluate", *args, "-t", "sst2"], project)
         assert code == 1 and message in err, (args, err)

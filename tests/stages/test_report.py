@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import EVAL_METHODS as METHODS
 from tests.conftest import EVAL_TASKS as TASKS
 from tests.conftest import UNSEEN_TASK
+from udr.paths import PER_TASK_METHODS
 
 
 def test_report_table_summary_and_plot(evaluated):
@@ -18,7 +19,7 @@ def test_report_table_summary_and_plot(evaluated):
         scores = [summary["tasks"][method][t]["graded"] for t in TASKS]
         assert summary["averages"][method]["all"] == pytest.approx(sum(scores) / 2)
     table = (evaluated / "metrics" / "results.md").read_text()
-    assert "| task | kind | metric | n | random | bm25 | sbert | epr | udr |" in table
+    assert "| task | kind | metric | n | random | bm25 | sbert | dr-target | epr | udr |" in table
     assert "exact_match / token_f1" in table and "average, all tasks" in table
     assert (evaluated / "metrics" / "plots" / "shots.png").stat().st_size > 1000
     csv = (evaluated / "metrics" / "plots" / "shots" / "sst2.csv").read_text().splitlines()
@@ -45,7 +46,7 @@ def test_unseen_task_gets_its_own_table_row_and_stays_out_of_the_averages(evalua
     summary = json.loads((evaluated / "metrics" / "summary.json").read_text())
     assert set(summary["tasks"]["udr"]) == set(TASKS)  # the main table: trained-on tasks only
     unseen = summary["unseen"]
-    unseen_methods = [m for m in METHODS if m != "epr"]  # the per-task EPR has no model of an unseen task
+    unseen_methods = [m for m in METHODS if m not in PER_TASK_METHODS]  # no per-task model of an unseen task
     assert set(unseen["tasks"]) == set(unseen_methods)
     for method in unseen_methods:
         result = json.loads((evaluated / "metrics" / method / f"{UNSEEN_TASK}.json").read_text())

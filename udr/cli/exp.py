@@ -169,7 +169,7 @@ def exp_seeds_cmd(
     table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiments.")] = False,
     dry: DryOpt = False,
 ) -> None:
-    """UDR and the per-task EPR with more training seeds (queued DVC experiments) -> metrics/seeds.md."""
+    """UDR and the per-task DR-Target and EPR with more training seeds (queued DVC experiments) -> metrics/seeds.md."""
     from udr.experiments.seeds import SEEDS, run_seeds, write_seeds
 
     seeds = tuple(seed or SEEDS)

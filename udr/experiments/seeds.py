@@ -1,11 +1,12 @@
-"""Training seeds: UDR and the per-task EPR trained with three seeds, the paper's average, and the claims
+"""Training seeds: UDR and the per-task DR-Target and EPR trained with three seeds, the paper's average, and the claims
 compared on seed-averaged retrievers.
 
-`udr exp seeds` trains both again with other training seeds (`train.seed`: task, query and candidate
+`udr exp seeds` trains them again with other training seeds (`train.seed`: task, query and candidate
 sampling, dropout; the data, the scored queries and the evaluation keep the global seed, so every seed
 learns from the same feedback and is tested on the same rows). Each seed is a DVC experiment,
-`dvc exp run --queue -n seed-N -S train.seed=N evaluate@epr evaluate@udr`, run by `dvc queue start -j JOBS`
-in DVC's temporary folders (the workspace's models stay the committed ones). HEAD's committed run is the
+`dvc exp run --queue -n seed-N -S train.seed=N evaluate@epr evaluate@udr` (DR-Target's, added later, its own:
+`dr-target-seed-N`, `evaluate@dr-target`), run by `dvc queue start -j JOBS` in DVC's temporary folders (the
+workspace's models stay the committed ones). HEAD's committed run is the
 global seed's. The table, metrics/seeds.md (and .json), gives per task each seed's score, their mean and
 standard deviation beside random, BM25 and SBERT (which no training seed moves) and the paper's values, and
 compares the retrievers seed-averaged: a paired bootstrap over the test rows in which each side's graded
@@ -37,10 +38,14 @@ from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
 
 SEEDS = (1, 2)  # with the global seed's committed run: three
-SEEDED = ("epr", "udr")  # retrievers a training seed moves
+SEEDED = ("dr-target", "epr", "udr")  # retrievers a training seed moves
+# The seeded retrievers each seed's experiments train: {experiment name's prefix: methods}; "" names the first,
+# `seed-N` (UDR and EPR), and DR-Target's came after it, `dr-target-seed-N`.
+SEED_GROUPS = {"": ("epr", "udr"), "dr-target": ("dr-target",)}
 FIXED = ("random", "bm25", "sbert")  # and those it does not
 MULTITASK = "epr-multitask"  # `udr train --epr` saved with `udr evaluate ... --save-as epr-multitask`: one seed
-LABELS = {"random": "random", "bm25": "BM25", "sbert": "SBERT", "epr": "EPR (per task)", "udr": "UDR"}
+LABELS = {"random": "random", "bm25": "BM25", "sbert": "SBERT", "dr-target": "DR-Target (per task)"}
+LABELS |= {"epr": "EPR (per task)", "udr": "UDR"}
 LABELS[MULTITASK] = "multi-task EPR"
 # The paper's Tables 1-2 (GPT-Neo-2.7B scoring and inferring, the datasets' whole test sets), for the tasks
 # whose data this project takes from the paper's own release; python_code is another dataset here.
@@ -59,12 +64,13 @@ PAPER = {
     "rte": {"random": 55.6, "bm25": 50.5, "sbert": 49.8, "epr": 55.6, "udr": 65.3},
     "subj": {"random": 60.0, "bm25": 78.8, "sbert": 88.7, "epr": 92.1, "udr": 95.0},
     "cola": {"random": 52.8, "bm25": 53.3, "sbert": 56.3, "epr": 70.3, "udr": 78.9},
-    "break": {"random": 1.9, "bm25": 26.0, "sbert": 22.4, "epr": 31.9, "udr": 35.2},
-    "smcalflow": {"random": 8.7, "bm25": 46.1, "sbert": 43.1, "epr": 54.3, "udr": 60.4},
-    "commongen": {"random": 21.1, "bm25": 26.0, "sbert": 25.7, "epr": 25.3, "udr": 27.1},
-    "dart": {"random": 20.4, "bm25": 28.4, "sbert": 27.9, "epr": 31.8, "udr": 34.5},
-    "e2e": {"random": 21.9, "bm25": 29.2, "sbert": 24.2, "epr": 29.3, "udr": 32.6},
+    "break": {"random": 1.9, "dr-target": 22.1, "bm25": 26.0, "sbert": 22.4, "epr": 31.9, "udr": 35.2},
+    "smcalflow": {"random": 8.7, "dr-target": 41.6, "bm25": 46.1, "sbert": 43.1, "epr": 54.3, "udr": 60.4},
+    "commongen": {"random": 21.1, "dr-target": 24.5, "bm25": 26.0, "sbert": 25.7, "epr": 25.3, "udr": 27.1},
+    "dart": {"random": 20.4, "dr-target": 30.1, "bm25": 28.4, "sbert": 27.9, "epr": 31.8, "udr": 34.5},
+    "e2e": {"random": 21.9, "dr-target": 24.7, "bm25": 29.2, "sbert": 24.2, "epr": 29.3, "udr": 32.6},
 }
+PAPER_COLUMNS = ("dr-target", "epr", "udr")
 # The claims, seed-averaged: (A, B) as A − B.
 CLAIMS = (
     ("udr", "epr", "one multi-task UDR over task-specific EPRs (the paper's main comparison)"),
@@ -73,16 +79,29 @@ CLAIMS = (
     ("udr", "bm25", "UDR over BM25"),
     ("udr", "sbert", "UDR over SBERT"),
     ("epr", "sbert", "EPR over SBERT"),
+    ("udr", "dr-target", "UDR over DR-Target (targets' BM25 similarity instead of the LM's feedback)"),
+    ("epr", "dr-target", "the LM's feedback over the targets' similarity, both per task with EPR's recipe"),
     ("udr", "random", "UDR over random demonstrations"),
 )
-SEEDED_TARGETS = tuple(f"evaluate@{m}" for m in SEEDED)
+
+
+def experiment_name(group: str, seed: int) -> str:
+    """The DVC experiment of a seed group (:data:`SEED_GROUPS`) and training seed."""
+    return f"{group}-seed-{seed}" if group else f"seed-{seed}"
 
 
 def seed_experiments(seeds=SEEDS) -> tuple[Experiment, ...]:
-    """One DVC experiment per extra training seed: UDR and every task's EPR trained and evaluated again."""
+    """The DVC experiments of the extra training seeds, one per seed and group of :data:`SEED_GROUPS`: UDR and
+    every task's EPR, then every task's DR-Target, trained and evaluated again."""
     return tuple(
-        Experiment(f"seed-{s}", f"training seed {s}", (f"train.seed={s}", "evaluate.shots_tasks=[]"), SEEDED_TARGETS)
+        Experiment(
+            experiment_name(group, s),
+            f"training seed {s}" + (f" ({group})" if group else ""),
+            (f"train.seed={s}", "evaluate.shots_tasks=[]"),
+            tuple(f"evaluate@{m}" for m in methods),
+        )
         for s in seeds
+        for group, methods in SEED_GROUPS.items()
     )
 
 
@@ -177,10 +196,15 @@ def seed_sides(root: Path, seeds, covered: dict[str, list[str]]) -> dict[int, di
     saved = saved_experiments(root)
     out = {}
     for s in seeds:
-        if all(saved_at_head(root, kept_name(m, s), covered[m]) for m in SEEDED):
-            out[s] = {m: (kept_name(m, s), "HEAD") for m in SEEDED}
-        elif f"seed-{s}" in saved:
-            out[s] = {m: (m, saved[f"seed-{s}"]) for m in SEEDED}
+        sides = {}
+        for group, methods in SEED_GROUPS.items():
+            for m in methods:
+                if saved_at_head(root, kept_name(m, s), covered[m]):
+                    sides[m] = (kept_name(m, s), "HEAD")
+                elif experiment_name(group, s) in saved:
+                    sides[m] = (m, saved[experiment_name(group, s)])
+        if len(sides) == len(SEEDED):
+            out[s] = sides
     return out
 
 
@@ -189,12 +213,13 @@ def keep_seed_evaluations(root: Path, seeds=SEEDS) -> list[str]:
     `<method>-seed-<N>` (:func:`udr.experiments.dvc.keep_evaluation`). Returns the names written."""
     saved, written = saved_experiments(root), []
     for s in seeds:
-        rev = saved.get(f"seed-{s}")
-        if rev is None:
-            continue
-        for m in SEEDED:
-            keep_evaluation(root, rev, m, kept_name(m, s))
-            written.append(kept_name(m, s))
+        for group, methods in SEED_GROUPS.items():
+            rev = saved.get(experiment_name(group, s))
+            if rev is None:
+                continue
+            for m in methods:
+                keep_evaluation(root, rev, m, kept_name(m, s))
+                written.append(kept_name(m, s))
     return written
 
 
@@ -212,14 +237,14 @@ def seeds_markdown(table: dict) -> str:
     header = ["task", "n", *(LABELS[m] for m in fixed)]
     for m in SEEDED:
         header += [f"{LABELS[m]}: each seed", f"{LABELS[m]}: mean ± sd"]
-    header += ["paper: EPR", "paper: UDR"]
+    header += [f"paper: {LABELS[m].removesuffix(' (per task)')}" for m in PAPER_COLUMNS]
     cells = []
     for t, row in table["tasks"].items():
         paper = table["paper"].get(t, {})
         cells.append(
             [t, str(row["n"]), *(f"{row[m][0]:.1f}" if m in row else "" for m in fixed)]
             + [c for m in SEEDED for c in (_seeded_cells(row[m]) if m in row else ["", ""])]
-            + [f"{paper[m]:.1f}" if m in paper else "" for m in ("epr", "udr")]
+            + [f"{paper[m]:.1f}" if m in paper else "" for m in PAPER_COLUMNS]
         )
     for group, members in table["groups"].items():
         rows = [table["tasks"][t] for t in members]
@@ -228,7 +253,9 @@ def seeds_markdown(table: dict) -> str:
         for m in SEEDED:
             each = [statistics.fmean(r[m][i] for r in rows) for i in range(seeds)] if all(m in r for r in rows) else []
             seeded += _seeded_cells(each) if each else ["", ""]
-        cells.append([f"**average: {group}**", str(sum(r["n"] for r in rows)), *once, *seeded, "", ""])
+        cells.append(
+            [f"**average: {group}**", str(sum(r["n"] for r in rows)), *once, *seeded, *[""] * len(PAPER_COLUMNS)]
+        )
     claim_cells = [
         [
             c["group"],
@@ -246,14 +273,16 @@ def seeds_markdown(table: dict) -> str:
     )
     return (
         "# Training seeds\n\n"
-        f"UDR and EPR (one retriever per task) trained with {seeds} training seeds: {', '.join(table['seeds'])}. "
+        f"UDR, DR-Target and EPR (one retriever per task each) trained with {seeds} training seeds: "
+        f"{', '.join(table['seeds'])}. "
         "A training seed draws the tasks, queries and candidates of each step and the dropout; the data, the "
         "LM's feedback and the test rows are the same for every seed, so random, BM25 and SBERT have one value. "
         "Graded metric in percent on each task's test rows; beside, the paper's values (GPT-Neo-2.7B, the "
         "whole test sets, other metrics for some generation tasks) for the trained tasks whose data this "
         "project takes from the paper's release. Made by `udr exp seeds`: each extra seed is a DVC experiment, "
         "`seed-N` (`dvc exp show -A`), whose evaluations are kept at HEAD as `udr-seed-N` and `epr-seed-N` "
-        "(metrics/ and data/predictions/).\n\n"
+        "(DR-Target's experiment `dr-target-seed-N`, kept as `dr-target-seed-N`; metrics/ and data/predictions/). "
+        "The paper reports DR-Target on its generation tasks only.\n\n"
         + markdown_table(header, cells)
         + f"\n{signal}\n\n## Claims on seed-averaged retrievers\n\n"
         "Each side's score on a bootstrap resample of the test rows is the mean of its seeds' scores on those "

@@ -10,7 +10,6 @@ import copy
 import difflib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.tiny_models import save_tiny_encoder, save_tiny_lm
+from tests.tiny_pipeline import tiny_pipeline_project
 from tools.dvc_deps import generate, is_code_dep, required_code_deps, stage_command
 
 
@@ -211,46 +210,7 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     parameter re-runs only the evaluations; a training parameter only training; a task's template or
     instruction the task's data, its LM scoring, training and every evaluation; a new task declaration
     in data/tasks the data preparation (whose unchanged outputs stop it there)."""
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "data" / "tasks").mkdir(parents=True)
-    shutil.copytree(REPO / "udr", root / "udr", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
-    shutil.copy(REPO / ".dvcignore", root / ".dvcignore")
-    # Committed inputs dvc.yaml names: the shipped feedback's folder (none of this tiny project's pairs)
-    # and the experiment shown beside the results.
-    (root / "data" / "feedback" / "round0").mkdir(parents=True)
-    beside = root / "metrics" / "feedback" / "test-q1000"
-    beside.mkdir(parents=True)
-    shutil.copy(REPO / "metrics" / "feedback" / "test-q1000" / "summary.json", beside / "summary.json")
-    lm, enc = save_tiny_lm(tmp_path / "tiny-lm"), save_tiny_encoder(tmp_path / "tiny-enc")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["data"]["source_dir"] = str(data_dir)
-    params["prepare"]["tasks"] = {"sst2": {"max_train": 16, "max_test": 4}, "e2e": {"max_train": 16, "max_test": 3}}
-    params["models"] = {"lm": str(lm), "encoder": str(enc)}
-    params["candidates"]["k"] = 4
-    params["score"].update(queries_per_task=4, batch_tokens=2048, dtype="fp32")
-    params["encoder"].update(max_query_length=48, max_demo_length=64)
-    params["train"].update(
-        later_rounds={"round1": "round0"},
-        batch_size=2,
-        micro_batch=2,
-        epochs_first=1,
-        epochs_later=1,
-        warmup_steps=0,
-        candidates_per_query=3,
-    )
-    params["mine"].update(k=3, batch_size=8)
-    params["evaluate"].update(
-        context=600,
-        max_demos=2,
-        max_new_tokens=4,
-        candidates=4,
-        batch_tokens=2048,
-        shots=[1, 2],
-        dtype="fp32",
-        unseen_tasks={"cr": {"max_train": 16, "max_test": 4}},
-    )
+    root, params = tiny_pipeline_project(tmp_path, data_dir)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     env.pop("UDR_DATA_DIR", None)

@@ -194,6 +194,29 @@ def exp_lofo_cmd(
         console().print(f"-> {out}")
 
 
+@exp_app.command("suite")
+def exp_suite_cmd(
+    profile: Annotated[Path, typer.Option("--profile", help="The params file to reproduce.")] = Path(
+        "profiles/suite.yaml"
+    ),
+    work: Annotated[Path, typer.Option("--work", help="Its git worktree (made at HEAD where missing).")] = Path(
+        "build/suite"
+    ),
+    name: Annotated[str, typer.Option("--name", "-n", help="The DVC experiment it is saved as.")] = "suite",
+    table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiment.")] = False,
+    dry: DryOpt = False,
+) -> None:
+    """The offline suite by DVC: PROFILE reproduced by `dvc repro` in a worktree of its own (resumable), saved
+    as a DVC experiment -> metrics/suite/pipeline.md."""
+    from udr.experiments.suite import run_suite, write_suite_table
+
+    root = Path(".")
+    if not table:
+        run_suite(root, profile=profile, work=work, name=name, dry=dry)
+    if not dry:
+        console().print(f"-> {write_suite_table(root, name, work)}")
+
+
 @exp_app.command("labels")
 def exp_labels_cmd(
     method: Annotated[
@@ -220,7 +243,7 @@ def exp_labels_cmd(
 
 @exp_app.command("claims")
 def exp_claims_cmd() -> None:
-    """The paper's four claims beside what this project measured (seed table, suite) -> metrics/claims.md."""
+    """The paper's claims beside what this project measured (seed table, suite) -> metrics/claims.md."""
     from udr.experiments.paper_claims import write_claims
 
     console().print(f"-> {write_claims(Path('.'))}")

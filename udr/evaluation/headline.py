@@ -53,7 +53,8 @@ def _rows(columns: list[dict], scope: str) -> list[str]:
     lines = [f"| **{title}**: test examples | " + " | ".join(_n(p) for p in parts) + " |"]
     for m in METHODS:
         cells = [f"{p['averages'][m]['all']:.1f}" if m in p.get("averages", {}) else "" for p in parts]
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        if any(cells):  # a per-task method has no model of an unseen task
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
     for b in BASELINES:
         cells = [_interval(p.get("udr_minus", {}).get(b, {}).get("all")) for p in parts]
         if any(cells):

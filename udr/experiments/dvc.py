@@ -36,15 +36,18 @@ def dvc_args(*args: str) -> list[str]:
     return [dvc_executable(), *args]
 
 
-def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = False) -> str:
-    """Run `dvc ARGS` in `root` (output streamed unless `capture`); a failure is one UdrError line."""
+def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = False, env: dict | None = None) -> str:
+    """Run `dvc ARGS` in `root` (output streamed unless `capture`; `env`: variables set for it beside the
+    process's); a failure is one UdrError line."""
     cmd = dvc_args(*args)
     if dry:
         print(" ".join(shlex.quote(a) for a in ["dvc", *args]))
         return ""
     # DVC's queue workers start `dvc` and the stages start `udr` by name: this Python's scripts come first.
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture, env=env)
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    done = subprocess.run(
+        cmd, cwd=root, text=True, capture_output=capture, env={**os.environ, "PATH": path, **(env or {})}
+    )
     if done.returncode != 0:
         tail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
         raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {tail[0]}" if tail else ""))

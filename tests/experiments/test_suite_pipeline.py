@@ -1,0 +1,94 @@
+"""`udr exp suite`: a profile reproduced by the project's pipeline in a git worktree of its own, saved as a
+DVC experiment, resumed where it stopped, and tabulated from the experiment's commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.tiny_pipeline import tiny_pipeline_project
+from udr.errors import UdrError
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _dvc(root: Path, *args: str) -> str:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    return subprocess.run([dvc, *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path, data_dir, monkeypatch):
+    """A git repository of the tiny pipeline whose profile (profiles/tiny.yaml) is the tiny params, with
+    the data mirror given as a relative path (as params.yaml gives it)."""
+    root, params = tiny_pipeline_project(tmp_path, data_dir)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))  # the workspace's own
+    profile = dict(params, data=dict(params["data"], source_dir=os.path.relpath(data_dir, root)))
+    profile["train"] = dict(params["train"], later_rounds={})  # one round, as the suite profile trains
+    (root / "profiles").mkdir()
+    (root / "profiles" / "tiny.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    (root / ".gitignore").write_text("/build\n")
+    for folder in ("data/tasks", "data/feedback/round0"):  # empty folders dvc.yaml names, kept by git
+        (root / folder / "README.md").write_text("kept\n")
+    _git(root, "init", "-q")
+    _dvc(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "tiny")
+    monkeypatch.delenv("UDR_DATA_DIR", raising=False)
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "t")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "t@t")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "t")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "t@t")
+    return root
+
+
+@pytest.mark.slow
+def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(repo, data_dir, run_cli):
+    work = repo / "build" / "suite"
+    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
+    assert code == 0, out[-2000:] + err[-2000:]
+    # the workspace's pipeline did not run; the worktree's did, with the mirror's path made absolute
+    assert not (repo / "metrics" / "udr").exists() and (work / "metrics" / "udr" / "sst2.json").is_file()
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    assert Path(params["data"]["source_dir"]) == Path(data_dir).resolve()
+    assert "suite" in _dvc(repo, "exp", "list", "--all-commits", "--name-only").split()
+    assert json.loads(_dvc(work, "status", "--json")) == {}
+
+    table = json.loads((repo / "metrics" / "suite" / "pipeline.json").read_text())
+    groups = table["groups"]
+    assert list(groups) == ["trained tasks", "unseen tasks of a trained family"]  # cr: sentiment, as sst2
+    assert groups["trained tasks"]["tasks"] == ["sst2", "e2e"]
+    assert set(groups["trained tasks"]["udr_minus"]) == {"random", "bm25", "sbert", "dr-target", "epr"}
+    assert set(groups["unseen tasks of a trained family"]["udr_minus"]) == {"random", "bm25", "sbert"}
+    udr = json.loads((work / "metrics" / "udr" / "sst2.json").read_text())["graded"]["score"]
+    e2e = json.loads((work / "metrics" / "udr" / "e2e.json").read_text())["graded"]["score"]
+    assert groups["trained tasks"]["averages"]["udr"] == pytest.approx((udr + e2e) / 2)
+    assert "| trained tasks | UDR |" in (repo / "metrics" / "suite" / "pipeline.md").read_text()
+
+    # run again: every stage is in the worktree's lock, so nothing re-runs, and the experiment is saved again
+    before = (work / "models" / "final" / "udr_record.json").stat().st_mtime_ns
+    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
+    assert code == 0, err[-2000:]
+    assert (work / "models" / "final" / "udr_record.json").stat().st_mtime_ns == before
+
+
+def test_a_folder_that_is_no_worktree_or_a_missing_profile_is_a_one_line_error(tmp_path, run_cli):
+    from udr.experiments.suite import suite_params, suite_worktree
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "build" / "suite").mkdir(parents=True)
+    with pytest.raises(UdrError, match="is not a git worktree of this repository"):
+        suite_worktree(tmp_path, Path("build/suite"))
+    with pytest.raises(UdrError, match="missing profile"):
+        suite_params(tmp_path, tmp_path / "profiles" / "none.yaml")
+    code, _, err = run_cli(["exp", "suite", "--profile", "profiles/none.yaml"], tmp_path)
+    assert code == 1 and "missing profile" in err and len(err.strip().splitlines()) == 1

@@ -205,3 +205,24 @@ def test_an_aliased_huge_value_is_quoted_by_its_prefix_only(tmp_path):
     with pytest.raises(UdrError, match=r"bad override 'xxxxx.*\.\.\.': expected key.path=value") as info:
         parse_override("x" * 100_000)
     assert len(str(info.value)) < 300
+
+
+def test_a_retrievers_own_label_selection_replaces_the_shared_one(tmp_path):
+    """`evaluate.labels_by_method`: SBERT's own choice serves sbert+labels (and the adapt candidate selecting
+    from SBERT); every other retriever, the adapted UDR's candidate included, takes `evaluate.labels`; a key
+    that names no retriever is a one-line error."""
+    from udr.project.adapt import selection_of
+
+    settings = load_settings(REPO / "params.yaml")
+    own, shared = settings.evaluate.labels_by_method["sbert"], settings.evaluate.labels
+    assert own != shared
+    assert settings.evaluate.label_settings("sbert+labels") == settings.evaluate.label_settings("sbert") == own
+    assert settings.evaluate.label_settings("udr+labels") == settings.evaluate.label_settings("epr") == shared
+    assert selection_of(settings, "sbert-labels") == own.model_dump()
+    assert selection_of(settings, "adapted-labels") == shared.model_dump()
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["evaluate"]["labels_by_method"] = {"nosuch": {"weight": 1.0}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(UdrError, match="labels_by_method") as info:
+        load_settings(tmp_path / "params.yaml")
+    assert "\n" not in str(info.value)

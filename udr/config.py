@@ -390,8 +390,17 @@ class EvaluateSettings(_Strict):
         default_factory=LabelSettings,
         description="Label-aware selection of the `METHOD+labels` methods (e.g. udr+labels) on classification tasks.",
     )
+    labels_by_method: dict[Method, LabelSettings] = Field(
+        default_factory=lambda: {"sbert": LabelSettings(weight=0.1)},
+        description="A retriever's own label-aware selection (e.g. sbert: its settings chosen on validation by "
+        "`udr exp labels`), in place of `labels` for METHOD+labels.",
+    )
     dtype: Dtype = "bf16"
     device: Device = "auto"
+
+    def label_settings(self, method: str) -> LabelSettings:
+        """The label-aware selection of `method` (METHOD or METHOD+labels): its own, else `labels`."""
+        return self.labels_by_method.get(split_labelled(method)[0], self.labels)
 
     @field_validator("shots")
     @classmethod

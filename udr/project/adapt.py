@@ -284,6 +284,13 @@ class Outcome:
         return "\n".join(lines) + "\n"
 
 
+def selection_of(settings, candidate: str) -> dict:
+    """The label-aware selection a LABELLED candidate is evaluated and served with: its retriever's own
+    (`evaluate.labels_by_method`: SBERT's for sbert-labels; the adapted UDR's is UDR's), else `evaluate.labels`."""
+    method = "udr" if LABELLED[candidate] == ADAPTED else LABELLED[candidate]
+    return settings.evaluate.label_settings(method).model_dump()
+
+
 def selection_text(labels: dict) -> str:
     """`evaluate.labels` in words: "γ 3, 16 votes, no per-label quota"."""
     quota = labels.get("per_label")
@@ -486,7 +493,7 @@ def export_winner(settings, task: str, method: str, target: Path) -> str:
     from udr.serving.model_card import card_tasks, model_card
 
     if method in LABELLED:  # the retriever it selects from; serving applies the selection (Adapted.labels)
-        labels = selection_text(settings.evaluate.labels.model_dump())
+        labels = selection_text(selection_of(settings, method))
         shown = export_winner(settings, task, LABELLED[method], target)
         return f"{shown}; serve it with label-aware selection ({labels}), as `udr retrieve -t {task}` does"
     if method in ("bm25", "random"):

@@ -35,7 +35,7 @@ def language_model(settings) -> LanguageModel:
 
 def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
     """The project's seed, `evaluate.device` and `mine.batch_size` to embed pools and queries with, and the
-    label-aware selection of `evaluate.labels` (for a `METHOD+labels` method); the
+    label-aware selection of `method` (`evaluate.label_settings`, for a `METHOD+labels` method); the
     device is resolved (and checked) only where `method` embeds (sbert, epr, udr; None: a bi-encoder of
     one's own): random and BM25 embed nothing, and run whatever it says."""
     embeds = method is None or settings.paths.method_model(method) is not None
@@ -44,7 +44,7 @@ def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
         seed=settings.seed,
         device=device,
         batch_size=settings.mine.batch_size,
-        labels=LabelSelection(**settings.evaluate.labels.model_dump()),
+        labels=LabelSelection(**settings.evaluate.label_settings(method or "").model_dump()),
     )
 
 

@@ -153,7 +153,7 @@ def evaluate_project_task(
         fingerprint=fingerprint,
         save_as=save_as,
         encoder=encoder.record if encoder is not None else None,
-        labels=settings.evaluate.labels.model_dump() if split_labelled(method)[1] else None,
+        labels=settings.evaluate.label_settings(method).model_dump() if split_labelled(method)[1] else None,
         write_to=result_files(settings, save_as or method, name, split) if saved else None,
         started=start,
     )

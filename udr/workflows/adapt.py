@@ -170,7 +170,7 @@ def run_adapt(project_settings, request: adapt.AdaptRequest, *, say, progress: b
             test=adapt.comparison_rows(settings, r.name, tested, "test"),
             export=exported,
             seconds=steps.seconds,
-            labels=settings.evaluate.labels.model_dump() if choice.method in adapt.LABELLED else None,
+            labels=adapt.selection_of(settings, choice.method) if choice.method in adapt.LABELLED else None,
         )
         adapt.write_outcome(folder, outcome)
         adapt.record_workspace(project_settings.root, r.name, folder)  # `udr retrieve -t NAME` follows it

@@ -42,8 +42,8 @@ def point_name(method: str, point: LabelSettings) -> str:
 
 
 def with_labels(settings, point: LabelSettings):
-    """`settings` with `evaluate.labels` set to `point`."""
-    evaluate = settings.evaluate.model_copy(update={"labels": point})
+    """`settings` with `evaluate.labels` set to `point`, for every retriever (no retriever's own)."""
+    evaluate = settings.evaluate.model_copy(update={"labels": point, "labels_by_method": {}})
     return settings.model_copy(update={"evaluate": evaluate})
 
 

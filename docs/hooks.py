@@ -96,7 +96,7 @@ def _bounds(field) -> str:
 
 
 def _default(field) -> str:
-    from pydantic_core import PydanticUndefined
+    from pydantic_core import PydanticUndefined, to_jsonable_python
 
     if field.default_factory is not None:
         value = field.default_factory()
@@ -106,7 +106,7 @@ def _default(field) -> str:
         value = field.default
     if _is_model(type(value)):
         return "(below)"
-    return f"`{json.dumps(value)}`"
+    return f"`{json.dumps(to_jsonable_python(value))}`"  # settings inside a container: their fields
 
 
 def _rows(model, prefix: str) -> list[str]:

@@ -1,5 +1,5 @@
-"""profiles/paper.yaml, the paper's own configuration: it validates like params.yaml, holds the paper's
-values (Appendix B), has the same sections and keys as params.yaml, and DVC plans every stage from it."""
+"""The profiles: each validates like params.yaml and has its sections and keys; profiles/paper.yaml, the paper's
+own configuration, holds the paper's values (Appendix B) and DVC plans every stage from it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import REPO
@@ -29,8 +30,9 @@ def test_the_paper_profile_validates_with_the_papers_values():
     assert isinstance(s.task("mtop").source, HubSource)
 
 
-def test_the_paper_profile_has_exactly_params_yamls_keys():
-    """A new parameter must reach the profile too (or the profile would silently take the CPU default)."""
+@pytest.mark.parametrize("profile", sorted((REPO / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_profile_has_exactly_params_yamls_keys(profile):
+    """A new parameter must reach every profile too (or the profile would silently take the CPU default)."""
 
     def keys(node, prefix=""):
         if not isinstance(node, dict) or prefix.endswith(("tasks", "later_rounds", "unseen_tasks")):
@@ -38,8 +40,26 @@ def test_the_paper_profile_has_exactly_params_yamls_keys():
         return {k for name, v in node.items() for k in keys(v, f"{prefix}.{name}" if prefix else name)}
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    profile = yaml.safe_load(PROFILE.read_text())
-    assert keys(profile) == keys(params)
+    assert keys(yaml.safe_load(profile.read_text())) == keys(params)
+    load_settings(profile)
+
+
+def test_the_full_feedback_profile_is_the_default_with_larger_test_sets_and_three_epochs():
+    """profiles/test-q1000.yaml (the experiment beside the default in the README's table) differs from
+    params.yaml in its test caps, UDR's epochs and what a beside experiment leaves out, nothing else."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    profile = yaml.safe_load((REPO / "profiles" / "test-q1000.yaml").read_text())
+    for t, caps in profile["prepare"]["tasks"].items():
+        assert caps == params["prepare"]["tasks"][t] | {"max_test": caps["max_test"]} and caps["max_test"] >= 100
+    assert {c["max_test"] for c in profile["evaluate"]["unseen_tasks"].values()} == {300}
+    assert profile["train"] == params["train"] | {"epochs_first": 3}
+    rest = {"tasks", "unseen_tasks", "shots_tasks", "beside"}
+    assert {k: v for k, v in profile["evaluate"].items() if k not in rest} == {
+        k: v for k, v in params["evaluate"].items() if k not in rest
+    }
+    assert {k: v for k, v in profile.items() if k not in ("prepare", "train", "evaluate")} == {
+        k: v for k, v in params.items() if k not in ("prepare", "train", "evaluate")
+    }
 
 
 def test_dvc_plans_every_stage_of_the_paper_profile(tmp_path):

@@ -207,7 +207,7 @@ def exp_suite_cmd(
     dry: DryOpt = False,
 ) -> None:
     """The offline suite by DVC: PROFILE reproduced by `dvc repro` in a worktree of its own (resumable), saved
-    as a DVC experiment -> metrics/suite/pipeline.md."""
+    as a DVC experiment -> metrics/NAME/pipeline.md."""
     from udr.experiments.suite import run_suite, write_suite_table
 
     root = Path(".")

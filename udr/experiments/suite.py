@@ -11,9 +11,10 @@ stopped: a finished stage is in the worktree's dvc.lock and is not run again. At
 `dvc exp save -n suite` records the worktree's state as the experiment. A fresh start (new code): remove
 the worktree (`git worktree remove --force build/suite`).
 
-The table, metrics/suite/pipeline.md (and .json), reads the saved experiment at its commit: per group of
-tasks (trained; unseen tasks of a trained family; unseen families) each retriever's average and UDR minus
-each baseline with its paired 95% interval over the same test rows.
+The table, metrics/<name>/pipeline.md (and .json; the suite's beside its other results in metrics/suite/),
+reads the saved experiment at its commit: per group of tasks (trained; unseen tasks of a trained family;
+unseen families) each retriever's average and UDR minus each baseline with its paired 95% interval over the
+same test rows.
 
 Imports of udr.config are inside the functions that use them, to keep the start of `udr` light.
 """
@@ -37,7 +38,7 @@ from udr.util.files import write_json_atomic, write_text_atomic
 PROFILE = Path("profiles/suite.yaml")
 WORK = Path("build/suite")
 EXPERIMENT = "suite"
-TABLE = Path("metrics/suite/pipeline.md")
+TABLE = "pipeline.md"  # in metrics/<the experiment's name>/: metrics/suite/ beside the suite's other results
 SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps beside dvc.lock and params
 METHODS = ("random", "bm25", "sbert", "dr-target", "epr", "udr")
 LABELS = {"random": "random", "bm25": "BM25", "sbert": "SBERT", "dr-target": "DR-Target (per task)"}
@@ -167,7 +168,7 @@ def suite_markdown(table: dict) -> str:
 
 def write_suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> Path:
     table = suite_table(root, name, work)
-    out = Path(root) / TABLE
+    out = Path(root) / "metrics" / name / TABLE
     write_json_atomic(out.with_suffix(".json"), table)
     write_text_atomic(out, suite_markdown(table))
     return out

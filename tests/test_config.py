@@ -211,7 +211,7 @@ def test_a_retrievers_own_label_selection_replaces_the_shared_one(tmp_path):
     """`evaluate.labels_by_method`: SBERT's own choice serves sbert+labels (and the adapt candidate selecting
     from SBERT); every other retriever, the adapted UDR's candidate included, takes `evaluate.labels`; a key
     that names no retriever is a one-line error."""
-    from udr.project.adapt import selection_of
+    from udr.project.adapt import evaluated_method, selection_of
 
     settings = load_settings(REPO / "params.yaml")
     own, shared = settings.evaluate.labels_by_method["sbert"], settings.evaluate.labels
@@ -220,6 +220,13 @@ def test_a_retrievers_own_label_selection_replaces_the_shared_one(tmp_path):
     assert settings.evaluate.label_settings("udr+labels") == settings.evaluate.label_settings("epr") == shared
     assert selection_of(settings, "sbert-labels") == own.model_dump()
     assert selection_of(settings, "adapted-labels") == shared.model_dump()
+    evaluated = {c: evaluated_method(c) for c in ("sbert-labels", "adapted-labels", "adapted", "bm25")}
+    assert evaluated == {
+        "sbert-labels": "sbert+labels",
+        "adapted-labels": "udr+labels",
+        "adapted": "udr",
+        "bm25": "bm25",
+    }
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["evaluate"]["labels_by_method"] = {"nosuch": {"weight": 1.0}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))

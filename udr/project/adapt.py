@@ -32,6 +32,7 @@ from pathlib import Path
 
 from udr.errors import UdrError
 from udr.evaluation.claims import CLAIM_MARGIN
+from udr.paths import LABELS_SUFFIX
 from udr.project.workspace import WorkspaceRequest
 from udr.util.files import file_sha256, read_json_object, remove, shown_path, write_text_atomic
 
@@ -284,11 +285,17 @@ class Outcome:
         return "\n".join(lines) + "\n"
 
 
+def evaluated_method(candidate: str) -> str:
+    """The `udr evaluate` method a candidate is evaluated as: the adapted UDR is `udr` (with `--model` its
+    folder), a LABELLED candidate its retriever's `METHOD+labels`, any other its own name."""
+    base = LABELLED.get(candidate, candidate)
+    return ("udr" if base == ADAPTED else base) + (LABELS_SUFFIX if candidate in LABELLED else "")
+
+
 def selection_of(settings, candidate: str) -> dict:
-    """The label-aware selection a LABELLED candidate is evaluated and served with: its retriever's own
-    (`evaluate.labels_by_method`: SBERT's for sbert-labels; the adapted UDR's is UDR's), else `evaluate.labels`."""
-    method = "udr" if LABELLED[candidate] == ADAPTED else LABELLED[candidate]
-    return settings.evaluate.label_settings(method).model_dump()
+    """The label-aware selection a LABELLED candidate is evaluated and served with: its evaluated method's
+    (`evaluate.label_settings`: SBERT's own for sbert-labels, UDR's for adapted-labels)."""
+    return settings.evaluate.label_settings(evaluated_method(candidate)).model_dump()
 
 
 def selection_text(labels: dict) -> str:

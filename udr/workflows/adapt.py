@@ -12,7 +12,6 @@ import contextlib
 from dataclasses import asdict
 from pathlib import Path
 
-from udr.paths import LABELS_SUFFIX
 from udr.project import adapt
 from udr.util.files import resolve_target, shown_path
 from udr.util.locks import holding
@@ -25,9 +24,8 @@ def evaluate_candidate(settings, task: str, method: str, split: str, *, progress
 
     if settings.paths.method_metrics(method, task, split).is_file():
         return
-    base = adapt.LABELLED.get(method, method)  # a label-aware candidate selects from this one's candidates
-    adapted = base == adapt.ADAPTED  # the adapted UDR: `udr evaluate -m udr --model` its folder
-    evaluated = ("udr" if adapted else base) + (LABELS_SUFFIX if method in adapt.LABELLED else "")
+    adapted = adapt.LABELLED.get(method, method) == adapt.ADAPTED  # `udr evaluate -m udr --model` its folder
+    evaluated = adapt.evaluated_method(method)
     run_evaluate(
         settings,
         evaluated,

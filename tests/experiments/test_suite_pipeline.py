@@ -80,6 +80,49 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     assert code == 0, err[-2000:]
     assert (work / "models" / "final" / "udr_record.json").stat().st_mtime_ns == before
 
+    # the state holds what another machine needs: the lock, the commit, results; no model
+    state = repo / "metrics" / "suite" / "state"
+    assert (state / "dvc.lock").read_bytes() == (work / "dvc.lock").read_bytes()
+    assert (state / "COMMIT").read_text().strip() == _git(work, "rev-parse", "HEAD")
+    assert (state / "metrics" / "udr" / "sst2.json").is_file() and not (state / "models").exists()
+    # another machine: a worktree made anew from the state re-trains (models are git-ignored) and, training
+    # being deterministic here, skips every evaluation (its results keep the state's copies' times)
+    _git(repo, "worktree", "remove", "--force", str(work))
+    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
+    assert code == 0, err[-2000:]
+    for method in ("random", "udr", "epr"):
+        kept = state / "metrics" / method / "sst2.json"
+        assert (work / "metrics" / method / "sst2.json").stat().st_mtime_ns == kept.stat().st_mtime_ns, method
+    assert json.loads(_dvc(work, "status", "--json")) == {}
+
+
+def test_the_state_keeps_the_lock_and_what_git_keeps_and_is_swapped_in_whole(tmp_path):
+    from udr.experiments.suite import kept_outputs, restore_state, save_state
+
+    work = tmp_path / "work"
+    (work / "metrics" / "udr").mkdir(parents=True)
+    (work / "models" / "final").mkdir(parents=True)
+    (work / "metrics" / "udr" / "sst2.json").write_text("{}")
+    (work / "models" / "final" / "w.safetensors").write_text("weights")
+    (work / ".gitignore").write_text("/models/final\n")
+    lock = {"schema": "2.0", "stages": {"evaluate@udr": {"outs": [{"path": "metrics/udr"}]}}}
+    lock["stages"]["train"] = {"outs": [{"path": "models/final"}, {"path": "metrics/gone"}]}
+    (work / "dvc.lock").write_text(yaml.safe_dump(lock))
+    _git(work, "init", "-q")
+    _git(work, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x")
+    assert kept_outputs(work) == ["metrics/udr"]  # models are git-ignored; an output not there is skipped
+
+    state = tmp_path / "main" / "metrics" / "suite" / "state"
+    (state / "stale").mkdir(parents=True)  # an older state is replaced whole
+    save_state(work, state)
+    assert sorted(p.name for p in state.iterdir()) == ["COMMIT", "dvc.lock", "metrics"]
+    assert not state.with_name("state.new").exists() and not state.with_name("state.old").exists()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert restore_state(state, fresh)
+    assert (fresh / "metrics" / "udr" / "sst2.json").read_text() == "{}" and not (fresh / "COMMIT").exists()
+    assert not restore_state(tmp_path / "none", fresh)
+
 
 def test_a_folder_that_is_no_worktree_or_a_missing_profile_is_a_one_line_error(tmp_path, run_cli):
     from udr.experiments.suite import suite_params, suite_worktree

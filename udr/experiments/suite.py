@@ -8,8 +8,16 @@ with; its params.yaml is the profile with the data mirror's path made absolute. 
 whole run: every stage the default configuration has (data, the shipped round-0 feedback checked, UDR,
 DR-Target and EPR per task, the index, every retriever's evaluation, the report), and it resumes where it
 stopped: a finished stage is in the worktree's dvc.lock and is not run again. At the end
-`dvc exp save -n suite` records the worktree's state as the experiment. A fresh start (new code): remove
-the worktree (`git worktree remove --force build/suite`).
+`dvc exp save -n suite` records the worktree's state as the experiment.
+
+The run outlasts a machine (some five hours on 2 cores), so it also resumes on another one. It reproduces
+each retriever's evaluation in turn (those that train nothing first, then UDR's, then the rest), and after
+each it copies the worktree's dvc.lock and the outputs git keeps (results and predictions; models and
+caches are git-ignored) into metrics/<name>/state/, to be committed, with the commit the run runs. A
+worktree made anew is made at that commit and starts from that state: DVC re-runs what it lacks (models,
+data) and skips every evaluation whose code, params, data and model came out the same (training is
+deterministic on one CPU kind, not across kinds). A fresh start (new code): remove the worktree
+(`git worktree remove --force build/suite`) and the state.
 
 The table, metrics/<name>/pipeline.md (and .json; the suite's beside its other results in metrics/suite/),
 reads the saved experiment at its commit: per group of tasks (trained; unseen tasks of a trained family;
@@ -22,6 +30,7 @@ Imports of udr.config are inside the functions that use them, to keep the start 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 from pathlib import Path
@@ -32,6 +41,7 @@ from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.dvc import SavedScorers, compare_revisions, method_scores, run_dvc, saved_experiments
+from udr.experiments.seeds import LABELS
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
 
@@ -40,9 +50,9 @@ WORK = Path("build/suite")
 EXPERIMENT = "suite"
 TABLE = "pipeline.md"  # in metrics/<the experiment's name>/: metrics/suite/ beside the suite's other results
 SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps beside dvc.lock and params
-METHODS = ("random", "bm25", "sbert", "dr-target", "epr", "udr")
-LABELS = {"random": "random", "bm25": "BM25", "sbert": "SBERT", "dr-target": "DR-Target (per task)"}
-LABELS |= {"epr": "EPR (per task)", "udr": "UDR"}
+STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept outputs, committed as they come
+LOCK = "dvc.lock"
+COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
 
 
 def _git(root: Path, *args: str) -> str:
@@ -68,12 +78,12 @@ def suite_params(root: Path, profile: Path) -> dict:
     return params
 
 
-def suite_worktree(root: Path, work: Path) -> Path:
-    """The run's worktree: made at HEAD where there is none (`git worktree add --detach`), else checked to be
+def suite_worktree(root: Path, work: Path, rev: str = "HEAD") -> Path:
+    """The run's worktree: made at `rev` where there is none (`git worktree add --detach`), else checked to be
     a worktree of this repository. Returns its resolved path."""
     work = (Path(root) / work).resolve()
     if not work.exists():
-        _git(root, "worktree", "add", "--detach", str(work), "HEAD")
+        _git(root, "worktree", "add", "--detach", str(work), rev)
         return work
     if not (work / ".git").is_file():
         raise UdrError(f"{work} is not a git worktree of this repository: remove it or give another --work")
@@ -83,6 +93,70 @@ def suite_worktree(root: Path, work: Path) -> Path:
     return work
 
 
+def kept_outputs(work: Path) -> list[str]:
+    """The outputs of the stages in `work`'s dvc.lock that git keeps there (not git-ignored): what another
+    machine needs beside the code and the state's lock to skip those stages."""
+    lock = yaml.safe_load((work / LOCK).read_text()) or {}
+    paths = sorted({o["path"] for stage in lock.get("stages", {}).values() for o in stage.get("outs", [])})
+    paths = [p for p in paths if (work / p).exists()]
+    if not paths:
+        return []
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--stdin"], cwd=work, input="\n".join(paths), capture_output=True, text=True
+    )
+    if ignored.returncode not in (0, 1):  # 1: none ignored
+        raise UdrError(f"`git check-ignore` failed in {work}: {ignored.stderr.strip()}")
+    return [p for p in paths if p not in set(ignored.stdout.split())]
+
+
+def save_state(work: Path, state: Path) -> None:
+    """Copy `work`'s dvc.lock and its git-kept outputs into `state`, written beside and then swapped in, so a
+    kill at any instant leaves the old state or the new one."""
+    new, old = state.with_name(state.name + ".new"), state.with_name(state.name + ".old")
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    new.mkdir(parents=True)
+    shutil.copy2(work / LOCK, new / LOCK)
+    (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
+    for p in kept_outputs(work):
+        (new / p).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (work / p).is_dir() else shutil.copy2)(work / p, new / p)
+    if state.exists():
+        state.rename(old)
+    new.rename(state)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def state_commit(state: Path) -> str | None:
+    """The commit a saved state's run runs (None where there is no state)."""
+    return (state / COMMIT).read_text().strip() if (state / COMMIT).is_file() else None
+
+
+def restore_state(state: Path, work: Path) -> bool:
+    """Copy a saved state (dvc.lock and outputs) into a worktree made anew; False where there is none."""
+    if not (state / LOCK).is_file():
+        return False
+    for item in state.iterdir():
+        if item.name == COMMIT:
+            continue
+        target = work / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(item, target)
+    return True
+
+
+def evaluation_order() -> list[str]:
+    """The `evaluate@METHOD` targets in the order the run takes them: the retrievers that train nothing,
+    then UDR, then the other trained ones (udr.config.METHODS order within each)."""
+    from udr.config import METHODS
+    from udr.paths import BI_ENCODER_METHODS
+
+    ordered = sorted(METHODS, key=lambda m: (m in BI_ENCODER_METHODS, m != "udr"))
+    return [f"evaluate@{m}" for m in ordered]
+
+
 def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: str = EXPERIMENT, dry: bool = False):
     """Reproduce `profile` in its worktree (`dvc repro`, resumable) and save it as the DVC experiment `name`.
     Returns the worktree."""
@@ -90,19 +164,30 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
 
     root = Path(root)
     params = suite_params(root, root / profile)
+    # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
+    save = ["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))]
+    state = root / "metrics" / name / STATE
+    steps = [["repro", target] for target in evaluation_order()] + [["repro"]]
     if dry:
-        print(f"git worktree add --detach {work} HEAD  # where it is missing")
-        run_dvc(["repro"], root / work, dry=True)
-        run_dvc(["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))], root / work, dry=True)
+        rev = state_commit(state) or "HEAD"
+        print(f"git worktree add --detach {work} {rev}  # where it is missing; then {state} copied in")
+        for step in steps:
+            run_dvc(step, root / work, dry=True)
+        run_dvc(save, root / work, dry=True)
         return root / work
-    work = suite_worktree(root, work)
+    fresh = not (root / work).exists()
+    # a run another machine began goes on with that commit's code, so its finished stages still count
+    work = suite_worktree(root, work, state_commit(state) or "HEAD")
+    if fresh and restore_state(state, work):
+        print(f"resuming from {state.relative_to(root)}")
     write_text_atomic(work / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     load_settings(work / "params.yaml")  # a profile udr cannot read stops here, in one line
     # the stages' `udr` runs the worktree's code, the commit the run began with
     code = {"PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    run_dvc(["repro"], work, env=code)
-    # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
-    run_dvc(["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))], work, env=code)
+    for step in steps:
+        run_dvc(step, work, env=code)
+        save_state(work, state)
+    run_dvc(save, work, env=code)
     return work
 
 
@@ -124,7 +209,7 @@ def suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> dict:
     """Every number of the table, read from the experiment `name` at its commit: per group each retriever's
     average, and UDR minus each baseline (paired bootstrap, every task resampled at once). The test rows are
     the worktree's prepared ones (the run's; the workspace has the default configuration's tasks only)."""
-    from udr.config import load_settings
+    from udr.config import METHODS, load_settings
 
     work = Path(root) / work
     params = work / "params.yaml"

@@ -159,6 +159,18 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     assert "+1.0 / +2.5 / +2.5 | resolved above |" in text
     assert "| suite: three held-out families, UDR − SBERT | 600 | -1.0 [-2.0, +0.1] | one seed | not resolved |" in text
     assert "multi-task EPR" not in text  # no source for it
+    # the suite by DVC: its table's claims, in the groups that answer the seed table's
+    unseen = {"a": "udr", "b": "sbert", "group": "unseen families", "n": 900, "interval": below, "per_seed": [-1.0]}
+    by_dvc = {"claims": [claim | {"per_seed": [2.0]}, unseen], "groups": {"tasks with signal": ["sst2", "trec"]}}
+    by_dvc["groups"]["unseen families"] = ["subj", "cola", "commongen"]
+    (metrics / "suite" / "pipeline.json").write_text(json.dumps(by_dvc))
+    assert run_cli(["exp", "claims"], tmp_path)[0] == 0
+    text = (metrics / "claims.md").read_text()
+    assert (
+        "| suite by DVC, tasks with signal (sst2, trec): UDR − per-task EPR | 160 | **+2.0 [+0.6, +3.4]** | +2.0 |"
+        in text
+    )
+    assert "| suite by DVC, unseen families (subj, cola, commongen): UDR − SBERT | 900 |" in text
     versus = {"sbert": {"difference": 1.0, "low": -3.0, "high": 5.0, "resolved": False}}
     fold = {"tasks": ["sst2", "trec"], "n": 160, "versus": versus}
     lofo = {"groups": {"sentiment": fold, "pooled: every held-out row": fold}}

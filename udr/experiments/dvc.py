@@ -203,10 +203,10 @@ def keep_evaluation(root: Path, rev: str, method: str, name: str) -> None:
             write_atomic(target / file, lambda p, data=data: p.write_bytes(data))
 
 
-def saved_at_head(root: Path, name: str, tasks) -> bool:
-    """Whether HEAD holds a saved test evaluation `name` of every task of `tasks`."""
+def saved_at(root: Path, name: str, tasks, rev: str = "HEAD") -> bool:
+    """Whether git revision `rev` holds a saved test evaluation `name` of every task of `tasks`."""
     try:
-        return set(tasks) <= set(method_results(root, name, tasks, "HEAD"))
+        return set(tasks) <= set(method_results(root, name, tasks, rev))
     except UdrError:
         return False
 

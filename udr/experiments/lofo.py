@@ -30,7 +30,7 @@ from udr.experiments.dvc import (
     keep_evaluation,
     method_results,
     method_scores,
-    saved_at_head,
+    saved_at,
     saved_experiments,
 )
 from udr.experiments.signal import tasks_with_signal
@@ -114,7 +114,7 @@ def lofo_table(root: Path) -> dict:
     folds, saved = lofo_folds(settings, root), saved_experiments(root)
     run = {}  # family -> (saved evaluation, revision) of its fold's UDR: kept at HEAD, else its experiment's
     for f, tasks in folds.items():
-        if saved_at_head(root, kept_name(f), tasks):
+        if saved_at(root, kept_name(f), tasks):
             run[f] = (kept_name(f), "HEAD")
         elif f"lofo-{_slug(f)}" in saved:
             run[f] = ("udr", saved[f"lofo-{_slug(f)}"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from udr.evaluation.bootstrap import Interval
+from udr.experiments.suite import EXPERIMENT, TABLE
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_text_atomic
 from udr.util.readers import read_json
@@ -45,6 +46,12 @@ PAPER_CLAIMS = (
         [("sbert", "held-out", "suite: three held-out families, UDR − SBERT")],
     ),
 )
+# The suite's groups (metrics/suite/pipeline.json, udr.experiments.suite.suite_groups) that answer a seed-table group.
+SUITE_GROUPS = {
+    "tasks with signal": ("tasks with signal",),
+    "all trained tasks": ("all trained tasks",),
+    "unseen tasks": ("unseen families", "unseen tasks of a trained family"),
+}
 LABELS = {"udr": "UDR", "epr": "per-task EPR", "epr-multitask": "multi-task EPR", "sbert": "SBERT", "bm25": "BM25"}
 LABELS["dr-target"] = "per-task DR-Target"
 
@@ -56,24 +63,21 @@ def finding(interval: Interval) -> str:
 
 
 def claims_rows(root: Path) -> list[list[str]]:
-    """The table's rows from the seed table and the suite's comparisons found under `root`."""
+    """The table's rows from the seed table, the suite's table and comparisons, and the folds found under `root`."""
     metrics = Path(root) / "metrics"
     seeds = (
         read_json(metrics / "seeds.json", "seed table", "run `udr exp seeds --table`")
         if (metrics / "seeds.json").is_file()
         else None
     )
+    pipeline = metrics / EXPERIMENT / Path(TABLE).with_suffix(".json")
+    by_dvc = read_json(pipeline, "suite table", "run `udr exp suite --table`") if pipeline.is_file() else None
     rows = []
     for claim, seeded, suite in PAPER_CLAIMS:
         for (a, b), group in seeded:
-            found = [c for c in (seeds or {}).get("claims", []) if (c["a"], c["b"], c["group"]) == (a, b, group)]
-            if not found:
-                continue
-            c, iv = found[0], Interval.of(found[0]["interval"])
-            tasks = seeds["groups"][group]
-            evidence = f"default run, {group} ({', '.join(tasks)}): {LABELS[a]} − {LABELS[b]}"
-            per_seed = " / ".join(f"{d:+.1f}" for d in c["per_seed"])
-            rows.append([claim, evidence, str(c["n"]), iv.markdown(), per_seed, finding(iv)])
+            rows += _seeded_rows(claim, seeds, (a, b), [group], "default run")
+        for (a, b), group in seeded:
+            rows += _seeded_rows(claim, by_dvc, (a, b), SUITE_GROUPS[group], "suite by DVC")
         if claim == PAPER_CLAIMS[-1][0] and (metrics / "lofo.json").is_file():  # transfer: the folds, pooled
             rows += _lofo_rows(claim, read_json(metrics / "lofo.json", "fold table", "run `udr exp lofo --table`"))
         for baseline, group, label in suite:
@@ -84,6 +88,23 @@ def claims_rows(root: Path) -> list[list[str]]:
             iv = Interval.of(compared["average"])
             n = sum(v["n"] for k, v in compared.items() if k != "average")
             rows.append([claim, label, str(n), iv.markdown(), "one seed", finding(iv)])
+    return rows
+
+
+def _seeded_rows(claim: str, table: dict | None, pair: tuple[str, str], groups, source: str) -> list[list[str]]:
+    """The rows of a seed-shaped table's (metrics/seeds.json, the suite's) claim A − B in each of `groups`
+    it has."""
+    rows = []
+    for group in groups:
+        found = [c for c in (table or {}).get("claims", []) if (c["a"], c["b"], c["group"]) == (*pair, group)]
+        if not found:
+            continue
+        c, iv = found[0], Interval.of(found[0]["interval"])
+        tasks = table["groups"][group]
+        shown = ", ".join(tasks) if len(tasks) <= 6 else f"{len(tasks)} tasks"
+        evidence = f"{source}, {group} ({shown}): {LABELS[pair[0]]} − {LABELS[pair[1]]}"
+        per_seed = " / ".join(f"{d:+.1f}" for d in c["per_seed"])
+        rows.append([claim, evidence, str(c["n"]), iv.markdown(), per_seed, finding(iv)])
     return rows
 
 

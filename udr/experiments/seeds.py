@@ -30,7 +30,7 @@ from udr.experiments.dvc import (
     keep_evaluation,
     method_results,
     method_scores,
-    saved_at_head,
+    saved_at,
     saved_experiments,
 )
 from udr.experiments.signal import RULE, tasks_with_signal
@@ -122,35 +122,44 @@ def _mean_sd(values: list[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
-def seed_table(root: Path, seeds=SEEDS) -> dict:
-    """Every number of metrics/seeds.md: per task the fixed retrievers' scores and each seed's score of the
-    seeded ones (EPR: the trained tasks only), the groups of tasks (all trained, with signal, without,
-    unseen), and per group each claim both sides of which cover it: its seed-averaged interval and each
-    seed's difference of averages."""
-    from udr.config import load_settings
-
-    settings = load_settings(root / "params.yaml")
-    trained, tasks = settings.method_tasks("epr"), settings.evaluation_tasks()
-    covered = {m: settings.method_tasks(m) for m in SEEDED}
-    runs = [(f"seed {settings.training_seed} (HEAD)", {m: (m, "HEAD") for m in SEEDED})]
-    runs += [(f"seed {s}", sides) for s, sides in seed_sides(root, seeds, covered).items()]
-    fixed = [*FIXED, *([MULTITASK] if saved_at_head(root, MULTITASK, trained) else [])]
-    covered |= {m: trained if m == MULTITASK else tasks for m in fixed}
-    scores = {m: [method_scores(root, sides[m][0], covered[m], sides[m][1]) for _, sides in runs] for m in SEEDED}
-    scores |= {m: [method_scores(root, m, covered[m], "HEAD")] for m in fixed}
-    sizes = {t: r["n"] for t, r in method_results(root, "random", tasks, "HEAD").items()}
-    signal = tasks_with_signal(root, trained)
+def task_groups(settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:
+    """The seed table's groups of tasks: all trained, with signal and without (where the rule has run), unseen."""
     groups = {"all trained tasks": trained}
     if signal:
         groups["tasks with signal"] = signal
     if signal is not None and len(signal) < len(trained):
         groups["tasks without signal (no claim)"] = [t for t in trained if t not in signal]
-    unseen = [t for t in tasks if t not in trained]
+    unseen = [t for t in settings.evaluation_tasks() if t not in trained]
     if unseen:
         groups["unseen tasks"] = unseen
+    return groups
+
+
+def seed_table(root: Path, seeds=SEEDS, rev: str = "HEAD", grouping=task_groups) -> dict:
+    """Every number of metrics/seeds.md: per task the fixed retrievers' scores and each seed's score of the
+    seeded ones (EPR: the trained tasks only), the groups of tasks (all trained, with signal, without,
+    unseen), and per group each claim both sides of which cover it: its seed-averaged interval and each
+    seed's difference of averages. The global seed's run, and the extra seeds' evaluations kept beside it,
+    are read at git revision `rev` (a saved experiment's commit: the suite's table); `grouping` makes the
+    groups (:func:`task_groups`' signature)."""
+    from udr.config import load_settings
+
+    settings = load_settings(root / "params.yaml")
+    trained, tasks = settings.method_tasks("epr"), settings.evaluation_tasks()
+    covered = {m: settings.method_tasks(m) for m in SEEDED}
+    shown = rev if rev == "HEAD" else rev[:12]
+    runs = [(f"seed {settings.training_seed} ({shown})", {m: (m, rev) for m in SEEDED})]
+    runs += [(f"seed {s}", sides) for s, sides in seed_sides(root, seeds, covered, rev).items()]
+    fixed = [*FIXED, *([MULTITASK] if saved_at(root, MULTITASK, trained, rev) else [])]
+    covered |= {m: trained if m == MULTITASK else tasks for m in fixed}
+    scores = {m: [method_scores(root, sides[m][0], covered[m], sides[m][1]) for _, sides in runs] for m in SEEDED}
+    scores |= {m: [method_scores(root, m, covered[m], rev)] for m in fixed}
+    sizes = {t: r["n"] for t, r in method_results(root, "random", tasks, rev).items()}
+    signal = tasks_with_signal(root, trained)
+    groups = grouping(settings, trained, signal)
 
     def side(m: str, t: str):
-        return [sides[m] for _, sides in runs] if m in SEEDED else (m, "HEAD")
+        return [sides[m] for _, sides in runs] if m in SEEDED else (m, rev)
 
     def average(m: str, i: int, members) -> float:  # seed i's average (a fixed retriever's one run)
         return statistics.fmean(scores[m][min(i, len(scores[m]) - 1)][t] for t in members)
@@ -190,8 +199,8 @@ def kept_name(method: str, seed: int) -> str:
     return f"{method}-seed-{seed}"
 
 
-def seed_sides(root: Path, seeds, covered: dict[str, list[str]]) -> dict[int, dict[str, tuple[str, str]]]:
-    """{seed: {method: (saved evaluation, revision)}} of each extra seed run: its evaluations kept at HEAD
+def seed_sides(root: Path, seeds, covered: dict[str, list[str]], rev: str = "HEAD") -> dict[int, dict[str, tuple]]:
+    """{seed: {method: (saved evaluation, revision)}} of each extra seed run: its evaluations kept at `rev`
     (:func:`keep_seed_evaluations`), else those of its DVC experiment; a seed with neither is left out."""
     saved = saved_experiments(root)
     out = {}
@@ -199,8 +208,8 @@ def seed_sides(root: Path, seeds, covered: dict[str, list[str]]) -> dict[int, di
         sides = {}
         for group, methods in SEED_GROUPS.items():
             for m in methods:
-                if saved_at_head(root, kept_name(m, s), covered[m]):
-                    sides[m] = (kept_name(m, s), "HEAD")
+                if saved_at(root, kept_name(m, s), covered[m], rev):
+                    sides[m] = (kept_name(m, s), rev)
                 elif experiment_name(group, s) in saved:
                     sides[m] = (m, saved[experiment_name(group, s)])
         if len(sides) == len(SEEDED):
@@ -230,6 +239,23 @@ def _seeded_cells(values: list[float]) -> list[str]:
 
 def seeds_markdown(table: dict) -> str:
     """metrics/seeds.md from :func:`seed_table`'s numbers."""
+    return (
+        "# Training seeds\n\n"
+        f"UDR, DR-Target and EPR (one retriever per task each) trained with {len(table['seeds'])} training seeds: "
+        f"{', '.join(table['seeds'])}. "
+        "A training seed draws the tasks, queries and candidates of each step and the dropout; the data, the "
+        "LM's feedback and the test rows are the same for every seed, so random, BM25 and SBERT have one value. "
+        "Graded metric in percent on each task's test rows; beside, the paper's values (GPT-Neo-2.7B, the "
+        "whole test sets, other metrics for some generation tasks) for the trained tasks whose data this "
+        "project takes from the paper's release. Made by `udr exp seeds`: each extra seed is a DVC experiment, "
+        "`seed-N` (`dvc exp show -A`), whose evaluations are kept at HEAD as `udr-seed-N` and `epr-seed-N` "
+        "(DR-Target's experiment `dr-target-seed-N`, kept as `dr-target-seed-N`; metrics/ and data/predictions/). "
+        "The paper reports DR-Target on its generation tasks only.\n\n" + seed_tables_markdown(table)
+    )
+
+
+def seed_tables_markdown(table: dict) -> str:
+    """The tables of :func:`seed_table`'s numbers (per task and group, then the claims), for any heading."""
     from udr.evaluation.bootstrap import Interval
 
     seeds = len(table["seeds"])
@@ -272,19 +298,7 @@ def seeds_markdown(table: dict) -> str:
         else ("No signal rule has been run (`udr exp signal`): every trained task is averaged.")
     )
     return (
-        "# Training seeds\n\n"
-        f"UDR, DR-Target and EPR (one retriever per task each) trained with {seeds} training seeds: "
-        f"{', '.join(table['seeds'])}. "
-        "A training seed draws the tasks, queries and candidates of each step and the dropout; the data, the "
-        "LM's feedback and the test rows are the same for every seed, so random, BM25 and SBERT have one value. "
-        "Graded metric in percent on each task's test rows; beside, the paper's values (GPT-Neo-2.7B, the "
-        "whole test sets, other metrics for some generation tasks) for the trained tasks whose data this "
-        "project takes from the paper's release. Made by `udr exp seeds`: each extra seed is a DVC experiment, "
-        "`seed-N` (`dvc exp show -A`), whose evaluations are kept at HEAD as `udr-seed-N` and `epr-seed-N` "
-        "(DR-Target's experiment `dr-target-seed-N`, kept as `dr-target-seed-N`; metrics/ and data/predictions/). "
-        "The paper reports DR-Target on its generation tasks only.\n\n"
-        + markdown_table(header, cells)
-        + f"\n{signal}\n\n## Claims on seed-averaged retrievers\n\n"
+        markdown_table(header, cells) + f"\n{signal}\n\n## Claims on seed-averaged retrievers\n\n"
         "Each side's score on a bootstrap resample of the test rows is the mean of its seeds' scores on those "
         f"rows; paired 95% interval of the difference of the group's average ({table['resamples']} resamples, "
         f"every task resampled at once), **bold** where the unrounded interval clears 0 by {CLAIM_MARGIN} points "

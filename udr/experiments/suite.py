@@ -20,9 +20,9 @@ deterministic on one CPU kind, not across kinds). A fresh start (new code): remo
 (`git worktree remove --force build/suite`) and the state.
 
 The table, metrics/<name>/pipeline.md (and .json; the suite's beside its other results in metrics/suite/),
-reads the saved experiment at its commit: per group of tasks (trained; unseen tasks of a trained family;
-unseen families) each retriever's average and UDR minus each baseline with its paired 95% interval over the
-same test rows.
+is the seed table's shape read from the saved experiment at its commit: per task and per group of tasks
+(trained, split as the paper's Tables 1-2 and by signal; unseen tasks of a trained family; unseen families)
+each retriever's score, and the claims with paired 95% intervals over the same test rows.
 
 Imports of udr.config are inside the functions that use them, to keep the start of `udr` light.
 """
@@ -31,18 +31,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
 from pathlib import Path
 
 import yaml
 
 from udr.errors import UdrError
-from udr.evaluation.bootstrap import Interval
-from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
-from udr.experiments.dvc import SavedScorers, compare_revisions, method_scores, run_dvc, saved_experiments
-from udr.experiments.seeds import LABELS
-from udr.experiments.tables import markdown_table
+from udr.experiments.dvc import run_dvc, saved_experiments
 from udr.util.files import write_json_atomic, write_text_atomic
 
 PROFILE = Path("profiles/suite.yaml")
@@ -191,63 +186,53 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     return work
 
 
-def task_groups(settings) -> dict[str, list[str]]:
-    """The suite's groups of tasks: the trained ones; the unseen tasks of a family some trained task belongs
-    to (a new dataset of a known family); the unseen tasks of families none does (the paper's Table 5)."""
-    trained = settings.task_names()
+def suite_groups(settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:
+    """The suite's groups of tasks: the trained ones, split as the paper's Tables 1-2 (classification and
+    multiple choice; generation) and by the signal rule where it has run in the worktree; the unseen tasks of
+    a family some trained task belongs to (a new dataset of a known family), and of families none does (the
+    paper's Table 5)."""
+    from udr.experiments.seeds import task_groups
+
+    groups = {"all trained tasks": trained}
+    choice = [t for t in trained if not settings.task(t).generation]
+    if choice and len(choice) < len(trained):
+        groups["trained: classification and multiple choice"] = choice
+        groups["trained: generation"] = [t for t in trained if t not in choice]
+    groups |= {g: ts for g, ts in task_groups(settings, trained, signal).items() if g != "unseen tasks"}
     families = {settings.task(t).family for t in trained}
     unseen = [t for t in settings.evaluation_tasks() if t not in trained]
-    groups = {
-        "trained tasks": trained,
-        "unseen tasks of a trained family": [t for t in unseen if settings.task(t).family in families],
-        "unseen families": [t for t in unseen if settings.task(t).family not in families],
-    }
+    groups["unseen tasks of a trained family"] = [t for t in unseen if settings.task(t).family in families]
+    groups["unseen families"] = [t for t in unseen if settings.task(t).family not in families]
     return {g: tasks for g, tasks in groups.items() if tasks}
 
 
 def suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> dict:
-    """Every number of the table, read from the experiment `name` at its commit: per group each retriever's
-    average, and UDR minus each baseline (paired bootstrap, every task resampled at once). The test rows are
-    the worktree's prepared ones (the run's; the workspace has the default configuration's tasks only)."""
-    from udr.config import METHODS, load_settings
+    """Every number of the table, read from the experiment `name` at its commit in the suite's worktree: the
+    seed table's (:func:`udr.experiments.seeds.seed_table`: per task each retriever's score, each training
+    seed's where the worktree has saved seed experiments, and the claims on seed-averaged retrievers) over
+    :func:`suite_groups`."""
+    from udr.experiments.seeds import SEEDS, seed_table
 
     work = Path(root) / work
-    params = work / "params.yaml"
-    if not params.is_file():
-        raise UdrError(f"missing {params}: the suite's worktree is gone; run `udr exp suite` again")
+    if not (work / "params.yaml").is_file():
+        raise UdrError(f"missing {work / 'params.yaml'}: the suite's worktree is gone; run `udr exp suite` again")
     rev = saved_experiments(work).get(name)
     if rev is None:
         raise UdrError(f"no DVC experiment {name!r} here: run `udr exp suite` first")
-    settings = load_settings(params)
-    scorers = SavedScorers(work)
-    out: dict = {"experiment": name, "commit": rev, "resamples": BOOTSTRAP_RESAMPLES, "groups": {}}
-    for group, tasks in task_groups(settings).items():
-        methods = [m for m in METHODS if set(tasks) <= set(settings.method_tasks(m))]
-        averages = {m: statistics.fmean(method_scores(work, m, tasks, rev).values()) for m in methods}
-        udr = {"udr": {t: ("udr", rev) for t in tasks}}
-        minus = {}
-        for b in (m for m in methods if m != "udr"):
-            _, interval = compare_revisions(work, udr, {t: (b, rev) for t in tasks}, settings.seed, scorers)["udr"]
-            minus[b] = interval.to_dict()
-        out["groups"][group] = {"tasks": tasks, "averages": averages, "udr_minus": minus}
-    return out
+    return {"experiment": name, "commit": rev} | seed_table(work, SEEDS, rev, grouping=suite_groups)
 
 
 def suite_markdown(table: dict) -> str:
-    """metrics/suite/pipeline.md from :func:`suite_table`'s numbers."""
-    rows = []
-    for group, part in table["groups"].items():
-        for m, average in part["averages"].items():
-            versus = part["udr_minus"].get(m)
-            cell = Interval.of(versus).markdown() if versus else ""
-            rows.append([group, LABELS[m], f"{average:.1f}", cell])
+    """metrics/<name>/pipeline.md from :func:`suite_table`'s numbers."""
+    from udr.experiments.seeds import seed_tables_markdown
+
     return (
         "# The offline suite, run by DVC\n\n"
         f"The DVC experiment `{table['experiment']}` (commit {table['commit'][:12]}; `udr exp suite`): the suite "
-        "profile reproduced by the project's pipeline. Graded metric in percent, averaged over each group's tasks; "
-        f"UDR minus each baseline: paired bootstrap 95% interval over the same test rows ({table['resamples']} "
-        f"resamples, every task resampled at once), **bold** where the unrounded interval clears 0 by "
-        f"{CLAIM_MARGIN} points.\n\n" + markdown_table(["tasks", "retriever", "average", "UDR − it [95% CI]"], rows)
+        "profile reproduced by the project's pipeline, every trained retriever with training seeds "
+        f"{', '.join(table['seeds'])}. Graded metric in percent on each task's test rows; beside, the paper's "
+        "values (GPT-Neo-2.7B, the whole test sets) for the trained tasks whose data this project takes from "
+        "the paper's release.\n\n" + seed_tables_markdown(table)
     )
 
 

@@ -36,6 +36,9 @@ def repo(tmp_path, data_dir, monkeypatch):
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))  # the workspace's own
     profile = dict(params, data=dict(params["data"], source_dir=os.path.relpath(data_dir, root)))
     profile["train"] = dict(params["train"], later_rounds={})  # one round, as the suite profile trains
+    # validation rows for the signal rule the suite measures
+    tasks = {t: dict(caps, validation=6 if t == "sst2" else 3) for t, caps in params["prepare"]["tasks"].items()}
+    profile["prepare"] = dict(params["prepare"], tasks=tasks)
     (root / "profiles").mkdir()
     (root / "profiles" / "tiny.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
     (root / ".gitignore").write_text((PROJECT / ".gitignore").read_text())  # models, caches and build/
@@ -67,12 +70,18 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
 
     table = json.loads((repo / "metrics" / "suite" / "pipeline.json").read_text())
     groups = table["groups"]  # cr: sentiment, as sst2; the paper's Tables 1-2 split the trained tasks
-    assert groups == {
+    signal = json.loads((work / "metrics" / "signal.json").read_text())["tasks"]  # measured on validation
+    assert set(signal) == {"sst2", "e2e"}
+    expected = {
         "all trained tasks": ["sst2", "e2e"],
         "trained: classification and multiple choice": ["sst2"],
         "trained: generation": ["e2e"],
         "unseen tasks of a trained family": ["cr"],
     }
+    for group, wanted in (("tasks with signal", True), ("tasks without signal (no claim)", False)):
+        if members := [t for t in ("sst2", "e2e") if signal[t]["signal"] == wanted]:
+            expected[group] = members
+    assert groups == expected
     claims = {(c["a"], c["b"], c["group"]) for c in table["claims"]}
     assert {("udr", b, "all trained tasks") for b in ("random", "bm25", "sbert", "dr-target", "epr")} <= claims
     assert ("udr", "sbert", "unseen tasks of a trained family") in claims
@@ -93,12 +102,15 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     assert (state / "dvc.lock").read_bytes() == (work / "dvc.lock").read_bytes()
     assert (state / "COMMIT").read_text().strip() == _git(work, "rev-parse", "HEAD")
     assert (state / "metrics" / "udr" / "sst2.json").is_file() and not (state / "models").exists()
+    assert (state / "metrics" / "signal.json").is_file() and (
+        state / "data" / "predictions-validation" / "bm25"
+    ).is_dir()
     # another machine: a worktree made anew from the state re-trains (models are git-ignored) and, training
     # being deterministic here, skips every evaluation (its results keep the state's copies' times)
     _git(repo, "worktree", "remove", "--force", str(work))
     code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
     assert code == 0, err[-2000:]
-    for method in ("random", "udr", "epr"):
+    for method in ("random", "udr", "epr", "validation/sbert"):  # the signal rule is not measured again either
         kept = state / "metrics" / method / "sst2.json"
         assert (work / "metrics" / method / "sst2.json").stat().st_mtime_ns == kept.stat().st_mtime_ns, method
     assert json.loads(_dvc(work, "status", "--json")) == {}

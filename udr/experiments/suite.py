@@ -10,10 +10,11 @@ DR-Target and EPR per task, the index, every retriever's evaluation, the report)
 stopped: a finished stage is in the worktree's dvc.lock and is not run again. At the end
 `dvc exp save -n suite` records the worktree's state as the experiment.
 
-The run outlasts a machine (some five hours on 2 cores), so it also resumes on another one. It reproduces
-each retriever's evaluation in turn (those that train nothing first, then UDR's, then the rest), and after
-each it copies the worktree's dvc.lock and the outputs git keeps (results and predictions; models and
-caches are git-ignored) into metrics/<name>/state/, to be committed, with the commit the run runs. A
+The run outlasts a machine (some five hours on 2 cores), so it also resumes on another one. It takes the
+steps of :func:`suite_steps` in turn (the signal rule among them, outside the pipeline), and after each it
+copies the worktree's dvc.lock, the outputs git keeps (results and predictions; models and caches are
+git-ignored) and the signal rule's files into metrics/<name>/state/, to be committed, with the commit the
+run runs. A
 worktree made anew is made at that commit and starts from that state: DVC re-runs what it lacks (models,
 data) and skips every evaluation whose code, params, data and model came out the same (training is
 deterministic on one CPU kind, not across kinds). A fresh start (new code): remove the worktree
@@ -32,12 +33,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
 from udr.errors import UdrError
 from udr.experiments.dvc import run_dvc, saved_experiments
+from udr.experiments.signal import SIGNAL_METHODS, tasks_with_signal
 from udr.util.files import write_json_atomic, write_text_atomic
 
 PROFILE = Path("profiles/suite.yaml")
@@ -48,6 +51,12 @@ SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps be
 STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept outputs, committed as they come
 LOCK = "dvc.lock"
 COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
+# The signal rule's files (outside the pipeline: `udr evaluate --split validation`, `udr exp signal`), kept too.
+SIGNAL_OUTPUTS = (
+    *(f"{folder}/{m}" for folder in ("metrics/validation", "data/predictions-validation") for m in SIGNAL_METHODS),
+    "metrics/signal.json",
+    "metrics/signal.md",
+)
 
 
 def _git(root: Path, *args: str) -> str:
@@ -113,7 +122,7 @@ def save_state(work: Path, state: Path) -> None:
     new.mkdir(parents=True)
     shutil.copy2(work / LOCK, new / LOCK)
     (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
-    for p in kept_outputs(work):
+    for p in [*kept_outputs(work), *(p for p in SIGNAL_OUTPUTS if (work / p).exists())]:
         (new / p).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (work / p).is_dir() else shutil.copy2)(work / p, new / p)
     if state.exists():
@@ -142,14 +151,28 @@ def restore_state(state: Path, work: Path) -> bool:
     return True
 
 
-def evaluation_order() -> list[str]:
-    """The `evaluate@METHOD` targets in the order the run takes them: the retrievers that train nothing,
-    then UDR, then the other trained ones (udr.config.METHODS order within each)."""
+def suite_steps() -> list[tuple[str, list[str]]]:
+    """The run's steps in order, each (tool, arguments), `dvc` or `udr` run in the worktree: the evaluations of
+    the retrievers that train nothing; the signal rule on validation (`udr exp signal`, which the table's
+    groups read); UDR's evaluation, then the other trained retrievers' (udr.config.METHODS order); then the
+    rest of the pipeline (the report)."""
     from udr.config import METHODS
     from udr.paths import BI_ENCODER_METHODS
 
-    ordered = sorted(METHODS, key=lambda m: (m in BI_ENCODER_METHODS, m != "udr"))
-    return [f"evaluate@{m}" for m in ordered]
+    trained = sorted((m for m in METHODS if m in BI_ENCODER_METHODS), key=lambda m: m != "udr")
+    steps = [("dvc", ["repro", f"evaluate@{m}"]) for m in METHODS if m not in BI_ENCODER_METHODS]
+    steps += [("udr", ["evaluate", "--split", "validation", "-m", m]) for m in SIGNAL_METHODS]
+    steps += [("udr", ["exp", "signal"])]
+    return steps + [("dvc", ["repro", f"evaluate@{m}"]) for m in trained] + [("dvc", ["repro"])]
+
+
+def run_udr(args: list[str], work: Path, env: dict) -> None:
+    """Run `udr ARGS` in `work` with this Python's scripts first on PATH and `env` beside; a failure is one
+    UdrError line."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    done = subprocess.run(["udr", *args], cwd=work, env={**os.environ, "PATH": path, **env})
+    if done.returncode != 0:
+        raise UdrError(f"`udr {' '.join(args)}` failed with exit {done.returncode} in {work}")
 
 
 def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: str = EXPERIMENT, dry: bool = False):
@@ -162,12 +185,14 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
     save = ["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))]
     state = root / "metrics" / name / STATE
-    steps = [["repro", target] for target in evaluation_order()] + [["repro"]]
     if dry:
         rev = state_commit(state) or "HEAD"
         print(f"git worktree add --detach {work} {rev}  # where it is missing; then {state} copied in")
-        for step in steps:
-            run_dvc(step, root / work, dry=True)
+        for tool, args in suite_steps():
+            if tool == "udr":
+                print(" ".join([tool, *args]))
+            else:
+                run_dvc(args, root / work, dry=True)
         run_dvc(save, root / work, dry=True)
         return root / work
     fresh = not (root / work).exists()
@@ -176,11 +201,14 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     if fresh and restore_state(state, work):
         print(f"resuming from {state.relative_to(root)}")
     write_text_atomic(work / "params.yaml", yaml.safe_dump(params, sort_keys=False))
-    load_settings(work / "params.yaml")  # a profile udr cannot read stops here, in one line
+    settings = load_settings(work / "params.yaml")  # a profile udr cannot read stops here, in one line
     # the stages' `udr` runs the worktree's code, the commit the run began with
     code = {"PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    for step in steps:
-        run_dvc(step, work, env=code)
+    for tool, args in suite_steps():
+        if tool == "dvc":
+            run_dvc(args, work, env=code)
+        elif tasks_with_signal(work, settings.method_tasks("epr")) is None:  # not measured on these tasks yet
+            run_udr(args, work, code)
         save_state(work, state)
     run_dvc(save, work, env=code)
     return work

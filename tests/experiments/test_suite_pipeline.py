@@ -44,6 +44,10 @@ def repo(tmp_path, data_dir, monkeypatch):
     (root / ".gitignore").write_text((PROJECT / ".gitignore").read_text())  # models, caches and build/
     for folder in ("data/tasks", "data/feedback/round0"):  # empty folders dvc.yaml names, kept by git
         (root / folder / "README.md").write_text("kept\n")
+    # a signal table the commit carries (the default run's): the suite's worktree measures its own
+    stale = {"stale": True, "tasks": {t: {"signal": True} for t in ("sst2", "e2e")}}
+    (root / "metrics").mkdir(exist_ok=True)
+    (root / "metrics" / "signal.json").write_text(json.dumps(stale))
     _git(root, "init", "-q")
     _dvc(root, "init", "-q")
     _git(root, "add", "-A")
@@ -70,7 +74,9 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
 
     table = json.loads((repo / "metrics" / "suite" / "pipeline.json").read_text())
     groups = table["groups"]  # cr: sentiment, as sst2; the paper's Tables 1-2 split the trained tasks
-    signal = json.loads((work / "metrics" / "signal.json").read_text())["tasks"]  # measured on validation
+    signal = json.loads((work / "metrics" / "signal.json").read_text())  # measured on validation
+    assert "stale" not in signal
+    signal = signal["tasks"]
     assert set(signal) == {"sst2", "e2e"}
     expected = {
         "all trained tasks": ["sst2", "e2e"],
@@ -85,6 +91,7 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     claims = {(c["a"], c["b"], c["group"]) for c in table["claims"]}
     assert {("udr", b, "all trained tasks") for b in ("random", "bm25", "sbert", "dr-target", "epr")} <= claims
     assert ("udr", "sbert", "unseen tasks of a trained family") in claims
+    assert ("udr", "epr-multitask", "all trained tasks") in claims  # the ablation, trained outside the pipeline
     assert ("udr", "epr", "unseen tasks of a trained family") not in claims  # EPR is trained per task
     udr = json.loads((work / "metrics" / "udr" / "sst2.json").read_text())["graded"]["score"]
     assert table["tasks"]["sst2"]["udr"] == [pytest.approx(udr)] and table["paper"]["sst2"]["udr"] == 92.4
@@ -102,15 +109,15 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     assert (state / "dvc.lock").read_bytes() == (work / "dvc.lock").read_bytes()
     assert (state / "COMMIT").read_text().strip() == _git(work, "rev-parse", "HEAD")
     assert (state / "metrics" / "udr" / "sst2.json").is_file() and not (state / "models").exists()
-    assert (state / "metrics" / "signal.json").is_file() and (
-        state / "data" / "predictions-validation" / "bm25"
-    ).is_dir()
+    assert (state / "metrics" / "signal.json").is_file()
+    assert (state / "data" / "predictions-validation" / "bm25").is_dir()
+    assert (state / "metrics" / "epr-multitask" / "e2e.json").is_file()
     # another machine: a worktree made anew from the state re-trains (models are git-ignored) and, training
     # being deterministic here, skips every evaluation (its results keep the state's copies' times)
     _git(repo, "worktree", "remove", "--force", str(work))
     code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
     assert code == 0, err[-2000:]
-    for method in ("random", "udr", "epr", "validation/sbert"):  # the signal rule is not measured again either
+    for method in ("random", "udr", "epr", "validation/sbert", "epr-multitask"):  # nor the parts outside DVC
         kept = state / "metrics" / method / "sst2.json"
         assert (work / "metrics" / method / "sst2.json").stat().st_mtime_ns == kept.stat().st_mtime_ns, method
     assert json.loads(_dvc(work, "status", "--json")) == {}

@@ -11,10 +11,10 @@ stopped: a finished stage is in the worktree's dvc.lock and is not run again. At
 `dvc exp save -n suite` records the worktree's state as the experiment.
 
 The run outlasts a machine (some five hours on 2 cores), so it also resumes on another one. It takes the
-steps of :func:`suite_steps` in turn (the signal rule among them, outside the pipeline), and after each it
-copies the worktree's dvc.lock, the outputs git keeps (results and predictions; models and caches are
-git-ignored) and the signal rule's files into metrics/<name>/state/, to be committed, with the commit the
-run runs. A
+steps of :func:`suite_steps` in turn (the signal rule and the multi-task EPR among them, outside the
+pipeline), and after each it copies the worktree's dvc.lock, the outputs git keeps (results and predictions;
+models and caches are git-ignored) and the files of the steps outside the pipeline into
+metrics/<name>/state/, to be committed, with the commit the run runs. A
 worktree made anew is made at that commit and starts from that state: DVC re-runs what it lacks (models,
 data) and skips every evaluation whose code, params, data and model came out the same (training is
 deterministic on one CPU kind, not across kinds). A fresh start (new code): remove the worktree
@@ -34,12 +34,14 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from udr.errors import UdrError
 from udr.experiments.dvc import run_dvc, saved_experiments
+from udr.experiments.seeds import MULTITASK, SEEDS, seed_table, seed_tables_markdown, task_groups
 from udr.experiments.signal import SIGNAL_METHODS, tasks_with_signal
 from udr.util.files import write_json_atomic, write_text_atomic
 
@@ -51,12 +53,26 @@ SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps be
 STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept outputs, committed as they come
 LOCK = "dvc.lock"
 COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
-# The signal rule's files (outside the pipeline: `udr evaluate --split validation`, `udr exp signal`), kept too.
-SIGNAL_OUTPUTS = (
-    *(f"{folder}/{m}" for folder in ("metrics/validation", "data/predictions-validation") for m in SIGNAL_METHODS),
-    "metrics/signal.json",
-    "metrics/signal.md",
-)
+# The files of each part of the run outside the pipeline (udr steps), kept in the state too: the signal rule
+# (`udr evaluate --split validation`, `udr exp signal`) and the multi-task EPR (`udr train --epr`, evaluated).
+PART_OUTPUTS = {
+    "signal": (
+        *(f"{folder}/{m}" for folder in ("metrics/validation", "data/predictions-validation") for m in SIGNAL_METHODS),
+        "metrics/signal.json",
+        "metrics/signal.md",
+    ),
+    "multitask": (f"metrics/{MULTITASK}", f"data/predictions/{MULTITASK}"),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the run, `tool` (dvc or udr) with `args` in the worktree. A udr step is outside the pipeline:
+    its `part` (of :data:`PART_OUTPUTS`) is skipped where done already, here or in the state."""
+
+    tool: str
+    args: tuple[str, ...]
+    part: str = ""
 
 
 def _git(root: Path, *args: str) -> str:
@@ -122,7 +138,8 @@ def save_state(work: Path, state: Path) -> None:
     new.mkdir(parents=True)
     shutil.copy2(work / LOCK, new / LOCK)
     (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
-    for p in [*kept_outputs(work), *(p for p in SIGNAL_OUTPUTS if (work / p).exists())]:
+    parts = [p for files in PART_OUTPUTS.values() for p in files if (work / p).exists()]
+    for p in [*kept_outputs(work), *parts]:
         (new / p).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (work / p).is_dir() else shutil.copy2)(work / p, new / p)
     if state.exists():
@@ -151,19 +168,32 @@ def restore_state(state: Path, work: Path) -> bool:
     return True
 
 
-def suite_steps() -> list[tuple[str, list[str]]]:
-    """The run's steps in order, each (tool, arguments), `dvc` or `udr` run in the worktree: the evaluations of
-    the retrievers that train nothing; the signal rule on validation (`udr exp signal`, which the table's
-    groups read); UDR's evaluation, then the other trained retrievers' (udr.config.METHODS order); then the
-    rest of the pipeline (the report)."""
+def suite_steps() -> list[Step]:
+    """The run's steps in order: the evaluations of the retrievers that train nothing; the signal rule on
+    validation (`udr exp signal`, which the table's groups read); UDR's evaluation, then the other trained
+    retrievers' (udr.config.METHODS order); the multi-task EPR, trained and evaluated; then the rest of the
+    pipeline (the report)."""
     from udr.config import METHODS
     from udr.paths import BI_ENCODER_METHODS
 
     trained = sorted((m for m in METHODS if m in BI_ENCODER_METHODS), key=lambda m: m != "udr")
-    steps = [("dvc", ["repro", f"evaluate@{m}"]) for m in METHODS if m not in BI_ENCODER_METHODS]
-    steps += [("udr", ["evaluate", "--split", "validation", "-m", m]) for m in SIGNAL_METHODS]
-    steps += [("udr", ["exp", "signal"])]
-    return steps + [("dvc", ["repro", f"evaluate@{m}"]) for m in trained] + [("dvc", ["repro"])]
+    steps = [Step("dvc", ("repro", f"evaluate@{m}")) for m in METHODS if m not in BI_ENCODER_METHODS]
+    steps += [Step("udr", ("evaluate", "--split", "validation", "-m", m), "signal") for m in SIGNAL_METHODS]
+    steps += [Step("udr", ("exp", "signal"), "signal")]
+    steps += [Step("dvc", ("repro", f"evaluate@{m}")) for m in trained]
+    steps += [Step("udr", ("train", "--epr"), "multitask")]
+    steps += [
+        Step("udr", ("evaluate", "-m", "epr", "--model", f"models/{MULTITASK}", "--save-as", MULTITASK), "multitask")
+    ]
+    return [*steps, Step("dvc", ("repro",))]
+
+
+def part_done(part: str, work: Path, settings) -> bool:
+    """Whether a part outside the pipeline is done in the worktree for the run's trained tasks."""
+    trained = settings.method_tasks("epr")
+    if part == "signal":
+        return tasks_with_signal(work, trained) is not None
+    return all((work / "metrics" / MULTITASK / f"{t}.json").is_file() for t in trained)
 
 
 def run_udr(args: list[str], work: Path, env: dict) -> None:
@@ -188,27 +218,33 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     if dry:
         rev = state_commit(state) or "HEAD"
         print(f"git worktree add --detach {work} {rev}  # where it is missing; then {state} copied in")
-        for tool, args in suite_steps():
-            if tool == "udr":
-                print(" ".join([tool, *args]))
+        for step in suite_steps():
+            if step.tool == "udr":
+                print(" ".join(["udr", *step.args]) + f"  # where the {step.part} part is not done")
             else:
-                run_dvc(args, root / work, dry=True)
+                run_dvc(list(step.args), root / work, dry=True)
         run_dvc(save, root / work, dry=True)
         return root / work
     fresh = not (root / work).exists()
     # a run another machine began goes on with that commit's code, so its finished stages still count
     work = suite_worktree(root, work, state_commit(state) or "HEAD")
-    if fresh and restore_state(state, work):
-        print(f"resuming from {state.relative_to(root)}")
+    if fresh:  # the parts outside the pipeline that came with the commit are the default run's, not this one's
+        for p in (work / p for files in PART_OUTPUTS.values() for p in files):
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+        if restore_state(state, work):
+            print(f"resuming from {state.relative_to(root)}")
     write_text_atomic(work / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     settings = load_settings(work / "params.yaml")  # a profile udr cannot read stops here, in one line
     # the stages' `udr` runs the worktree's code, the commit the run began with
     code = {"PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    for tool, args in suite_steps():
-        if tool == "dvc":
-            run_dvc(args, work, env=code)
-        elif tasks_with_signal(work, settings.method_tasks("epr")) is None:  # not measured on these tasks yet
-            run_udr(args, work, code)
+    for step in suite_steps():
+        if step.tool == "dvc":
+            run_dvc(list(step.args), work, env=code)
+        elif not part_done(step.part, work, settings):
+            run_udr(list(step.args), work, code)
         save_state(work, state)
     run_dvc(save, work, env=code)
     return work
@@ -219,8 +255,6 @@ def suite_groups(settings, trained: list[str], signal: list[str] | None) -> dict
     multiple choice; generation) and by the signal rule where it has run in the worktree; the unseen tasks of
     a family some trained task belongs to (a new dataset of a known family), and of families none does (the
     paper's Table 5)."""
-    from udr.experiments.seeds import task_groups
-
     groups = {"all trained tasks": trained}
     choice = [t for t in trained if not settings.task(t).generation]
     if choice and len(choice) < len(trained):
@@ -239,8 +273,6 @@ def suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> dict:
     seed table's (:func:`udr.experiments.seeds.seed_table`: per task each retriever's score, each training
     seed's where the worktree has saved seed experiments, and the claims on seed-averaged retrievers) over
     :func:`suite_groups`."""
-    from udr.experiments.seeds import SEEDS, seed_table
-
     work = Path(root) / work
     if not (work / "params.yaml").is_file():
         raise UdrError(f"missing {work / 'params.yaml'}: the suite's worktree is gone; run `udr exp suite` again")
@@ -252,8 +284,6 @@ def suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> dict:
 
 def suite_markdown(table: dict) -> str:
     """metrics/<name>/pipeline.md from :func:`suite_table`'s numbers."""
-    from udr.experiments.seeds import seed_tables_markdown
-
     return (
         "# The offline suite, run by DVC\n\n"
         f"The DVC experiment `{table['experiment']}` (commit {table['commit'][:12]}; `udr exp suite`): the suite "

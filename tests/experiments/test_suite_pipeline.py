@@ -65,10 +65,11 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     work = repo / "build" / "suite"
     code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
     assert code == 0, out[-2000:] + err[-2000:]
-    # the workspace's pipeline did not run; the worktree's did, with the mirror's path made absolute
+    # the workspace's pipeline did not run; the worktree's did, with the mirror's path relative to it
     assert not (repo / "metrics" / "udr").exists() and (work / "metrics" / "udr" / "sst2.json").is_file()
     params = yaml.safe_load((work / "params.yaml").read_text())
-    assert Path(params["data"]["source_dir"]) == Path(data_dir).resolve()
+    assert (work / params["data"]["source_dir"]).resolve() == Path(data_dir).resolve()
+    assert not Path(params["data"]["source_dir"]).is_absolute()  # the lock names no path of this machine
     assert "suite" in _dvc(repo, "exp", "list", "--all-commits", "--name-only").split()
     assert json.loads(_dvc(work, "status", "--json")) == {}
 
@@ -132,17 +133,23 @@ def test_the_state_keeps_the_lock_and_what_git_keeps_and_is_swapped_in_whole(tmp
     (work / "metrics" / "udr" / "sst2.json").write_text("{}")
     (work / "models" / "final" / "w.safetensors").write_text("weights")
     (work / ".gitignore").write_text("/models/final\n")
+    (work / "metrics" / "bm25").mkdir()
     lock = {"schema": "2.0", "stages": {"evaluate@udr": {"outs": [{"path": "metrics/udr"}]}}}
     lock["stages"]["train"] = {"outs": [{"path": "models/final"}, {"path": "metrics/gone"}]}
+    lock["stages"]["report"] = {"outs": [{"path": "metrics/udr/sst2.json"}]}  # within a folder kept whole
+    lock["stages"]["evaluate@bm25"] = {"outs": [{"path": "metrics/bm25"}]}  # not current: not run here yet
     (work / "dvc.lock").write_text(yaml.safe_dump(lock))
     _git(work, "init", "-q")
     _git(work, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x")
-    assert kept_outputs(work) == ["metrics/udr"]  # models are git-ignored; an output not there is skipped
+    current = {"evaluate@udr", "train", "report"}
+    # models are git-ignored; an output not there is skipped; a stage not current keeps nothing
+    assert kept_outputs(work, current) == ["metrics/udr"]
 
     state = tmp_path / "main" / "metrics" / "suite" / "state"
     (state / "stale").mkdir(parents=True)  # an older state is replaced whole
-    save_state(work, state)
+    save_state(work, state, current)
     assert sorted(p.name for p in state.iterdir()) == ["COMMIT", "dvc.lock", "metrics"]
+    assert sorted(p.name for p in (state / "metrics").iterdir()) == ["udr"]
     assert not state.with_name("state.new").exists() and not state.with_name("state.old").exists()
     fresh = tmp_path / "fresh"
     fresh.mkdir()

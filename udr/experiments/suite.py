@@ -4,7 +4,7 @@ experiment `suite`, which `dvc exp show` lists beside the seeds and the folds.
 
 It runs in a git worktree of its own (`build/suite` by default) made at HEAD once, so the default
 pipeline's outputs in the workspace stay as they are and the run keeps the code of the commit it began
-with; its params.yaml is the profile with the data mirror's path made absolute. `dvc repro` there is the
+with; its params.yaml is the profile with the data mirror's path relative to it. `dvc repro` there is the
 whole run: every stage the default configuration has (data, the shipped round-0 feedback checked, UDR,
 DR-Target and EPR per task, the index, every retriever's evaluation, the report), and it resumes where it
 stopped: a finished stage is in the worktree's dvc.lock and is not run again. At the end
@@ -30,6 +30,7 @@ Imports of udr.config are inside the functions that use them, to keep the start 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -83,9 +84,10 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def suite_params(root: Path, profile: Path) -> dict:
-    """The profile's params with the data mirror's path absolute: $UDR_DATA_DIR where it is set, else the
-    profile's `data.source_dir` read as params.yaml reads it (relative to the project root)."""
+def suite_params(root: Path, profile: Path, work: Path = WORK) -> dict:
+    """The profile's params with the data mirror's path relative to the worktree `work`: $UDR_DATA_DIR where it
+    is set, else the profile's `data.source_dir` read as params.yaml reads it (relative to the project root).
+    Relative, so that the run's lock, and the state saved from it, name no path of this machine."""
     from udr.config import DATA_DIR_ENV
 
     if not profile.is_file():
@@ -94,7 +96,7 @@ def suite_params(root: Path, profile: Path) -> dict:
     if not isinstance(params, dict) or not isinstance(params.get("data"), dict):
         raise UdrError(f"bad profile {profile}: not a params file (no data section)")
     source = os.environ.get(DATA_DIR_ENV) or Path(root) / params["data"].get("source_dir", "")
-    params["data"]["source_dir"] = str(Path(source).resolve())
+    params["data"]["source_dir"] = os.path.relpath(Path(source).resolve(), (Path(root) / work).resolve())
     return params
 
 
@@ -113,12 +115,21 @@ def suite_worktree(root: Path, work: Path, rev: str = "HEAD") -> Path:
     return work
 
 
-def kept_outputs(work: Path) -> list[str]:
-    """The outputs of the stages in `work`'s dvc.lock that git keeps there (not git-ignored): what another
-    machine needs beside the code and the state's lock to skip those stages."""
+def current_stages(work: Path) -> set[str]:
+    """The stages of `work`'s dvc.yaml that `dvc status` finds up to date there."""
+    stages = set(run_dvc(["stage", "list", "--name-only"], work, capture=True).split())
+    return stages - set(json.loads(run_dvc(["status", "--json"], work, capture=True) or "{}"))
+
+
+def kept_outputs(work: Path, current: set[str]) -> list[str]:
+    """The outputs git keeps (not git-ignored) of the `current` stages in `work`'s dvc.lock: what another
+    machine needs beside the code and the state's lock to skip those stages. (A lock entry the worktree's
+    commit brought, of a stage this run has not reproduced yet or that dvc.yaml no longer has, is not current.)"""
     lock = yaml.safe_load((work / LOCK).read_text()) or {}
-    paths = sorted({o["path"] for stage in lock.get("stages", {}).values() for o in stage.get("outs", [])})
-    paths = [p for p in paths if (work / p).exists()]
+    stages = lock.get("stages", {})
+    paths = {o["path"] for name, stage in stages.items() if name in current for o in stage.get("outs", [])}
+    paths = sorted(p for p in paths if (work / p).exists())
+    paths = [p for p in paths if not any(p.startswith(q + "/") for q in paths)]  # a folder's files go with it
     if not paths:
         return []
     ignored = subprocess.run(
@@ -129,9 +140,11 @@ def kept_outputs(work: Path) -> list[str]:
     return [p for p in paths if p not in set(ignored.stdout.split())]
 
 
-def save_state(work: Path, state: Path) -> None:
-    """Copy `work`'s dvc.lock and its git-kept outputs into `state`, written beside and then swapped in, so a
-    kill at any instant leaves the old state or the new one."""
+def save_state(work: Path, state: Path, current: set[str] | None = None) -> None:
+    """Copy `work`'s dvc.lock, its commit, the git-kept outputs of its `current` stages (default: those
+    :func:`current_stages` finds) and the files of the parts outside the pipeline into `state`, written
+    beside and then swapped in, so a kill at any instant leaves the old state or the new one."""
+    current = current_stages(work) if current is None else current
     new, old = state.with_name(state.name + ".new"), state.with_name(state.name + ".old")
     for leftover in (new, old):
         shutil.rmtree(leftover, ignore_errors=True)
@@ -139,9 +152,12 @@ def save_state(work: Path, state: Path) -> None:
     shutil.copy2(work / LOCK, new / LOCK)
     (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
     parts = [p for files in PART_OUTPUTS.values() for p in files if (work / p).exists()]
-    for p in [*kept_outputs(work), *parts]:
+    for p in [*kept_outputs(work, current), *parts]:
         (new / p).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if (work / p).is_dir() else shutil.copy2)(work / p, new / p)
+        if (work / p).is_dir():
+            shutil.copytree(work / p, new / p, dirs_exist_ok=True)
+        else:
+            shutil.copy2(work / p, new / p)
     if state.exists():
         state.rename(old)
     new.rename(state)
@@ -211,7 +227,7 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     from udr.config import load_settings
 
     root = Path(root)
-    params = suite_params(root, root / profile)
+    params = suite_params(root, root / profile, work)
     # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
     save = ["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))]
     state = root / "metrics" / name / STATE

@@ -169,3 +169,24 @@ def test_a_folder_that_is_no_worktree_or_a_missing_profile_is_a_one_line_error(t
         suite_params(tmp_path, tmp_path / "profiles" / "none.yaml")
     code, _, err = run_cli(["exp", "suite", "--profile", "profiles/none.yaml"], tmp_path)
     assert code == 1 and "missing profile" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are_there(tmp_path):
+    from types import SimpleNamespace
+
+    from udr.experiments.suite import step_done, suite_steps
+
+    settings = SimpleNamespace(method_tasks=lambda method: ["sst2", "e2e"])
+    steps = {" ".join(s.args): s for s in suite_steps() if s.tool == "udr"}
+    random, signal = steps["evaluate --split validation -m random"], steps["exp signal"]
+    multitask = steps["evaluate -m epr --model models/epr-multitask --save-as epr-multitask"]
+    assert not any(step_done(s, tmp_path, settings) for s in steps.values())
+    (tmp_path / "metrics" / "validation" / "random").mkdir(parents=True)
+    (tmp_path / "metrics" / "validation" / "random" / "sst2.json").write_text("{}")
+    assert not step_done(random, tmp_path, settings)  # one trained task of two
+    (tmp_path / "metrics" / "validation" / "random" / "e2e.json").write_text("{}")
+    assert step_done(random, tmp_path, settings) and not step_done(signal, tmp_path, settings)
+    measured = {"tasks": {t: {"signal": t == "sst2"} for t in ("sst2", "e2e")}}
+    (tmp_path / "metrics" / "signal.json").write_text(json.dumps(measured))
+    assert all(step_done(s, tmp_path, settings) for s in steps.values() if s.part == "signal")
+    assert not step_done(multitask, tmp_path, settings)

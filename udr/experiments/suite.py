@@ -10,7 +10,7 @@ DR-Target and EPR per task, the index, every retriever's evaluation, the report)
 stopped: a finished stage is in the worktree's dvc.lock and is not run again. At the end
 `dvc exp save -n suite` records the worktree's state as the experiment.
 
-The run outlasts a machine (some five hours on 2 cores), so it also resumes on another one. It takes the
+The run outlasts a machine (hours on 2 cores: docs/experiments.md), so it also resumes on another one. It takes the
 steps of :func:`suite_steps` in turn (the signal rule and the multi-task EPR among them, outside the
 pipeline), and after each it copies the worktree's dvc.lock, the outputs git keeps (results and predictions;
 models and caches are git-ignored) and the files of the steps outside the pipeline into
@@ -68,12 +68,14 @@ PART_OUTPUTS = {
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the run, `tool` (dvc or udr) with `args` in the worktree. A udr step is outside the pipeline:
-    its `part` (of :data:`PART_OUTPUTS`) is skipped where done already, here or in the state."""
+    """One step of the run, `tool` (dvc or udr) with `args` in the worktree. A udr step is outside the pipeline,
+    in a `part` of :data:`PART_OUTPUTS`; it is skipped where its part is done, or where the saved results it
+    makes (`makes`: metrics/<name>/, one file per trained task) are all there, here or from the state."""
 
     tool: str
     args: tuple[str, ...]
     part: str = ""
+    makes: str = ""
 
 
 def _git(root: Path, *args: str) -> str:
@@ -194,22 +196,21 @@ def suite_steps() -> list[Step]:
 
     trained = sorted((m for m in METHODS if m in BI_ENCODER_METHODS), key=lambda m: m != "udr")
     steps = [Step("dvc", ("repro", f"evaluate@{m}")) for m in METHODS if m not in BI_ENCODER_METHODS]
-    steps += [Step("udr", ("evaluate", "--split", "validation", "-m", m), "signal") for m in SIGNAL_METHODS]
+    validation = [("evaluate", "--split", "validation", "-m", m) for m in SIGNAL_METHODS]
+    steps += [Step("udr", args, "signal", f"validation/{args[-1]}") for args in validation]
     steps += [Step("udr", ("exp", "signal"), "signal")]
     steps += [Step("dvc", ("repro", f"evaluate@{m}")) for m in trained]
-    steps += [Step("udr", ("train", "--epr"), "multitask")]
-    steps += [
-        Step("udr", ("evaluate", "-m", "epr", "--model", f"models/{MULTITASK}", "--save-as", MULTITASK), "multitask")
-    ]
+    evaluated = ("evaluate", "-m", "epr", "--model", f"models/{MULTITASK}", "--save-as", MULTITASK)
+    steps += [Step("udr", ("train", "--epr"), "multitask", MULTITASK), Step("udr", evaluated, "multitask", MULTITASK)]
     return [*steps, Step("dvc", ("repro",))]
 
 
-def part_done(part: str, work: Path, settings) -> bool:
-    """Whether a part outside the pipeline is done in the worktree for the run's trained tasks."""
+def step_done(step: Step, work: Path, settings) -> bool:
+    """Whether a step outside the pipeline is done in the worktree for the run's trained tasks."""
     trained = settings.method_tasks("epr")
-    if part == "signal":
-        return tasks_with_signal(work, trained) is not None
-    return all((work / "metrics" / MULTITASK / f"{t}.json").is_file() for t in trained)
+    if step.part == "signal" and tasks_with_signal(work, trained) is not None:
+        return True
+    return bool(step.makes) and all((work / "metrics" / step.makes / f"{t}.json").is_file() for t in trained)
 
 
 def run_udr(args: list[str], work: Path, env: dict) -> None:
@@ -259,7 +260,7 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     for step in suite_steps():
         if step.tool == "dvc":
             run_dvc(list(step.args), work, env=code)
-        elif not part_done(step.part, work, settings):
+        elif not step_done(step, work, settings):
             run_udr(list(step.args), work, code)
         save_state(work, state)
     run_dvc(save, work, env=code)

@@ -190,3 +190,18 @@ def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are
     (tmp_path / "metrics" / "signal.json").write_text(json.dumps(measured))
     assert all(step_done(s, tmp_path, settings) for s in steps.values() if s.part == "signal")
     assert not step_done(multitask, tmp_path, settings)
+
+
+def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cli):
+    state = tmp_path / "metrics" / "suite" / "state"
+    code, _, err = run_cli(["exp", "suite", "--progress"], tmp_path)
+    assert code == 1 and "no saved state" in err and len(err.strip().splitlines()) == 1
+    (state / "metrics" / "random").mkdir(parents=True)
+    (state / "metrics" / "random" / "sst2.json").write_text(json.dumps({"graded": {"score": 51.25}}))
+    (state / "dvc.lock").write_text("schema: '2.0'\n")
+    (state / "COMMIT").write_text("0123456789abcdef\n")
+    code, out, err = run_cli(["exp", "suite", "--progress"], tmp_path)
+    assert code == 0, err
+    assert "(commit 0123456789ab)" in out and "| sst2 | 51.2 |" in out
+    assert "`dvc repro evaluate@random`" not in out and "`dvc repro evaluate@bm25`" in out
+    assert "`udr exp signal`" in out and "`dvc repro`" in out

@@ -204,13 +204,19 @@ def exp_suite_cmd(
     ),
     name: Annotated[str, typer.Option("--name", "-n", help="The DVC experiment it is saved as.")] = "suite",
     table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiment.")] = False,
+    progress: Annotated[
+        bool, typer.Option("--progress", help="Only show what the saved state holds so far, and what is to come.")
+    ] = False,
     dry: DryOpt = False,
 ) -> None:
-    """The offline suite by DVC: PROFILE reproduced by `dvc repro` in a worktree of its own (resumable), saved
-    as a DVC experiment -> metrics/NAME/pipeline.md."""
-    from udr.experiments.suite import run_suite, write_suite_table
+    """The offline suite by DVC: PROFILE reproduced by `dvc repro` in a worktree of its own (resumable, on
+    another machine too, from metrics/NAME/state/), saved as a DVC experiment -> metrics/NAME/pipeline.md."""
+    from udr.experiments.suite import run_suite, state_progress, write_suite_table
 
     root = Path(".")
+    if progress:
+        print(state_progress(root, name))
+        return
     if not table:
         run_suite(root, profile=profile, work=work, name=name, dry=dry)
     if not dry:

@@ -44,7 +44,9 @@ from udr.errors import UdrError
 from udr.experiments.dvc import run_dvc, saved_experiments
 from udr.experiments.seeds import MULTITASK, SEEDS, seed_table, seed_tables_markdown, task_groups
 from udr.experiments.signal import SIGNAL_METHODS, tasks_with_signal
+from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
+from udr.util.readers import read_json
 
 PROFILE = Path("profiles/suite.yaml")
 WORK = Path("build/suite")
@@ -54,28 +56,20 @@ SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps be
 STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept outputs, committed as they come
 LOCK = "dvc.lock"
 COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
-# The files of each part of the run outside the pipeline (udr steps), kept in the state too: the signal rule
-# (`udr evaluate --split validation`, `udr exp signal`) and the multi-task EPR (`udr train --epr`, evaluated).
-PART_OUTPUTS = {
-    "signal": (
-        *(f"{folder}/{m}" for folder in ("metrics/validation", "data/predictions-validation") for m in SIGNAL_METHODS),
-        "metrics/signal.json",
-        "metrics/signal.md",
-    ),
-    "multitask": (f"metrics/{MULTITASK}", f"data/predictions/{MULTITASK}"),
-}
 
 
 @dataclass(frozen=True)
 class Step:
     """One step of the run, `tool` (dvc or udr) with `args` in the worktree. A udr step is outside the pipeline,
-    in a `part` of :data:`PART_OUTPUTS`; it is skipped where its part is done, or where the saved results it
-    makes (`makes`: metrics/<name>/, one file per trained task) are all there, here or from the state."""
+    in a `part` (the signal rule, the multi-task EPR); it is skipped where its part is done, or where the saved
+    results it makes (`makes`: metrics/<name>/, one file per trained task) are all there, here or from the
+    state; once done, its `outputs` are kept in the state."""
 
     tool: str
     args: tuple[str, ...]
     part: str = ""
     makes: str = ""
+    outputs: tuple[str, ...] = ()
 
 
 def _git(root: Path, *args: str) -> str:
@@ -142,10 +136,10 @@ def kept_outputs(work: Path, current: set[str]) -> list[str]:
     return [p for p in paths if p not in set(ignored.stdout.split())]
 
 
-def save_state(work: Path, state: Path, current: set[str] | None = None) -> None:
+def save_state(work: Path, state: Path, current: set[str] | None = None, parts=()) -> None:
     """Copy `work`'s dvc.lock, its commit, the git-kept outputs of its `current` stages (default: those
-    :func:`current_stages` finds) and the files of the parts outside the pipeline into `state`, written
-    beside and then swapped in, so a kill at any instant leaves the old state or the new one."""
+    :func:`current_stages` finds) and the `parts` (files of the steps outside the pipeline that are done) into
+    `state`, written beside and then swapped in, so a kill at any instant leaves the old state or the new one."""
     current = current_stages(work) if current is None else current
     new, old = state.with_name(state.name + ".new"), state.with_name(state.name + ".old")
     for leftover in (new, old):
@@ -153,8 +147,7 @@ def save_state(work: Path, state: Path, current: set[str] | None = None) -> None
     new.mkdir(parents=True)
     shutil.copy2(work / LOCK, new / LOCK)
     (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
-    parts = [p for files in PART_OUTPUTS.values() for p in files if (work / p).exists()]
-    for p in [*kept_outputs(work, current), *parts]:
+    for p in [*kept_outputs(work, current), *(p for p in parts if (work / p).exists())]:
         (new / p).parent.mkdir(parents=True, exist_ok=True)
         if (work / p).is_dir():
             shutil.copytree(work / p, new / p, dirs_exist_ok=True)
@@ -196,12 +189,17 @@ def suite_steps() -> list[Step]:
 
     trained = sorted((m for m in METHODS if m in BI_ENCODER_METHODS), key=lambda m: m != "udr")
     steps = [Step("dvc", ("repro", f"evaluate@{m}")) for m in METHODS if m not in BI_ENCODER_METHODS]
-    validation = [("evaluate", "--split", "validation", "-m", m) for m in SIGNAL_METHODS]
-    steps += [Step("udr", args, "signal", f"validation/{args[-1]}") for args in validation]
-    steps += [Step("udr", ("exp", "signal"), "signal")]
+    for m in SIGNAL_METHODS:
+        made = (f"metrics/validation/{m}", f"data/predictions-validation/{m}")
+        steps.append(Step("udr", ("evaluate", "--split", "validation", "-m", m), "signal", f"validation/{m}", made))
+    steps.append(Step("udr", ("exp", "signal"), "signal", outputs=("metrics/signal.json", "metrics/signal.md")))
     steps += [Step("dvc", ("repro", f"evaluate@{m}")) for m in trained]
+    made = (f"metrics/{MULTITASK}", f"data/predictions/{MULTITASK}")
     evaluated = ("evaluate", "-m", "epr", "--model", f"models/{MULTITASK}", "--save-as", MULTITASK)
-    steps += [Step("udr", ("train", "--epr"), "multitask", MULTITASK), Step("udr", evaluated, "multitask", MULTITASK)]
+    steps += [
+        Step("udr", ("train", "--epr"), "multitask", MULTITASK),
+        Step("udr", evaluated, "multitask", MULTITASK, made),
+    ]
     return [*steps, Step("dvc", ("repro",))]
 
 
@@ -246,7 +244,7 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     # a run another machine began goes on with that commit's code, so its finished stages still count
     work = suite_worktree(root, work, state_commit(state) or "HEAD")
     if fresh:  # the parts outside the pipeline that came with the commit are the default run's, not this one's
-        for p in (work / p for files in PART_OUTPUTS.values() for p in files):
+        for p in (work / p for step in suite_steps() for p in step.outputs):
             if p.is_dir():
                 shutil.rmtree(p)
             elif p.exists():
@@ -262,9 +260,44 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
             run_dvc(list(step.args), work, env=code)
         elif not step_done(step, work, settings):
             run_udr(list(step.args), work, code)
-        save_state(work, state)
+        done = [p for s in suite_steps() if s.tool == "udr" and step_done(s, work, settings) for p in s.outputs]
+        save_state(work, state, parts=done)
     run_dvc(save, work, env=code)
     return work
+
+
+def state_progress(root: Path, name: str = EXPERIMENT) -> str:
+    """What the saved state of run `name` holds so far, as Markdown: each task's graded score (test) of every
+    retriever evaluated, and the steps still to come (from the state alone: no worktree, no DVC)."""
+    from udr.config import METHODS
+
+    state = Path(root) / "metrics" / name / STATE
+    if not (state / LOCK).is_file():
+        raise UdrError(f"no saved state in {state}: `udr exp suite` has not finished a step here yet")
+    methods = [m for m in (*METHODS, MULTITASK) if (state / "metrics" / m).is_dir()]
+    scores = {
+        m: {f.stem: read_json(f, "result")["graded"]["score"] for f in sorted((state / "metrics" / m).glob("*.json"))}
+        for m in methods
+    }
+    tasks = list(dict.fromkeys(t for m in methods for t in scores[m]))
+    cells = [[t, *(f"{scores[m][t]:.1f}" if t in scores[m] else "" for m in methods)] for t in tasks]
+    to_come = []
+    for step in suite_steps():
+        if step.tool == "dvc" and step.args[1:]:
+            done = (state / "metrics" / step.args[1].split("@")[1]).is_dir()
+        elif step.tool == "udr":
+            done = step.part == "signal" and (state / "metrics" / "signal.json").is_file()
+            done = done or bool(step.makes) and (state / "metrics" / step.makes).is_dir()
+        else:
+            done = False
+        if not done:
+            to_come.append(" ".join([step.tool, *step.args]))
+    return (
+        f"# {name}: the saved state so far (commit {state_commit(state)[:12]})\n\n"
+        + (markdown_table(["task", *methods], cells) if methods else "No evaluation yet.\n")
+        + "\nSteps to come (a step shown done may run again where its inputs changed):\n\n"
+        + "".join(f"- `{step}`\n" for step in to_come)
+    )
 
 
 def suite_groups(settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:

@@ -151,6 +151,7 @@ def test_the_state_keeps_the_lock_and_what_git_keeps_and_is_swapped_in_whole(tmp
     assert sorted(p.name for p in state.iterdir()) == ["COMMIT", "dvc.lock", "metrics"]
     assert sorted(p.name for p in (state / "metrics").iterdir()) == ["udr"]
     assert not state.with_name("state.new").exists() and not state.with_name("state.old").exists()
+    assert [p.name for p in state.parent.iterdir()] == ["state"]  # nothing left beside it
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     assert restore_state(state, fresh)

@@ -45,7 +45,7 @@ from udr.experiments.dvc import run_dvc, saved_experiments
 from udr.experiments.seeds import MULTITASK, SEEDS, seed_table, seed_tables_markdown, task_groups
 from udr.experiments.signal import SIGNAL_METHODS, tasks_with_signal
 from udr.experiments.tables import markdown_table
-from udr.util.files import write_json_atomic, write_text_atomic
+from udr.util.files import building_dir, remove, write_json_atomic, write_text_atomic
 from udr.util.readers import read_json
 
 PROFILE = Path("profiles/suite.yaml")
@@ -136,27 +136,26 @@ def kept_outputs(work: Path, current: set[str]) -> list[str]:
     return [p for p in paths if p not in set(ignored.stdout.split())]
 
 
+def _copy(source: Path, target: Path) -> None:
+    """Copy a file or a folder (merged into one that is there) to `target`, its parents made."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    else:
+        shutil.copy2(source, target)
+
+
 def save_state(work: Path, state: Path, current: set[str] | None = None, parts=()) -> None:
     """Copy `work`'s dvc.lock, its commit, the git-kept outputs of its `current` stages (default: those
     :func:`current_stages` finds) and the `parts` (files of the steps outside the pipeline that are done) into
-    `state`, written beside and then swapped in, so a kill at any instant leaves the old state or the new one."""
+    `state`, built beside and then swapped in (:func:`udr.util.files.building_dir`), so a kill at any instant
+    leaves the old state or the new one."""
     current = current_stages(work) if current is None else current
-    new, old = state.with_name(state.name + ".new"), state.with_name(state.name + ".old")
-    for leftover in (new, old):
-        shutil.rmtree(leftover, ignore_errors=True)
-    new.mkdir(parents=True)
-    shutil.copy2(work / LOCK, new / LOCK)
-    (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
-    for p in [*kept_outputs(work, current), *(p for p in parts if (work / p).exists())]:
-        (new / p).parent.mkdir(parents=True, exist_ok=True)
-        if (work / p).is_dir():
-            shutil.copytree(work / p, new / p, dirs_exist_ok=True)
-        else:
-            shutil.copy2(work / p, new / p)
-    if state.exists():
-        state.rename(old)
-    new.rename(state)
-    shutil.rmtree(old, ignore_errors=True)
+    with building_dir(state) as new:
+        shutil.copy2(work / LOCK, new / LOCK)
+        (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
+        for p in [*kept_outputs(work, current), *(p for p in parts if (work / p).exists())]:
+            _copy(work / p, new / p)
 
 
 def state_commit(state: Path) -> str | None:
@@ -169,13 +168,8 @@ def restore_state(state: Path, work: Path) -> bool:
     if not (state / LOCK).is_file():
         return False
     for item in state.iterdir():
-        if item.name == COMMIT:
-            continue
-        target = work / item.name
-        if item.is_dir():
-            shutil.copytree(item, target, dirs_exist_ok=True)
-        else:
-            shutil.copy2(item, target)
+        if item.name != COMMIT:
+            _copy(item, work / item.name)
     return True
 
 
@@ -230,10 +224,11 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
     save = ["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))]
     state = root / "metrics" / name / STATE
+    steps = suite_steps()
     if dry:
         rev = state_commit(state) or "HEAD"
         print(f"git worktree add --detach {work} {rev}  # where it is missing; then {state} copied in")
-        for step in suite_steps():
+        for step in steps:
             if step.tool == "udr":
                 print(" ".join(["udr", *step.args]) + f"  # where the {step.part} part is not done")
             else:
@@ -244,23 +239,21 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     # a run another machine began goes on with that commit's code, so its finished stages still count
     work = suite_worktree(root, work, state_commit(state) or "HEAD")
     if fresh:  # the parts outside the pipeline that came with the commit are the default run's, not this one's
-        for p in (work / p for step in suite_steps() for p in step.outputs):
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
+        for p in (p for step in steps for p in step.outputs):
+            remove(work / p)
         if restore_state(state, work):
             print(f"resuming from {state.relative_to(root)}")
     write_text_atomic(work / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     settings = load_settings(work / "params.yaml")  # a profile udr cannot read stops here, in one line
     # the stages' `udr` runs the worktree's code, the commit the run began with
     code = {"PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    for step in suite_steps():
+    outside = [s for s in steps if s.tool == "udr"]
+    for step in steps:
         if step.tool == "dvc":
             run_dvc(list(step.args), work, env=code)
         elif not step_done(step, work, settings):
             run_udr(list(step.args), work, code)
-        done = [p for s in suite_steps() if s.tool == "udr" and step_done(s, work, settings) for p in s.outputs]
+        done = [p for s in outside if step_done(s, work, settings) for p in s.outputs]
         save_state(work, state, parts=done)
     run_dvc(save, work, env=code)
     return work

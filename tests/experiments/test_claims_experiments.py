@@ -89,8 +89,13 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     _git(project, "commit", "-q", "-am", "seed 1")
     _git(project, "update-ref", "refs/exps/ab/cdef/seed-1", "seed1")
     _git(project, "checkout", "-q", "-")
-    # DR-Target's seed runs are experiments of their own: a seed without one is not in the table yet
-    assert seed_table(project, (1,))["seeds"] == ["seed 42 (HEAD)"]
+    # DR-Target's seed runs are experiments of their own: until one is there, seed 1 has none of DR-Target
+    early = seed_table(project, (1,))
+    assert early["seeds"] == ["seed 42 (HEAD)", "seed 1"] and early["tasks"]["sst2"]["dr-target"][1] is None
+    (early_claim,) = [
+        c for c in early["claims"] if (c["a"], c["b"], c["group"]) == ("udr", "dr-target", "all trained tasks")
+    ]
+    assert len(early_claim["per_seed"]) == 1  # the seeds both sides have: the global seed's
     _git(project, "update-ref", "refs/exps/ab/cdef/dr-target-seed-1", "seed1")  # as the global seed's
 
     code, out, err = run_cli(["exp", "seeds", "--table", "--seed", "1"], project)
@@ -135,6 +140,22 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     kept = seed_table(project, (1,))
     assert kept["read_from"][1]["udr"].startswith("udr-seed-1 at HEAD")
     assert {k: v for k, v in kept.items() if k != "read_from"} == {k: v for k, v in table.items() if k != "read_from"}
+
+    # a seed evaluated on some tasks only (the suite's: those that bear on a claim) counts where it was
+    _git(project, "rm", "-q", "metrics/udr-seed-1/break.json", "data/predictions/udr-seed-1/break.parquet")
+    _git(project, "commit", "-q", "-m", "seed 1 of UDR on sst2 only")
+    partial = seed_table(project, (1,), experiments=False)
+    assert partial["tasks"]["sst2"]["udr"] == [head["sst2"]["graded"]["score"], 100.0]
+    assert partial["tasks"]["break"]["udr"] == [head["break"]["graded"]["score"], None]
+    by_group = {(c["a"], c["b"], c["group"]): c for c in partial["claims"]}
+    assert len(by_group["udr", "random", "all trained tasks"]["per_seed"]) == 1  # break: the global seed only
+    assert by_group["udr", "random", "tasks with signal"] == next(
+        c for c in table["claims"] if (c["a"], c["b"], c["group"]) == ("udr", "random", "tasks with signal")
+    )
+    from udr.experiments.seeds import seeds_markdown
+
+    shown = seeds_markdown(partial)
+    assert f"| {head['break']['graded']['score']:.1f} / – |" in shown and "as many as its per-seed column" in shown
 
 
 def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli):

@@ -63,7 +63,7 @@ def repo(tmp_path, data_dir, monkeypatch):
 @pytest.mark.slow
 def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(repo, data_dir, run_cli):
     work = repo / "build" / "suite"
-    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
+    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml", "--seed", "1"], repo)
     assert code == 0, out[-2000:] + err[-2000:]
     # the workspace's pipeline did not run; the worktree's did, with the mirror's path relative to it
     assert not (repo / "metrics" / "udr").exists() and (work / "metrics" / "udr" / "sst2.json").is_file()
@@ -95,13 +95,19 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     assert ("udr", "epr-multitask", "all trained tasks") in claims  # the ablation, trained outside the pipeline
     assert ("udr", "epr", "unseen tasks of a trained family") not in claims  # EPR is trained per task
     udr = json.loads((work / "metrics" / "udr" / "sst2.json").read_text())["graded"]["score"]
-    assert table["tasks"]["sst2"]["udr"] == [pytest.approx(udr)] and table["paper"]["sst2"]["udr"] == 92.4
+    assert table["tasks"]["sst2"]["udr"][0] == pytest.approx(udr) and table["paper"]["sst2"]["udr"] == 92.4
+    # training seed 1: an experiment per trained retriever, evaluated on the tasks with signal and the unseen cr
+    assert "suite-udr-seed-1" in _dvc(repo, "exp", "list", "--all-commits", "--name-only").split()
+    assert table["seeds"][1] == "seed 1" and None not in table["tasks"]["cr"]["udr"]
+    for t in ("sst2", "e2e"):
+        for m in ("udr", "epr", "dr-target"):
+            assert (table["tasks"][t][m][1] is None) != signal[t]["signal"], (t, m)
     shown = (repo / "metrics" / "suite" / "pipeline.md").read_text()
     assert "| **average: all trained tasks** |" in shown and "| all trained tasks | UDR − BM25 |" in shown
 
     # run again: every stage is in the worktree's lock, so nothing re-runs, and the experiment is saved again
     before = (work / "models" / "final" / "udr_record.json").stat().st_mtime_ns
-    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
+    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml", "--seed", "1"], repo)
     assert code == 0, err[-2000:]
     assert (work / "models" / "final" / "udr_record.json").stat().st_mtime_ns == before
 
@@ -113,14 +119,16 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     assert (state / "metrics" / "signal.json").is_file()
     assert (state / "data" / "predictions-validation" / "bm25").is_dir()
     assert (state / "metrics" / "epr-multitask" / "e2e.json").is_file()
+    assert (state / "metrics" / "udr-seed-1" / "cr.json").is_file()
     # another machine: a worktree made anew from the state re-trains (models are git-ignored) and, training
     # being deterministic here, skips every evaluation (its results keep the state's copies' times)
     _git(repo, "worktree", "remove", "--force", str(work))
-    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml"], repo)
+    code, out, err = run_cli(["exp", "suite", "--profile", "profiles/tiny.yaml", "--seed", "1"], repo)
     assert code == 0, err[-2000:]
-    for method in ("random", "udr", "epr", "validation/sbert", "epr-multitask"):  # nor the parts outside DVC
-        kept = state / "metrics" / method / "sst2.json"
-        assert (work / "metrics" / method / "sst2.json").stat().st_mtime_ns == kept.stat().st_mtime_ns, method
+    for method in ("random", "udr", "epr", "validation/sbert", "epr-multitask", "udr-seed-1"):  # nor outside DVC
+        task = "cr" if method == "udr-seed-1" else "sst2"
+        kept = state / "metrics" / method / f"{task}.json"
+        assert (work / "metrics" / method / f"{task}.json").stat().st_mtime_ns == kept.stat().st_mtime_ns, method
     assert json.loads(_dvc(work, "status", "--json")) == {}
 
 
@@ -177,7 +185,10 @@ def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are
 
     from udr.experiments.suite import step_done, suite_steps
 
-    settings = SimpleNamespace(method_tasks=lambda method: ["sst2", "e2e"])
+    def method_tasks(method):  # EPR is trained per task: not evaluated on the unseen cr
+        return ["sst2", "e2e"] + (["cr"] if method == "udr" else [])
+
+    settings = SimpleNamespace(method_tasks=method_tasks, evaluate=SimpleNamespace(unseen_tasks={"cr": {}}))
     steps = {" ".join(s.args): s for s in suite_steps() if s.tool == "udr"}
     random, signal = steps["evaluate --split validation -m random"], steps["exp signal"]
     multitask = steps["evaluate -m epr --model models/epr-multitask --save-as epr-multitask"]
@@ -191,6 +202,22 @@ def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are
     (tmp_path / "metrics" / "signal.json").write_text(json.dumps(measured))
     assert all(step_done(s, tmp_path, settings) for s in steps.values() if s.part == "signal")
     assert not step_done(multitask, tmp_path, settings)
+
+    # an extra seed is evaluated on the tasks that bear on a claim: those with signal, and the unseen ones
+    seeds = {s.args: s for s in suite_steps((3,)) if s.tool == "seed"}
+    assert set(seeds) == {(m, "3") for m in ("udr", "dr-target", "epr")}
+    assert seeds["udr", "3"].outputs == ("metrics/udr-seed-3", "data/predictions/udr-seed-3")
+    kept = tmp_path / "metrics" / "udr-seed-3"
+    kept.mkdir()
+    (kept / "sst2.json").write_text("{}")
+    assert not step_done(seeds["udr", "3"], tmp_path, settings)  # the unseen cr is still to come
+    (kept / "cr.json").write_text("{}")
+    assert step_done(seeds["udr", "3"], tmp_path, settings)  # e2e carries no signal: not evaluated
+    (tmp_path / "metrics" / "epr-seed-3").mkdir()
+    (tmp_path / "metrics" / "epr-seed-3" / "sst2.json").write_text("{}")
+    assert step_done(seeds["epr", "3"], tmp_path, settings) and not step_done(
+        seeds["dr-target", "3"], tmp_path, settings
+    )
 
 
 def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cli):
@@ -206,3 +233,4 @@ def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cl
     assert "(commit 0123456789ab)" in out and "| sst2 | 51.2 |" in out
     assert "`dvc repro evaluate@random`" not in out and "`dvc repro evaluate@bm25`" in out
     assert "`udr exp signal`" in out and "`dvc repro`" in out
+    assert "- training seed 2 of epr\n" in out

@@ -107,6 +107,9 @@ def exp_show_cmd(
 
 OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="Run just these (repeatable).")]
 MissingOpt = Annotated[bool, typer.Option("--missing", help="Run only those with no saved DVC experiment yet.")]
+SeedOpt = Annotated[
+    list[int] | None, typer.Option("--seed", min=0, help="An extra training seed (default 1 and 2), repeatable.")
+]
 
 
 @exp_app.command("ablations")
@@ -161,9 +164,7 @@ def exp_signal_cmd(params: ParamsOpt = Path("params.yaml")) -> None:
 
 @exp_app.command("seeds")
 def exp_seeds_cmd(
-    seed: Annotated[
-        list[int] | None, typer.Option("--seed", min=0, help="An extra training seed (default 1 and 2), repeatable.")
-    ] = None,
+    seed: SeedOpt = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Experiments at a time.")] = 1,
     missing: MissingOpt = False,
     table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiments.")] = False,
@@ -203,6 +204,7 @@ def exp_suite_cmd(
         "build/suite"
     ),
     name: Annotated[str, typer.Option("--name", "-n", help="The DVC experiment it is saved as.")] = "suite",
+    seed: SeedOpt = None,
     table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiment.")] = False,
     progress: Annotated[
         bool, typer.Option("--progress", help="Only show what the saved state holds so far, and what is to come.")
@@ -211,16 +213,17 @@ def exp_suite_cmd(
 ) -> None:
     """The offline suite by DVC: PROFILE reproduced by `dvc repro` in a worktree of its own (resumable, on
     another machine too, from metrics/NAME/state/), saved as a DVC experiment -> metrics/NAME/pipeline.md."""
+    from udr.experiments.seeds import SEEDS
     from udr.experiments.suite import run_suite, state_progress, write_suite_table
 
-    root = Path(".")
+    root, seeds = Path("."), tuple(seed or SEEDS)
     if progress:
-        print(state_progress(root, name))
+        print(state_progress(root, name, seeds))
         return
     if not table:
-        run_suite(root, profile=profile, work=work, name=name, dry=dry)
+        run_suite(root, profile=profile, work=work, name=name, seeds=seeds, dry=dry)
     if not dry:
-        console().print(f"-> {write_suite_table(root, name, work)}")
+        console().print(f"-> {write_suite_table(root, name, work, seeds)}")
 
 
 @exp_app.command("labels")

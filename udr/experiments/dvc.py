@@ -87,7 +87,8 @@ def check_overrides(params: Path, overrides, *, sweep: bool = False) -> None:
             load_settings(params, [*firsts[:i], f"{key}={choice}", *firsts[i + 1 :]])
 
 
-def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -> list[str]:
+def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False, copy_paths=()) -> list[str]:
+    """`dvc exp run`'s arguments; `copy_paths`: untracked paths a queued run's temporary folder needs."""
     args = ["exp", "run"]
     if name:
         args += ["-n", name]
@@ -97,6 +98,8 @@ def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False) -
         args += ["-S", o]
     if queue:
         args.append("--queue")
+    for path in copy_paths:
+        args += ["-C", path]
     return args + list(targets)
 
 
@@ -140,28 +143,31 @@ def failed_experiments(status: str) -> list[str]:
     return out
 
 
-def wait_for_queue(root: Path, poll_seconds: float = 10.0) -> None:
+def wait_for_queue(root: Path, poll_seconds: float = 10.0, env: dict | None = None) -> None:
     """Block until `dvc queue status` lists nothing queued or running."""
     while True:
-        status = run_dvc(["queue", "status"], root, capture=True)
+        status = run_dvc(["queue", "status"], root, capture=True, env=env)
         if not any(word in status for word in ("Queued", "Running")):
             return
         time.sleep(poll_seconds)
 
 
-def run_queued(root: Path, queued: list[list[str]], settings, *, jobs: int = 1, dry: bool = False) -> None:
+def run_queued(
+    root: Path, queued: list[list[str]], settings, *, jobs: int = 1, dry: bool = False, env: dict | None = None
+) -> None:
     """Queue each `dvc exp run` argument list of `queued` (:func:`exp_run_args` with queue), run the queue
     with `dvc queue start -j JOBS` in DVC's temporary folders (the workspace's outputs stay as they are),
-    wait for it, and raise one UdrError line naming the experiments that failed."""
+    wait for it, and raise one UdrError line naming the experiments that failed. `env`: variables set for
+    DVC and the stages it runs."""
     if not dry:
         link_data_for_temp_runs(root, settings)
     for args in queued:
-        run_dvc(args, root, dry=dry)
-    run_dvc(["queue", "start", "-j", str(jobs)], root, dry=dry)
+        run_dvc(args, root, dry=dry, env=env)
+    run_dvc(["queue", "start", "-j", str(jobs)], root, dry=dry, env=env)
     if dry:
         return
-    wait_for_queue(root)
-    status = run_dvc(["queue", "status"], root, capture=True)
+    wait_for_queue(root, env=env)
+    status = run_dvc(["queue", "status"], root, capture=True, env=env)
     print(status, end="")
     failed = failed_experiments(status)
     if failed:
@@ -205,10 +211,15 @@ def keep_evaluation(root: Path, rev: str, method: str, name: str) -> None:
 
 def saved_at(root: Path, name: str, tasks, rev: str = "HEAD") -> bool:
     """Whether git revision `rev` holds a saved test evaluation `name` of every task of `tasks`."""
+    return set(tasks) <= saved_tasks(root, name, tasks, rev)
+
+
+def saved_tasks(root: Path, name: str, tasks, rev: str = "HEAD") -> set[str]:
+    """The tasks of `tasks` of which git revision `rev` holds a saved test evaluation `name` (none: empty)."""
     try:
-        return set(tasks) <= set(method_results(root, name, tasks, rev))
+        return set(method_results(root, name, tasks, rev))
     except UdrError:
-        return False
+        return set()
 
 
 def method_results(root: Path, method: str, tasks, rev: str) -> dict[str, dict]:

@@ -32,6 +32,7 @@ from udr.experiments.dvc import (
     method_scores,
     saved_at,
     saved_experiments,
+    saved_tasks,
 )
 from udr.experiments.signal import RULE, tasks_with_signal
 from udr.experiments.tables import markdown_table
@@ -135,13 +136,14 @@ def task_groups(settings, trained: list[str], signal: list[str] | None) -> dict[
     return groups
 
 
-def seed_table(root: Path, seeds=SEEDS, rev: str = "HEAD", grouping=task_groups) -> dict:
+def seed_table(root: Path, seeds=SEEDS, rev: str = "HEAD", grouping=task_groups, experiments: bool = True) -> dict:
     """Every number of metrics/seeds.md: per task the fixed retrievers' scores and each seed's score of the
     seeded ones (EPR: the trained tasks only), the groups of tasks (all trained, with signal, without,
     unseen), and per group each claim both sides of which cover it: its seed-averaged interval and each
     seed's difference of averages. The global seed's run, and the extra seeds' evaluations kept beside it,
     are read at git revision `rev` (a saved experiment's commit: the suite's table); `grouping` makes the
-    groups (:func:`task_groups`' signature)."""
+    groups (:func:`task_groups`' signature); without `experiments`, only the kept evaluations count (the
+    suite's, whose repository may hold the default run's seed experiments of the same names)."""
     from udr.config import load_settings
 
     settings = load_settings(root / "params.yaml")
@@ -149,17 +151,26 @@ def seed_table(root: Path, seeds=SEEDS, rev: str = "HEAD", grouping=task_groups)
     covered = {m: settings.method_tasks(m) for m in SEEDED}
     shown = rev if rev == "HEAD" else rev[:12]
     runs = [(f"seed {settings.training_seed} ({shown})", {m: (m, rev) for m in SEEDED})]
-    runs += [(f"seed {s}", sides) for s, sides in seed_sides(root, seeds, covered, rev).items()]
+    runs += [(f"seed {s}", sides) for s, sides in seed_sides(root, seeds, covered, rev, experiments).items()]
     fixed = [*FIXED, *([MULTITASK] if saved_at(root, MULTITASK, trained, rev) else [])]
     covered |= {m: trained if m == MULTITASK else tasks for m in fixed}
-    scores = {m: [method_scores(root, sides[m][0], covered[m], sides[m][1]) for _, sides in runs] for m in SEEDED}
+    # an extra seed may be evaluated on some of the tasks only (the suite's: those that bear on a claim)
+    scores = {
+        m: [method_scores(root, sides[m][0], covered[m], sides[m][1]) if m in sides else {} for _, sides in runs]
+        for m in SEEDED
+    }
     scores |= {m: [method_scores(root, m, covered[m], rev)] for m in fixed}
     sizes = {t: r["n"] for t, r in method_results(root, "random", tasks, rev).items()}
     signal = tasks_with_signal(root, trained)
     groups = grouping(settings, trained, signal)
 
-    def side(m: str, t: str):
-        return [sides[m] for _, sides in runs] if m in SEEDED else (m, rev)
+    def seeds_of(m: str, members) -> list[int]:  # the runs of m that cover every member (a fixed one's: all)
+        if m not in SEEDED:
+            return list(range(len(runs)))
+        return [i for i, s in enumerate(scores[m]) if set(members) <= set(s)]
+
+    def side(m: str, seeds_in: list[int]):  # a claim's side: the seeds both sides share, or the one run
+        return [runs[i][1][m] for i in seeds_in] if m in SEEDED else (m, rev)
 
     def average(m: str, i: int, members) -> float:  # seed i's average (a fixed retriever's one run)
         return statistics.fmean(scores[m][min(i, len(scores[m]) - 1)][t] for t in members)
@@ -170,9 +181,12 @@ def seed_table(root: Path, seeds=SEEDS, rev: str = "HEAD", grouping=task_groups)
         for a, b, meaning in CLAIMS:
             if a not in scores or b not in scores or not set(members) <= set(covered[a]) & set(covered[b]):
                 continue
-            rows = {a: {t: side(a, t) for t in members}}
-            _, interval = compare_revisions(root, rows, {t: side(b, t) for t in members}, settings.seed, scorers)[a]
-            per_seed = [average(a, i, members) - average(b, i, members) for i in range(len(runs))]
+            both = [i for i in seeds_of(a, members) if i in seeds_of(b, members)]
+            if not both:  # no run of a seeded side covers the whole group
+                continue
+            rows = {a: {t: side(a, both) for t in members}}
+            _, interval = compare_revisions(root, rows, {t: side(b, both) for t in members}, settings.seed, scorers)[a]
+            per_seed = [average(a, i, members) - average(b, i, members) for i in both]
             claims.append(
                 {"group": group, "a": a, "b": b, "claim": meaning, "n": sum(sizes[t] for t in members)}
                 | {"interval": interval.to_dict(), "per_seed": per_seed}
@@ -183,7 +197,7 @@ def seed_table(root: Path, seeds=SEEDS, rev: str = "HEAD", grouping=task_groups)
         "fixed": fixed,
         "tasks": {
             t: {"n": sizes[t], "kind": settings.task(t).kind}
-            | {m: [s[t] for s in scores[m]] for m in scores if t in covered[m]}
+            | {m: [s.get(t) for s in scores[m]] for m in scores if t in covered[m]}
             for t in tasks
         },
         "groups": groups,
@@ -199,20 +213,23 @@ def kept_name(method: str, seed: int) -> str:
     return f"{method}-seed-{seed}"
 
 
-def seed_sides(root: Path, seeds, covered: dict[str, list[str]], rev: str = "HEAD") -> dict[int, dict[str, tuple]]:
+def seed_sides(
+    root: Path, seeds, covered: dict[str, list[str]], rev: str = "HEAD", experiments: bool = True
+) -> dict[int, dict[str, tuple]]:
     """{seed: {method: (saved evaluation, revision)}} of each extra seed run: its evaluations kept at `rev`
-    (:func:`keep_seed_evaluations`), else those of its DVC experiment; a seed with neither is left out."""
-    saved = saved_experiments(root)
+    (:func:`keep_seed_evaluations`), else (with `experiments`) those of its DVC experiment. A seed may have some
+    seeded retrievers only (the others' runs still to come), and an evaluation some of `covered`'s tasks only."""
+    saved = saved_experiments(root) if experiments else {}
     out = {}
     for s in seeds:
         sides = {}
         for group, methods in SEED_GROUPS.items():
             for m in methods:
-                if saved_at(root, kept_name(m, s), covered[m], rev):
+                if saved_tasks(root, kept_name(m, s), covered[m], rev):
                     sides[m] = (kept_name(m, s), rev)
                 elif experiment_name(group, s) in saved:
                     sides[m] = (m, saved[experiment_name(group, s)])
-        if len(sides) == len(SEEDED):
+        if sides:
             out[s] = sides
     return out
 
@@ -232,9 +249,15 @@ def keep_seed_evaluations(root: Path, seeds=SEEDS) -> list[str]:
     return written
 
 
-def _seeded_cells(values: list[float]) -> list[str]:
-    mean, sd = _mean_sd(values)
-    return [" / ".join(f"{v:.1f}" for v in values), f"{mean:.1f}" + (f" ± {sd:.1f}" if sd is not None else "")]
+def _seeded_cells(values: list[float | None]) -> list[str]:
+    """Each seed's value ("–" for a seed not evaluated there) and the mean ± sd of those there."""
+    mean, sd = _mean_sd([v for v in values if v is not None])
+    each = " / ".join("–" if v is None else f"{v:.1f}" for v in values)
+    return [each, f"{mean:.1f}" + (f" ± {sd:.1f}" if sd is not None else "")]
+
+
+def _group_mean(values: list[float | None]) -> float | None:
+    return None if None in values else statistics.fmean(values)
 
 
 def seeds_markdown(table: dict) -> str:
@@ -277,7 +300,7 @@ def seed_tables_markdown(table: dict) -> str:
         once = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" if all(m in r for r in rows) else "" for m in fixed]
         seeded = []
         for m in SEEDED:
-            each = [statistics.fmean(r[m][i] for r in rows) for i in range(seeds)] if all(m in r for r in rows) else []
+            each = [_group_mean([r[m][i] for r in rows]) for i in range(seeds)] if all(m in r for r in rows) else []
             seeded += _seeded_cells(each) if each else ["", ""]
         cells.append(
             [f"**average: {group}**", str(sum(r["n"] for r in rows)), *once, *seeded, *[""] * len(PAPER_COLUMNS)]
@@ -297,12 +320,20 @@ def seed_tables_markdown(table: dict) -> str:
         if table["signal_rule"]
         else ("No signal rule has been run (`udr exp signal`): every trained task is averaged.")
     )
+    partial = any(None in row.get(m, []) for row in table["tasks"].values() for m in SEEDED)
+    covering = (
+        " A group's claims average the seeds evaluated on every task of the group (–: a seed not evaluated on "
+        "that task), as many as its per-seed column lists."
+        if partial
+        else ""
+    )
     return (
         markdown_table(header, cells) + f"\n{signal}\n\n## Claims on seed-averaged retrievers\n\n"
         "Each side's score on a bootstrap resample of the test rows is the mean of its seeds' scores on those "
         f"rows; paired 95% interval of the difference of the group's average ({table['resamples']} resamples, "
         f"every task resampled at once), **bold** where the unrounded interval clears 0 by {CLAIM_MARGIN} points "
-        "(resolved). Per seed: the difference of averages of that seed's retrievers (the fixed ones' single run).\n\n"
+        "(resolved). Per seed: the difference of averages of that seed's retrievers (the fixed ones' single run)."
+        f"{covering}\n\n"
         + markdown_table(["tasks", "claim", "n", "seed-averaged difference [95% CI]", "per seed"], claim_cells)
     )
 

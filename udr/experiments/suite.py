@@ -20,6 +20,11 @@ data) and skips every evaluation whose code, params, data and model came out the
 deterministic on one CPU kind, not across kinds). A fresh start (new code): remove the worktree
 (`git worktree remove --force build/suite`) and the state.
 
+Each trained retriever is trained again with the extra training seeds (:data:`udr.experiments.seeds.SEEDS`),
+one DVC experiment per retriever and seed in DVC's queue, evaluated only on the tasks that bear on a claim
+(the trained tasks with signal, the unseen ones) to spare hours of evaluation; each one's evaluation is kept
+in the worktree as `<method>-seed-<N>`, where the table reads it.
+
 The table, metrics/<name>/pipeline.md (and .json; the suite's beside its other results in metrics/suite/),
 is the seed table's shape read from the saved experiment at its commit: per task and per group of tasks
 (trained, split as the paper's Tables 1-2 and by signal; unseen tasks of a trained family; unseen families)
@@ -41,8 +46,8 @@ from pathlib import Path
 import yaml
 
 from udr.errors import UdrError
-from udr.experiments.dvc import run_dvc, saved_experiments
-from udr.experiments.seeds import MULTITASK, SEEDS, seed_table, seed_tables_markdown, task_groups
+from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queued, saved_experiments
+from udr.experiments.seeds import MULTITASK, SEEDS, kept_name, seed_table, seed_tables_markdown, task_groups
 from udr.experiments.signal import SIGNAL_METHODS, tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import building_dir, remove, write_json_atomic, write_text_atomic
@@ -60,10 +65,11 @@ COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the run, `tool` (dvc or udr) with `args` in the worktree. A udr step is outside the pipeline,
-    in a `part` (the signal rule, the multi-task EPR); it is skipped where its part is done, or where the saved
-    results it makes (`makes`: metrics/<name>/, one file per trained task) are all there, here or from the
-    state; once done, its `outputs` are kept in the state."""
+    """One step of the run, `tool` with `args` in the worktree: dvc (`dvc ARGS`), udr (`udr ARGS`) or seed (a
+    seeded retriever's extra training seed, `args` = (method, seed): :func:`run_seed`). A udr or seed step is
+    outside the pipeline, in a `part` (the signal rule, the multi-task EPR, the seeds); it is skipped where its
+    part is done, or where the saved results it makes (`makes`: metrics/<name>/, one file per task it
+    evaluates) are all there, here or from the state; once done, its `outputs` are kept in the state."""
 
     tool: str
     args: tuple[str, ...]
@@ -173,11 +179,11 @@ def restore_state(state: Path, work: Path) -> bool:
     return True
 
 
-def suite_steps() -> list[Step]:
+def suite_steps(seeds=SEEDS) -> list[Step]:
     """The run's steps in order: the evaluations of the retrievers that train nothing; the signal rule on
     validation (`udr exp signal`, which the table's groups read); UDR's evaluation, then the other trained
-    retrievers' (udr.config.METHODS order); the multi-task EPR, trained and evaluated; then the rest of the
-    pipeline (the report)."""
+    retrievers' (udr.config.METHODS order); the multi-task EPR, trained and evaluated; each trained retriever
+    with each extra training seed of `seeds`; then the rest of the pipeline (the report)."""
     from udr.config import METHODS
     from udr.paths import BI_ENCODER_METHODS
 
@@ -194,15 +200,50 @@ def suite_steps() -> list[Step]:
         Step("udr", ("train", "--epr"), "multitask", MULTITASK),
         Step("udr", evaluated, "multitask", MULTITASK, made),
     ]
+    for seed in seeds:
+        for m in trained:
+            kept = kept_name(m, seed)
+            steps.append(Step("seed", (m, str(seed)), "seeds", kept, (f"metrics/{kept}", f"data/predictions/{kept}")))
     return [*steps, Step("dvc", ("repro",))]
 
 
+def seed_tasks(work: Path, settings, method: str) -> list[str]:
+    """The tasks an extra training seed of `method` is evaluated on: those that bear on a claim, the trained
+    tasks with signal (the rule run in the worktree) and the unseen tasks (UDR's transfer)."""
+    signal = tasks_with_signal(work, settings.method_tasks("epr")) or []
+    return [t for t in settings.method_tasks(method) if t in signal or t in settings.evaluate.unseen_tasks]
+
+
 def step_done(step: Step, work: Path, settings) -> bool:
-    """Whether a step outside the pipeline is done in the worktree for the run's trained tasks."""
+    """Whether a step outside the pipeline is done in the worktree: every task it evaluates (the run's trained
+    tasks; a seed's :func:`seed_tasks`) has its saved result."""
     trained = settings.method_tasks("epr")
     if step.part == "signal" and tasks_with_signal(work, trained) is not None:
         return True
-    return bool(step.makes) and all((work / "metrics" / step.makes / f"{t}.json").is_file() for t in trained)
+    tasks = seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else trained
+    return bool(step.makes) and all((work / "metrics" / step.makes / f"{t}.json").is_file() for t in tasks)
+
+
+def untracked_paths(work: Path) -> list[str]:
+    """The paths in `work` that git neither tracks nor ignores (a folder all of whose files are such: the folder):
+    the outputs this run made that a queued experiment's temporary folder needs as well."""
+    return _git(work, "ls-files", "--others", "--exclude-standard", "--directory").splitlines()
+
+
+def run_seed(work: Path, settings, step: Step, name: str, env: dict) -> None:
+    """A seed step (`step.args`: method, seed): the DVC experiment `<name>-<method>-seed-<N>`, `train.seed=N` and the
+    evaluation on :func:`seed_tasks` only, run in DVC's queue (a temporary folder: the worktree's models and
+    outputs stay the global seed's; its finished stages and outputs come along), then kept in the worktree as
+    the saved evaluation `<method>-seed-<N>` (:func:`udr.experiments.seeds.kept_name`)."""
+    method, seed = step.args[0], int(step.args[1])
+    experiment = f"{name}-{method}-seed-{seed}"
+    if experiment not in saved_experiments(work):
+        tasks = seed_tasks(work, settings, method)
+        overrides = (f"train.seed={seed}", "evaluate.shots_tasks=[]", f"evaluate.tasks=[{','.join(tasks)}]")
+        target = (f"evaluate@{method}",)
+        args = exp_run_args(experiment, overrides, target, queue=True, copy_paths=untracked_paths(work))
+        run_queued(work, [args], settings, env=env)
+    keep_evaluation(work, saved_experiments(work)[experiment], method, kept_name(method, seed))
 
 
 def run_udr(args: list[str], work: Path, env: dict) -> None:
@@ -214,9 +255,11 @@ def run_udr(args: list[str], work: Path, env: dict) -> None:
         raise UdrError(f"`udr {' '.join(args)}` failed with exit {done.returncode} in {work}")
 
 
-def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: str = EXPERIMENT, dry: bool = False):
-    """Reproduce `profile` in its worktree (`dvc repro`, resumable) and save it as the DVC experiment `name`.
-    Returns the worktree."""
+def run_suite(
+    root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: str = EXPERIMENT, seeds=SEEDS, dry: bool = False
+):
+    """Reproduce `profile` in its worktree (`dvc repro`, resumable), each trained retriever with the extra training
+    `seeds` too, and save it as the DVC experiment `name`. Returns the worktree."""
     from udr.config import load_settings
 
     root = Path(root)
@@ -224,13 +267,20 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
     save = ["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))]
     state = root / "metrics" / name / STATE
-    steps = suite_steps()
+    steps = suite_steps(seeds)
     if dry:
         rev = state_commit(state) or "HEAD"
         print(f"git worktree add --detach {work} {rev}  # where it is missing; then {state} copied in")
         for step in steps:
             if step.tool == "udr":
                 print(" ".join(["udr", *step.args]) + f"  # where the {step.part} part is not done")
+            elif step.tool == "seed":
+                method, seed = step.args
+                overrides = f"-S train.seed={seed} -S evaluate.tasks=[...]"
+                print(
+                    f"dvc exp run --queue -n {name}-{method}-seed-{seed} {overrides} evaluate@{method}"
+                    "  # evaluate.tasks: those with signal and the unseen; where the seed is not kept yet"
+                )
             else:
                 run_dvc(list(step.args), root / work, dry=True)
         run_dvc(save, root / work, dry=True)
@@ -247,11 +297,15 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     settings = load_settings(work / "params.yaml")  # a profile udr cannot read stops here, in one line
     # the stages' `udr` runs the worktree's code, the commit the run began with
     code = {"PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    outside = [s for s in steps if s.tool == "udr"]
+    outside = [s for s in steps if s.tool != "dvc"]
     for step in steps:
         if step.tool == "dvc":
             run_dvc(list(step.args), work, env=code)
-        elif not step_done(step, work, settings):
+        elif step_done(step, work, settings):
+            pass
+        elif step.tool == "seed":
+            run_seed(work, settings, step, name, code)
+        else:
             run_udr(list(step.args), work, code)
         done = [p for s in outside if step_done(s, work, settings) for p in s.outputs]
         save_state(work, state, parts=done)
@@ -259,7 +313,7 @@ def run_suite(root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: s
     return work
 
 
-def state_progress(root: Path, name: str = EXPERIMENT) -> str:
+def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS) -> str:
     """What the saved state of run `name` holds so far, as Markdown: each task's graded score (test) of every
     retriever evaluated, and the steps still to come (from the state alone: no worktree, no DVC)."""
     from udr.config import METHODS
@@ -275,21 +329,22 @@ def state_progress(root: Path, name: str = EXPERIMENT) -> str:
     tasks = list(dict.fromkeys(t for m in methods for t in scores[m]))
     cells = [[t, *(f"{scores[m][t]:.1f}" if t in scores[m] else "" for m in methods)] for t in tasks]
     to_come = []
-    for step in suite_steps():
+    for step in suite_steps(seeds):
         if step.tool == "dvc" and step.args[1:]:
             done = (state / "metrics" / step.args[1].split("@")[1]).is_dir()
-        elif step.tool == "udr":
+        elif step.tool != "dvc":
             done = step.part == "signal" and (state / "metrics" / "signal.json").is_file()
             done = done or bool(step.makes) and (state / "metrics" / step.makes).is_dir()
         else:
             done = False
         if not done:
-            to_come.append(" ".join([step.tool, *step.args]))
+            shown = f"training seed {step.args[1]} of {step.args[0]}" if step.tool == "seed" else ""
+            to_come.append(shown or f"`{' '.join([step.tool, *step.args])}`")
     return (
         f"# {name}: the saved state so far (commit {state_commit(state)[:12]})\n\n"
         + (markdown_table(["task", *methods], cells) if methods else "No evaluation yet.\n")
         + "\nSteps to come (a step shown done may run again where its inputs changed):\n\n"
-        + "".join(f"- `{step}`\n" for step in to_come)
+        + "".join(f"- {step}\n" for step in to_come)
     )
 
 
@@ -311,7 +366,7 @@ def suite_groups(settings, trained: list[str], signal: list[str] | None) -> dict
     return {g: tasks for g, tasks in groups.items() if tasks}
 
 
-def suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> dict:
+def suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK, seeds=SEEDS) -> dict:
     """Every number of the table, read from the experiment `name` at its commit in the suite's worktree: the
     seed table's (:func:`udr.experiments.seeds.seed_table`: per task each retriever's score, each training
     seed's where the worktree has saved seed experiments, and the claims on seed-averaged retrievers) over
@@ -322,7 +377,7 @@ def suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> dict:
     rev = saved_experiments(work).get(name)
     if rev is None:
         raise UdrError(f"no DVC experiment {name!r} here: run `udr exp suite` first")
-    return {"experiment": name, "commit": rev} | seed_table(work, SEEDS, rev, grouping=suite_groups)
+    return {"experiment": name, "commit": rev} | seed_table(work, seeds, rev, grouping=suite_groups, experiments=False)
 
 
 def suite_markdown(table: dict) -> str:
@@ -337,8 +392,8 @@ def suite_markdown(table: dict) -> str:
     )
 
 
-def write_suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK) -> Path:
-    table = suite_table(root, name, work)
+def write_suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK, seeds=SEEDS) -> Path:
+    table = suite_table(root, name, work, seeds)
     out = Path(root) / "metrics" / name / TABLE
     write_json_atomic(out.with_suffix(".json"), table)
     write_text_atomic(out, suite_markdown(table))

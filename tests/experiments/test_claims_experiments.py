@@ -267,3 +267,10 @@ def test_label_aware_selection_is_chosen_on_validation_and_tested_once(with_sign
     code, _, err = run_cli(["exp", "labels"], with_signal)
     assert code == 0, err
     assert {p: p.stat().st_mtime_ns for p in saved} == saved
+
+    signal = with_signal / "metrics" / "signal.json"
+    measured = json.loads(signal.read_text())
+    measured["tasks"]["sst2"]["signal"] = False
+    signal.write_text(json.dumps(measured))
+    code, _, err = run_cli(["exp", "labels"], with_signal)
+    assert code == 1 and "no trained classification task carries signal" in err and err.count("\n") == 1, err

@@ -183,12 +183,16 @@ def test_a_folder_that_is_no_worktree_or_a_missing_profile_is_a_one_line_error(t
 def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are_there(tmp_path):
     from types import SimpleNamespace
 
-    from udr.experiments.suite import step_done, suite_steps
+    from udr.experiments.suite import outputs_in, step_done, suite_steps
 
     def method_tasks(method):  # EPR is trained per task: not evaluated on the unseen cr
         return ["sst2", "e2e"] + (["cr"] if method == "udr" else [])
 
-    settings = SimpleNamespace(method_tasks=method_tasks, evaluate=SimpleNamespace(unseen_tasks={"cr": {}}))
+    def task(name):
+        return SimpleNamespace(kind="generation" if name == "e2e" else "classification")
+
+    unseen = SimpleNamespace(unseen_tasks={"cr": {}})
+    settings = SimpleNamespace(method_tasks=method_tasks, task=task, evaluate=unseen, root=tmp_path)
     steps = {" ".join(s.args): s for s in suite_steps() if s.tool == "udr"}
     random, signal = steps["evaluate --split validation -m random"], steps["exp signal"]
     multitask = steps["evaluate -m epr --model models/epr-multitask --save-as epr-multitask"]
@@ -202,6 +206,24 @@ def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are
     (tmp_path / "metrics" / "signal.json").write_text(json.dumps(measured))
     assert all(step_done(s, tmp_path, settings) for s in steps.values() if s.part == "signal")
     assert not step_done(multitask, tmp_path, settings)
+
+    # label-aware selection on the classification tasks with signal, its sweep's points matched by name
+    (labels,) = [s for s in suite_steps() if s.part == "labels"]
+    assert not step_done(labels, tmp_path, settings)
+    for folder in ("udr-labels-w0.1-noquota", "sbert-labels-w3-balanced", "udr"):
+        (tmp_path / "metrics" / "validation" / folder).mkdir()
+    assert outputs_in(tmp_path, labels.outputs) == [
+        "metrics/validation/udr",
+        "metrics/validation/sbert-labels-w3-balanced",
+        "metrics/validation/udr-labels-w0.1-noquota",
+    ]  # not the signal rule's validation evaluations (random)
+    (tmp_path / "metrics" / "labels.json").write_text("{}")
+    assert step_done(labels, tmp_path, settings)
+    (tmp_path / "metrics" / "labels.json").unlink()
+    without = {"tasks": {t: {"signal": t == "e2e"} for t in ("sst2", "e2e")}}  # no classification task
+    (tmp_path / "metrics" / "signal.json").write_text(json.dumps(without))
+    assert step_done(labels, tmp_path, settings)  # nothing to choose labels on
+    (tmp_path / "metrics" / "signal.json").write_text(json.dumps(measured))
 
     # an extra seed is evaluated on the tasks that bear on a claim: those with signal, and the unseen ones
     seeds = {s.args: s for s in suite_steps((3,)) if s.tool == "seed"}
@@ -233,4 +255,4 @@ def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cl
     assert "(commit 0123456789ab)" in out and "| sst2 | 51.2 |" in out
     assert "`dvc repro evaluate@random`" not in out and "`dvc repro evaluate@bm25`" in out
     assert "`udr exp signal`" in out and "`dvc repro`" in out
-    assert "- training seed 2 of epr\n" in out
+    assert "- training seed 2 of epr\n" in out and "`udr exp labels`" in out

@@ -235,17 +235,15 @@ def exp_labels_cmd(
 ) -> None:
     """Label-aware selection (METHOD+labels) on the classification tasks with signal: its settings chosen on
     validation, then tested once against the retrievers without labels -> metrics/labels.md."""
-    from udr.experiments.labels import write_labels
-    from udr.experiments.signal import tasks_with_signal
+    from udr.experiments.labels import label_tasks, write_labels
     from udr.workflows.label_sweep import run_label_sweep
 
     settings = load(params, None)
-    trained = [t for t in settings.method_tasks("epr") if settings.task(t).kind == "classification"]
-    tasks = tasks_with_signal(settings.root, trained)
+    tasks = label_tasks(settings)
     if tasks is None:
         raise UdrError("no signal table of these tasks: run `udr exp signal` first (metrics/signal.json)")
     if not tasks:
-        raise UdrError(f"no classification task carries signal ({', '.join(trained)}): nothing to choose labels on")
+        raise UdrError("no trained classification task carries signal (metrics/signal.md): nothing to choose labels on")
     swept = run_label_sweep(settings, method or ["udr", "sbert"], tasks)
     console().print(f"-> {write_labels(settings, swept, tasks)}")
 

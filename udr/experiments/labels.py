@@ -21,6 +21,15 @@ from udr.util.files import write_json_atomic, write_text_atomic
 BASELINES = ("random", "bm25", "sbert", "udr")
 
 
+def label_tasks(settings) -> list[str] | None:
+    """The tasks label-aware selection is chosen and tested on: the trained classification tasks with signal
+    (None where the signal rule has not been run on them)."""
+    from udr.experiments.signal import tasks_with_signal
+
+    trained = [t for t in settings.method_tasks("epr") if settings.task(t).kind == "classification"]
+    return tasks_with_signal(settings.root, trained)
+
+
 def labels_file(root: Path) -> Path:
     return Path(root) / "metrics" / "labels.json"
 

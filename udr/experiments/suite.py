@@ -47,8 +47,9 @@ import yaml
 
 from udr.errors import UdrError
 from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queued, saved_experiments
+from udr.experiments.labels import label_tasks
 from udr.experiments.seeds import MULTITASK, SEEDS, kept_name, seed_table, seed_tables_markdown, task_groups
-from udr.experiments.signal import SIGNAL_METHODS, tasks_with_signal
+from udr.experiments.signal import SIGNAL_METHODS, signal_file, tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import building_dir, remove, write_json_atomic, write_text_atomic
 from udr.util.readers import read_json
@@ -61,6 +62,19 @@ SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps be
 STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept outputs, committed as they come
 LOCK = "dvc.lock"
 COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
+SIGNAL = signal_file(Path()).as_posix()  # the signal rule's table, in the worktree
+# What `udr exp labels` writes: its table, UDR's validation evaluation, each point of its validation sweep
+# (`<method>-labels-w<γ>-<quota>`) and the chosen settings' test evaluation
+LABEL_OUTPUTS = ("metrics/labels.json", "metrics/labels.md") + tuple(
+    f"{folder}/{name}"
+    for folder, names in (
+        ("metrics/validation", ("udr", "*-labels-*")),
+        ("data/predictions-validation", ("udr", "*-labels-*")),
+        ("metrics", ("*+labels",)),
+        ("data/predictions", ("*+labels",)),
+    )
+    for name in names
+)
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,8 @@ class Step:
     seeded retriever's extra training seed, `args` = (method, seed): :func:`run_seed`). A udr or seed step is
     outside the pipeline, in a `part` (the signal rule, the multi-task EPR, the seeds); it is skipped where its
     part is done, or where the saved results it makes (`makes`: metrics/<name>/, one file per task it
-    evaluates) are all there, here or from the state; once done, its `outputs` are kept in the state."""
+    evaluates) are all there, here or from the state; once done, its `outputs` (paths in the worktree, a `*` in
+    one matching names) are kept in the state."""
 
     tool: str
     args: tuple[str, ...]
@@ -160,8 +175,13 @@ def save_state(work: Path, state: Path, current: set[str] | None = None, parts=(
     with building_dir(state) as new:
         shutil.copy2(work / LOCK, new / LOCK)
         (new / COMMIT).write_text(_git(work, "rev-parse", "HEAD") + "\n")
-        for p in [*kept_outputs(work, current), *(p for p in parts if (work / p).exists())]:
+        for p in [*kept_outputs(work, current), *outputs_in(work, parts)]:
             _copy(work / p, new / p)
+
+
+def outputs_in(work: Path, outputs) -> list[str]:
+    """The paths of `outputs` (a `*` in one matching names) that are in `work`."""
+    return [q.relative_to(work).as_posix() for p in outputs for q in sorted(work.glob(p))]
 
 
 def state_commit(state: Path) -> str | None:
@@ -182,8 +202,9 @@ def restore_state(state: Path, work: Path) -> bool:
 def suite_steps(seeds=SEEDS) -> list[Step]:
     """The run's steps in order: the evaluations of the retrievers that train nothing; the signal rule on
     validation (`udr exp signal`, which the table's groups read); UDR's evaluation, then the other trained
-    retrievers' (udr.config.METHODS order); the multi-task EPR, trained and evaluated; each trained retriever
-    with each extra training seed of `seeds`; then the rest of the pipeline (the report)."""
+    retrievers' (udr.config.METHODS order); the multi-task EPR, trained and evaluated; label-aware selection
+    (`udr exp labels`: chosen on validation, tested once); each trained retriever with each extra training seed
+    of `seeds`; then the rest of the pipeline (the report)."""
     from udr.config import METHODS
     from udr.paths import BI_ENCODER_METHODS
 
@@ -192,13 +213,14 @@ def suite_steps(seeds=SEEDS) -> list[Step]:
     for m in SIGNAL_METHODS:
         made = (f"metrics/validation/{m}", f"data/predictions-validation/{m}")
         steps.append(Step("udr", ("evaluate", "--split", "validation", "-m", m), "signal", f"validation/{m}", made))
-    steps.append(Step("udr", ("exp", "signal"), "signal", outputs=("metrics/signal.json", "metrics/signal.md")))
+    steps.append(Step("udr", ("exp", "signal"), "signal", outputs=(SIGNAL, SIGNAL.replace(".json", ".md"))))
     steps += [Step("dvc", ("repro", f"evaluate@{m}")) for m in trained]
     made = (f"metrics/{MULTITASK}", f"data/predictions/{MULTITASK}")
     evaluated = ("evaluate", "-m", "epr", "--model", f"models/{MULTITASK}", "--save-as", MULTITASK)
     steps += [
         Step("udr", ("train", "--epr"), "multitask", MULTITASK),
         Step("udr", evaluated, "multitask", MULTITASK, made),
+        Step("udr", ("exp", "labels"), "labels", outputs=LABEL_OUTPUTS),
     ]
     for seed in seeds:
         for m in trained:
@@ -217,11 +239,23 @@ def seed_tasks(work: Path, settings, method: str) -> list[str]:
 def step_done(step: Step, work: Path, settings) -> bool:
     """Whether a step outside the pipeline is done in the worktree: every task it evaluates (the run's trained
     tasks; a seed's :func:`seed_tasks`) has its saved result."""
-    trained = settings.method_tasks("epr")
-    if step.part == "signal" and tasks_with_signal(work, trained) is not None:
+    if step.part == "labels" and label_tasks(settings) == []:  # no classification task with signal: nothing to do
         return True
-    tasks = seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else trained
-    return bool(step.makes) and all((work / "metrics" / step.makes / f"{t}.json").is_file() for t in tasks)
+    tasks = seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else settings.method_tasks("epr")
+    return results_in(step, work, tasks)
+
+
+def results_in(step: Step, folder: Path, tasks: list[str] | None) -> bool:
+    """Whether the results of a step outside the pipeline are in `folder` (a worktree, or a saved state): for
+    each of `tasks`, or (None: a state, which has no params to name them) for some task."""
+    if step.part == "signal":  # the rule measured: its validation evaluations are done too
+        measured = tasks_with_signal(folder, tasks) is not None if tasks is not None else signal_file(folder).is_file()
+        if measured:
+            return True
+    if step.part == "labels":
+        return (folder / LABEL_OUTPUTS[0]).is_file()
+    made = folder / "metrics" / step.makes
+    return bool(step.makes) and (made.is_dir() if tasks is None else all((made / f"{t}.json").is_file() for t in tasks))
 
 
 def untracked_paths(work: Path) -> list[str]:
@@ -289,7 +323,7 @@ def run_suite(
     # a run another machine began goes on with that commit's code, so its finished stages still count
     work = suite_worktree(root, work, state_commit(state) or "HEAD")
     if fresh:  # the parts outside the pipeline that came with the commit are the default run's, not this one's
-        for p in (p for step in steps for p in step.outputs):
+        for p in outputs_in(work, [p for step in steps for p in step.outputs]):
             remove(work / p)
         if restore_state(state, work):
             print(f"resuming from {state.relative_to(root)}")
@@ -333,8 +367,7 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS) -> str:
         if step.tool == "dvc" and step.args[1:]:
             done = (state / "metrics" / step.args[1].split("@")[1]).is_dir()
         elif step.tool != "dvc":
-            done = step.part == "signal" and (state / "metrics" / "signal.json").is_file()
-            done = done or bool(step.makes) and (state / "metrics" / step.makes).is_dir()
+            done = results_in(step, state, None)
         else:
             done = False
         if not done:

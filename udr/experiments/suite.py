@@ -63,6 +63,7 @@ STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept output
 LOCK = "dvc.lock"
 COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
 SIGNAL = signal_file(Path()).as_posix()  # the signal rule's table, in the worktree
+SCORE_STAGES = "score"  # dvc.yaml's round-0 scoring, one stage per task (`score@<task>`)
 # What `udr exp labels` writes: its table, UDR's validation evaluation, each point of its validation sweep
 # (`<method>-labels-w<γ>-<quota>`) and the chosen settings' test evaluation
 LABEL_OUTPUTS = ("metrics/labels.json", "metrics/labels.md") + tuple(
@@ -201,10 +202,10 @@ def restore_state(state: Path, work: Path) -> bool:
 
 def suite_steps(seeds=SEEDS) -> list[Step]:
     """The run's steps in order: the evaluations of the retrievers that train nothing; the signal rule on
-    validation (`udr exp signal`, which the table's groups read); UDR's evaluation, then the other trained
-    retrievers' (udr.config.METHODS order); the multi-task EPR, trained and evaluated; label-aware selection
-    (`udr exp labels`: chosen on validation, tested once); each trained retriever with each extra training seed
-    of `seeds`; then the rest of the pipeline (the report)."""
+    validation (`udr exp signal`, which the table's groups read); the shipped feedback checked; UDR's
+    evaluation, then the other trained retrievers' (udr.config.METHODS order); the multi-task EPR, trained and
+    evaluated; label-aware selection (`udr exp labels`: chosen on validation, tested once); each trained
+    retriever with each extra training seed of `seeds`; then the rest of the pipeline (the report)."""
     from udr.config import METHODS
     from udr.paths import BI_ENCODER_METHODS
 
@@ -214,6 +215,9 @@ def suite_steps(seeds=SEEDS) -> list[Step]:
         made = (f"metrics/validation/{m}", f"data/predictions-validation/{m}")
         steps.append(Step("udr", ("evaluate", "--split", "validation", "-m", m), "signal", f"validation/{m}", made))
     steps.append(Step("udr", ("exp", "signal"), "signal", outputs=(SIGNAL, SIGNAL.replace(".json", ".md"))))
+    # the shipped feedback checked (every task's `score` stage) on its own: its results are kept in the state,
+    # while a trained model is not, so another machine skips this half hour
+    steps.append(Step("dvc", ("repro", SCORE_STAGES)))
     steps += [Step("dvc", ("repro", f"evaluate@{m}")) for m in trained]
     made = (f"metrics/{MULTITASK}", f"data/predictions/{MULTITASK}")
     evaluated = ("evaluate", "-m", "epr", "--model", f"models/{MULTITASK}", "--save-as", MULTITASK)
@@ -364,8 +368,8 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS) -> str:
     cells = [[t, *(f"{scores[m][t]:.1f}" if t in scores[m] else "" for m in methods)] for t in tasks]
     to_come = []
     for step in suite_steps(seeds):
-        if step.tool == "dvc" and step.args[1:]:
-            done = (state / "metrics" / step.args[1].split("@")[1]).is_dir()
+        if step.tool == "dvc" and step.args[1:]:  # an evaluation's results (the feedback check's: metrics/score)
+            done = (state / "metrics" / step.args[1].split("@")[-1]).is_dir()
         elif step.tool != "dvc":
             done = results_in(step, state, None)
         else:

@@ -216,7 +216,7 @@ def suite_steps(seeds=SEEDS) -> list[Step]:
         steps.append(Step("udr", ("evaluate", "--split", "validation", "-m", m), "signal", f"validation/{m}", made))
     steps.append(Step("udr", ("exp", "signal"), "signal", outputs=(SIGNAL, SIGNAL.replace(".json", ".md"))))
     # the shipped feedback checked (every task's `score` stage) on its own: its results are kept in the state,
-    # while a trained model is not, so another machine skips this half hour
+    # while a trained model is not, so another machine skips them (some ten minutes on 2 cores)
     steps.append(Step("dvc", ("repro", SCORE_STAGES)))
     steps += [Step("dvc", ("repro", f"evaluate@{m}")) for m in trained]
     made = (f"metrics/{MULTITASK}", f"data/predictions/{MULTITASK}")

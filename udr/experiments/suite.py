@@ -48,7 +48,15 @@ import yaml
 from udr.errors import UdrError
 from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queued, saved_experiments
 from udr.experiments.labels import label_tasks
-from udr.experiments.seeds import MULTITASK, SEEDS, kept_name, seed_table, seed_tables_markdown, task_groups
+from udr.experiments.seeds import (
+    MULTITASK,
+    SEEDS,
+    experiment_name,
+    kept_name,
+    seed_table,
+    seed_tables_markdown,
+    task_groups,
+)
 from udr.experiments.signal import SIGNAL_METHODS, signal_file, tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import building_dir, remove, write_json_atomic, write_text_atomic
@@ -268,13 +276,18 @@ def untracked_paths(work: Path) -> list[str]:
     return _git(work, "ls-files", "--others", "--exclude-standard", "--directory").splitlines()
 
 
+def seed_experiment(name: str, method: str, seed) -> str:
+    """The DVC experiment of run `name`'s extra training seed of `method`: `<name>-<method>-seed-<N>`."""
+    return experiment_name(f"{name}-{method}", seed)
+
+
 def run_seed(work: Path, settings, step: Step, name: str, env: dict) -> None:
     """A seed step (`step.args`: method, seed): the DVC experiment `<name>-<method>-seed-<N>`, `train.seed=N` and the
     evaluation on :func:`seed_tasks` only, run in DVC's queue (a temporary folder: the worktree's models and
     outputs stay the global seed's; its finished stages and outputs come along), then kept in the worktree as
     the saved evaluation `<method>-seed-<N>` (:func:`udr.experiments.seeds.kept_name`)."""
     method, seed = step.args[0], int(step.args[1])
-    experiment = f"{name}-{method}-seed-{seed}"
+    experiment = seed_experiment(name, method, seed)
     if experiment not in saved_experiments(work):
         tasks = seed_tasks(work, settings, method)
         overrides = (f"train.seed={seed}", "evaluate.shots_tasks=[]", f"evaluate.tasks=[{','.join(tasks)}]")
@@ -316,7 +329,7 @@ def run_suite(
                 method, seed = step.args
                 overrides = f"-S train.seed={seed} -S evaluate.tasks=[...]"
                 print(
-                    f"dvc exp run --queue -n {name}-{method}-seed-{seed} {overrides} evaluate@{method}"
+                    f"dvc exp run --queue -n {seed_experiment(name, method, seed)} {overrides} evaluate@{method}"
                     "  # evaluate.tasks: those with signal and the unseen; where the seed is not kept yet"
                 )
             else:

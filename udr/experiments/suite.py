@@ -74,15 +74,23 @@ SIGNAL = signal_file(Path()).as_posix()  # the signal rule's table, in the workt
 SCORE_STAGES = "score"  # dvc.yaml's round-0 scoring, one stage per task (`score@<task>`)
 # What `udr exp labels` writes: its table, UDR's validation evaluation, each point of its validation sweep
 # (`<method>-labels-w<γ>-<quota>`) and the chosen settings' test evaluation
-LABEL_OUTPUTS = ("metrics/labels.json", "metrics/labels.md") + tuple(
-    f"{folder}/{name}"
-    for folder, names in (
-        ("metrics/validation", ("udr", "*-labels-*")),
-        ("data/predictions-validation", ("udr", "*-labels-*")),
-        ("metrics", ("*+labels",)),
-        ("data/predictions", ("*+labels",)),
-    )
-    for name in names
+
+
+def saved_folders(name: str, split: str = "test") -> tuple[str, ...]:
+    """The folders, relative to the worktree, of an evaluation saved as `name` (a `*` in it matches names):
+    its results and its predictions."""
+    from udr.paths import Paths
+
+    files = (Paths(Path()).method_metrics(name, "-", split), Paths(Path()).predictions(name, "-", split))
+    return tuple(file.parent.as_posix() for file in files)
+
+
+LABEL_OUTPUTS = (
+    "metrics/labels.json",
+    "metrics/labels.md",
+    *saved_folders("udr", "validation"),
+    *saved_folders("*-labels-*", "validation"),
+    *saved_folders("*+labels"),
 )
 
 
@@ -220,24 +228,23 @@ def suite_steps(seeds=SEEDS) -> list[Step]:
     trained = sorted((m for m in METHODS if m in BI_ENCODER_METHODS), key=lambda m: m != "udr")
     steps = [Step("dvc", ("repro", f"evaluate@{m}")) for m in METHODS if m not in BI_ENCODER_METHODS]
     for m in SIGNAL_METHODS:
-        made = (f"metrics/validation/{m}", f"data/predictions-validation/{m}")
+        made = saved_folders(m, "validation")
         steps.append(Step("udr", ("evaluate", "--split", "validation", "-m", m), "signal", f"validation/{m}", made))
     steps.append(Step("udr", ("exp", "signal"), "signal", outputs=(SIGNAL, SIGNAL.replace(".json", ".md"))))
     # the shipped feedback checked (every task's `score` stage) on its own: its results are kept in the state,
     # while a trained model is not, so another machine skips them (some ten minutes on 2 cores)
     steps.append(Step("dvc", ("repro", SCORE_STAGES)))
     steps += [Step("dvc", ("repro", f"evaluate@{m}")) for m in trained]
-    made = (f"metrics/{MULTITASK}", f"data/predictions/{MULTITASK}")
     evaluated = ("evaluate", "-m", "epr", "--model", f"models/{MULTITASK}", "--save-as", MULTITASK)
     steps += [
         Step("udr", ("train", "--epr"), "multitask", MULTITASK),
-        Step("udr", evaluated, "multitask", MULTITASK, made),
+        Step("udr", evaluated, "multitask", MULTITASK, saved_folders(MULTITASK)),
         Step("udr", ("exp", "labels"), "labels", outputs=LABEL_OUTPUTS),
     ]
     for seed in seeds:
         for m in trained:
             kept = kept_name(m, seed)
-            steps.append(Step("seed", (m, str(seed)), "seeds", kept, (f"metrics/{kept}", f"data/predictions/{kept}")))
+            steps.append(Step("seed", (m, str(seed)), "seeds", kept, saved_folders(kept)))
     return [*steps, Step("dvc", ("repro",))]
 
 

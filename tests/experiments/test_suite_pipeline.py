@@ -228,6 +228,9 @@ def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are
     # an extra seed is evaluated on the tasks that bear on a claim: those with signal, and the unseen ones
     seeds = {s.args: s for s in suite_steps((3,)) if s.tool == "seed"}
     assert set(seeds) == {(m, "3") for m in ("udr", "dr-target", "epr")}
+    # the seeds the claims compare (UDR's, per-task EPR's) come first, every seed of them, then DR-Target's
+    order = [s.args for s in suite_steps((3, 4)) if s.tool == "seed"]
+    assert order == [("udr", "3"), ("epr", "3"), ("udr", "4"), ("epr", "4"), ("dr-target", "3"), ("dr-target", "4")]
     assert seeds["udr", "3"].outputs == ("metrics/udr-seed-3", "data/predictions/udr-seed-3")
     kept = tmp_path / "metrics" / "udr-seed-3"
     kept.mkdir()

@@ -50,6 +50,7 @@ from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queu
 from udr.experiments.labels import label_tasks
 from udr.experiments.seeds import (
     MULTITASK,
+    SEED_GROUPS,
     SEEDS,
     experiment_name,
     kept_name,
@@ -221,7 +222,8 @@ def suite_steps(seeds=SEEDS) -> list[Step]:
     validation (`udr exp signal`, which the table's groups read); the shipped feedback checked; UDR's
     evaluation, then the other trained retrievers' (udr.config.METHODS order); the multi-task EPR, trained and
     evaluated; label-aware selection (`udr exp labels`: chosen on validation, tested once); each trained
-    retriever with each extra training seed of `seeds`; then the rest of the pipeline (the report)."""
+    retriever with each extra training seed of `seeds`, UDR's and EPR's before DR-Target's; then the rest of
+    the pipeline (the report)."""
     from udr.config import METHODS
     from udr.paths import BI_ENCODER_METHODS
 
@@ -241,10 +243,12 @@ def suite_steps(seeds=SEEDS) -> list[Step]:
         Step("udr", evaluated, "multitask", MULTITASK, saved_folders(MULTITASK)),
         Step("udr", ("exp", "labels"), "labels", outputs=LABEL_OUTPUTS),
     ]
-    for seed in seeds:
-        for m in trained:
-            kept = kept_name(m, seed)
-            steps.append(Step("seed", (m, str(seed)), "seeds", kept, saved_folders(kept)))
+    # UDR's and per-task EPR's seeds first, which the claims compare; DR-Target's after them (SEED_GROUPS)
+    for group in SEED_GROUPS.values():
+        for seed in seeds:
+            for m in (m for m in trained if m in group):
+                kept = kept_name(m, seed)
+                steps.append(Step("seed", (m, str(seed)), "seeds", kept, saved_folders(kept)))
     return [*steps, Step("dvc", ("repro",))]
 
 

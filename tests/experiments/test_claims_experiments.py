@@ -198,7 +198,12 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     (metrics / "lofo.json").write_text(json.dumps(lofo))
     assert run_cli(["exp", "claims"], tmp_path)[0] == 0
     text = (metrics / "claims.md").read_text()
-    assert "one family held out at a time (sst2, trec): UDR − SBERT | 160 | +1.0 [-3.0, +5.0] | one seed |" in text
+    assert "default run, one family held out at a time (sst2, trec): UDR − SBERT | 160 | +1.0 [-3.0, +5.0] |" in text
+    assert "suite by DVC, one family held out" not in text
+    (metrics / "suite" / "lofo.json").write_text(json.dumps({"groups": {"pooled: every held-out row": fold}}))
+    assert run_cli(["exp", "claims"], tmp_path)[0] == 0
+    text = (metrics / "claims.md").read_text()
+    assert "suite by DVC, one family held out at a time (sst2, trec): UDR − SBERT | 160 | +1.0 [-3.0, +5.0] |" in text
 
 
 def test_one_family_at_a_time_holds_out_the_families_with_signal(with_signal, run_cli):
@@ -240,6 +245,12 @@ def test_one_family_at_a_time_holds_out_the_families_with_signal(with_signal, ru
     _git(project, "update-ref", "-d", "refs/exps/ab/cdef/lofo-sentiment")
     kept = lofo_table(project)
     assert kept["groups"] == table["groups"] and kept["folds"]["sentiment"].startswith("udr-lofo-sentiment at HEAD")
+    # read at another revision (the suite's experiment): the folds kept there, and no experiment of the workspace
+    at = _git(project, "rev-parse", "HEAD")
+    _git(project, "rm", "-rq", "metrics/udr-lofo-sentiment")
+    _git(project, "commit", "-q", "-m", "fold gone")
+    assert lofo_table(project, experiments=False)["groups"] == {}
+    assert lofo_table(project, at, experiments=False)["groups"] == table["groups"]
 
 
 def test_label_aware_selection_is_chosen_on_validation_and_tested_once(with_signal, run_cli):

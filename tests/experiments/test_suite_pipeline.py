@@ -104,6 +104,16 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
             assert (table["tasks"][t][m][1] is None) != signal[t]["signal"], (t, m)
     shown = (repo / "metrics" / "suite" / "pipeline.md").read_text()
     assert "| **average: all trained tasks** |" in shown and "| all trained tasks | UDR − BM25 |" in shown
+    # one family held out at a time, where it has a task with signal: a fold experiment kept in the worktree
+    families = {"sst2": "sentiment", "e2e": "data-to-text"}
+    held = {t: f for t, f in families.items() if signal[t]["signal"]}
+    experiments = _dvc(repo, "exp", "list", "--all-commits", "--name-only").split()
+    for t, family in families.items():
+        assert (f"suite-lofo-{family}" in experiments) == (t in held), family
+        assert (work / "metrics" / f"udr-lofo-{family}" / f"{t}.json").is_file() == (t in held), family
+    if held:
+        folds = json.loads((repo / "metrics" / "suite" / "lofo.json").read_text())
+        assert [g["tasks"] for f, g in folds["groups"].items() if not f.startswith("pooled")] == [[t] for t in held]
 
     # run again: every stage is in the worktree's lock, so nothing re-runs, and the experiment is saved again
     before = (work / "models" / "final" / "udr_record.json").stat().st_mtime_ns
@@ -120,6 +130,7 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     assert (state / "data" / "predictions-validation" / "bm25").is_dir()
     assert (state / "metrics" / "epr-multitask" / "e2e.json").is_file()
     assert (state / "metrics" / "udr-seed-1" / "cr.json").is_file()
+    assert all((state / "metrics" / f"udr-lofo-{family}" / f"{t}.json").is_file() for t, family in held.items())
     # another machine: a worktree made anew from the state re-trains (models are git-ignored) and, training
     # being deterministic here, skips every evaluation (its results keep the state's copies' times)
     _git(repo, "worktree", "remove", "--force", str(work))
@@ -228,9 +239,11 @@ def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are
     # an extra seed is evaluated on the tasks that bear on a claim: those with signal, and the unseen ones
     seeds = {s.args: s for s in suite_steps((3,)) if s.tool == "seed"}
     assert set(seeds) == {(m, "3") for m in ("udr", "dr-target", "epr")}
-    # the seeds the claims compare (UDR's, per-task EPR's) come first, every seed of them, then DR-Target's
-    order = [s.args for s in suite_steps((3, 4)) if s.tool == "seed"]
-    assert order == [("udr", "3"), ("epr", "3"), ("udr", "4"), ("epr", "4"), ("dr-target", "3"), ("dr-target", "4")]
+    # the seeds the claims compare (UDR's, per-task EPR's) come first, every seed of them, then the folds (one
+    # family held out at a time), then DR-Target's seeds
+    order = [s.args for s in suite_steps((3, 4), ("sentiment", "data to text")) if s.tool in ("seed", "fold")]
+    assert order[:4] == [("udr", "3"), ("epr", "3"), ("udr", "4"), ("epr", "4")]
+    assert order[4:] == [("sentiment",), ("data to text",), ("dr-target", "3"), ("dr-target", "4")]
     assert seeds["udr", "3"].outputs == ("metrics/udr-seed-3", "data/predictions/udr-seed-3")
     kept = tmp_path / "metrics" / "udr-seed-3"
     kept.mkdir()
@@ -244,6 +257,20 @@ def test_a_step_outside_the_pipeline_is_skipped_once_its_results_or_its_part_are
         seeds["dr-target", "3"], tmp_path, settings
     )
 
+    # a fold: the family's tasks with signal, kept as udr-lofo-<family>; a family without signal is not held out
+    settings.training_tasks = lambda: ["sst2", "e2e"]
+    settings.task = lambda name: SimpleNamespace(family="data to text" if name == "e2e" else "sentiment")
+    folds = {s.args[0]: s for s in suite_steps((), ("sentiment", "data to text")) if s.tool == "fold"}
+    assert folds["sentiment"].outputs == ("metrics/udr-lofo-sentiment", "data/predictions/udr-lofo-sentiment")
+    assert not step_done(folds["sentiment"], tmp_path, settings) and step_done(
+        folds["data to text"], tmp_path, settings
+    )
+    (tmp_path / "metrics" / "udr-lofo-sentiment").mkdir()
+    (tmp_path / "metrics" / "udr-lofo-sentiment" / "sst2.json").write_text("{}")
+    assert step_done(folds["sentiment"], tmp_path, settings)
+    (tmp_path / "metrics" / "signal.json").unlink()
+    assert not step_done(folds["data to text"], tmp_path, settings)  # the rule not run yet: not known
+
 
 def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cli):
     state = tmp_path / "metrics" / "suite" / "state"
@@ -253,9 +280,19 @@ def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cl
     (state / "metrics" / "random" / "sst2.json").write_text(json.dumps({"graded": {"score": 51.25}}))
     (state / "dvc.lock").write_text("schema: '2.0'\n")
     (state / "COMMIT").write_text("0123456789abcdef\n")
+    code, _, err = run_cli(["exp", "suite", "--progress"], tmp_path)
+    assert code == 1 and "profiles/suite.yaml" in err  # the folds come from the profile's families
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "suite.yaml").write_bytes((PROJECT / "profiles" / "suite.yaml").read_bytes())
     code, out, err = run_cli(["exp", "suite", "--progress"], tmp_path)
     assert code == 0, err
     assert "(commit 0123456789ab)" in out and "| sst2 | 51.2 |" in out
     assert "`dvc repro evaluate@random`" not in out and "`dvc repro evaluate@bm25`" in out
     assert "`udr exp signal`" in out and "`dvc repro`" in out
     assert "- training seed 2 of epr\n" in out and "`udr exp labels`" in out
+    assert "- sentiment held out\n" in out and "- nli held out\n" in out  # the signal rule has not run
+    trained = yaml.safe_load((tmp_path / "profiles" / "suite.yaml").read_text())["prepare"]["tasks"]
+    signal = {"tasks": {t: {"signal": t not in ("rte", "snli")} for t in trained}}
+    (state / "metrics" / "signal.json").write_text(json.dumps(signal))
+    out = run_cli(["exp", "suite", "--progress"], tmp_path)[1]
+    assert "- sentiment held out\n" in out and "nli held out" not in out  # no nli task with signal

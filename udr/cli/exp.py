@@ -218,7 +218,7 @@ def exp_suite_cmd(
 
     root, seeds = Path("."), tuple(seed or SEEDS)
     if progress:
-        print(state_progress(root, name, seeds))
+        print(state_progress(root, name, seeds, profile))
         return
     if not table:
         run_suite(root, profile=profile, work=work, name=name, seeds=seeds, dry=dry)

@@ -45,6 +45,11 @@ def _slug(family: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", family.lower()).strip("-")
 
 
+def fold_experiment(family: str) -> str:
+    """The DVC experiment of the fold that holds `family` out."""
+    return f"lofo-{_slug(family)}"
+
+
 def lofo_folds(settings, root: Path) -> dict[str, list[str]]:
     """{family: its trained tasks with signal} for each family held out, in task order; a one-line error
     where the signal rule has not been run."""
@@ -71,7 +76,7 @@ def lofo_experiments(settings, root: Path) -> tuple[Experiment, ...]:
             f"evaluate.tasks=[{','.join(held)}]",
             "evaluate.shots_tasks=[]",
         )
-        out.append(Experiment(f"lofo-{_slug(family)}", f"{family} held out", overrides, ("evaluate@udr",)))
+        out.append(Experiment(fold_experiment(family), f"{family} held out", overrides, ("evaluate@udr",)))
     return tuple(out)
 
 
@@ -99,25 +104,26 @@ def keep_fold_evaluations(root: Path) -> list[str]:
 
     saved, written = saved_experiments(root), []
     for family in lofo_folds(load_settings(root / "params.yaml"), root):
-        rev = saved.get(f"lofo-{_slug(family)}")
+        rev = saved.get(fold_experiment(family))
         if rev is not None:
             keep_evaluation(root, rev, "udr", kept_name(family))
             written.append(kept_name(family))
     return written
 
 
-def lofo_table(root: Path) -> dict:
-    """Per held-out family (and pooled over the families run) each side's average and UDR − baseline."""
+def lofo_table(root: Path, rev: str = "HEAD", experiments: bool = True) -> dict:
+    """Per held-out family (and pooled over the families run) each side's average and UDR − baseline, read
+    at git revision `rev`: each fold's UDR kept there, else (with `experiments`) its saved fold experiment's."""
     from udr.config import load_settings
 
     settings = load_settings(root / "params.yaml")
-    folds, saved = lofo_folds(settings, root), saved_experiments(root)
-    run = {}  # family -> (saved evaluation, revision) of its fold's UDR: kept at HEAD, else its experiment's
+    folds, saved = lofo_folds(settings, root), saved_experiments(root) if experiments else {}
+    run = {}  # family -> (saved evaluation, revision) of its fold's UDR: kept at `rev`, else its experiment's
     for f, tasks in folds.items():
-        if saved_at(root, kept_name(f), tasks):
-            run[f] = (kept_name(f), "HEAD")
-        elif f"lofo-{_slug(f)}" in saved:
-            run[f] = ("udr", saved[f"lofo-{_slug(f)}"])
+        if saved_at(root, kept_name(f), tasks, rev):
+            run[f] = (kept_name(f), rev)
+        elif fold_experiment(f) in saved:
+            run[f] = ("udr", saved[fold_experiment(f)])
     groups = {f: folds[f] for f in run}
     if len(run) > 1:
         groups[POOLED] = [t for f in run for t in folds[f]]
@@ -126,13 +132,13 @@ def lofo_table(root: Path) -> dict:
     for group, tasks in groups.items():
         held_out = {t: run[settings.task(t).family] for t in tasks}
         scores = {"UDR, family held out": _average(root, held_out)}
-        scores |= {m: _average(root, {t: (m, "HEAD") for t in tasks}) for m in (*BASELINES, "udr")}
+        scores |= {m: _average(root, {t: (m, rev) for t in tasks}) for m in (*BASELINES, "udr")}
         versus = {}
         for b in BASELINES:
-            sides = {t: (b, "HEAD") for t in tasks}
+            sides = {t: (b, rev) for t in tasks}
             _, iv = compare_revisions(root, {"udr": held_out}, sides, settings.seed, scorers)["udr"]
             versus[b] = iv.to_dict()
-        rows[group] = {"tasks": tasks, "n": _rows(root, tasks), "scores": scores, "versus": versus}
+        rows[group] = {"tasks": tasks, "n": _rows(root, tasks, rev), "scores": scores, "versus": versus}
     return {"folds": {f: (f"{run[f][0]} at {run[f][1][:12]}" if f in run else None) for f in folds}, "groups": rows}
 
 
@@ -140,11 +146,14 @@ def _average(root: Path, sides: dict) -> float:
     return statistics.fmean(method_scores(root, m, [t], rev)[t] for t, (m, rev) in sides.items())
 
 
-def _rows(root: Path, tasks) -> int:
-    return sum(r["n"] for r in method_results(root, "bm25", tasks, "HEAD").values())
+def _rows(root: Path, tasks, rev: str) -> int:
+    return sum(r["n"] for r in method_results(root, "bm25", tasks, rev).values())
 
 
-def lofo_markdown(table: dict) -> str:
+MADE_BY = "`udr exp lofo` (each fold a DVC experiment, `lofo-<family>`)"
+
+
+def lofo_markdown(table: dict, made_by: str = MADE_BY) -> str:
     header = ["held out", "tasks", "n", "UDR, family held out", "UDR, trained on it (HEAD)", "BM25", "SBERT"]
     header += ["UDR held out − SBERT", "UDR held out − BM25"]
     cells = []
@@ -160,8 +169,8 @@ def lofo_markdown(table: dict) -> str:
         "# Transfer, one family at a time\n\n"
         "Each row: UDR trained on every other family's tasks (`train.tasks`), tested on the held-out family's "
         "tasks with signal (metrics/signal.md), against BM25 and SBERT and the UDR trained on every task, on "
-        "the same test rows. Graded metric in percent, averaged over the family's tasks. Made by "
-        "`udr exp lofo` (each fold a DVC experiment, `lofo-<family>`). Paired bootstrap 95% intervals "
+        f"the same test rows. Graded metric in percent, averaged over the family's tasks. Made by {made_by}. "
+        "Paired bootstrap 95% intervals "
         f"({BOOTSTRAP_RESAMPLES} resamples, every task resampled at once); **bold** where the unrounded "
         f"interval clears 0 by {CLAIM_MARGIN} points. One training seed.\n\n"
         + markdown_table(header, cells)

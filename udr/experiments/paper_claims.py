@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from udr.evaluation.bootstrap import Interval
-from udr.experiments.suite import EXPERIMENT, TABLE
+from udr.experiments.suite import EXPERIMENT, LOFO_TABLE, TABLE
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_text_atomic
 from udr.util.readers import read_json
@@ -78,8 +78,17 @@ def claims_rows(root: Path) -> list[list[str]]:
             rows += _seeded_rows(claim, seeds, (a, b), [group], "default run")
         for (a, b), group in seeded:
             rows += _seeded_rows(claim, by_dvc, (a, b), SUITE_GROUPS[group], "suite by DVC")
-        if claim == PAPER_CLAIMS[-1][0] and (metrics / "lofo.json").is_file():  # transfer: the folds, pooled
-            rows += _lofo_rows(claim, read_json(metrics / "lofo.json", "fold table", "run `udr exp lofo --table`"))
+        if claim == PAPER_CLAIMS[-1][0]:  # transfer: the folds, pooled (the default run's, the suite's)
+            for folds, source, again in (
+                (metrics / "lofo.json", "default run", "run `udr exp lofo --table`"),
+                (
+                    metrics / EXPERIMENT / Path(LOFO_TABLE).with_suffix(".json"),
+                    "suite by DVC",
+                    "run `udr exp suite --table`",
+                ),
+            ):
+                if folds.is_file():
+                    rows += _lofo_rows(claim, read_json(folds, "fold table", again), source)
         for baseline, group, label in suite:
             path = metrics / "suite" / f"compare-{baseline}-{group}.json"
             if not path.is_file():
@@ -91,6 +100,10 @@ def claims_rows(root: Path) -> list[list[str]]:
     return rows
 
 
+def _shown(tasks: list[str]) -> str:
+    return ", ".join(tasks) if len(tasks) <= 6 else f"{len(tasks)} tasks"
+
+
 def _seeded_rows(claim: str, table: dict | None, pair: tuple[str, str], groups, source: str) -> list[list[str]]:
     """The rows of a seed-shaped table's (metrics/seeds.json, the suite's) claim A − B in each of `groups`
     it has."""
@@ -100,22 +113,20 @@ def _seeded_rows(claim: str, table: dict | None, pair: tuple[str, str], groups, 
         if not found:
             continue
         c, iv = found[0], Interval.of(found[0]["interval"])
-        tasks = table["groups"][group]
-        shown = ", ".join(tasks) if len(tasks) <= 6 else f"{len(tasks)} tasks"
-        evidence = f"{source}, {group} ({shown}): {LABELS[pair[0]]} − {LABELS[pair[1]]}"
+        evidence = f"{source}, {group} ({_shown(table['groups'][group])}): {LABELS[pair[0]]} − {LABELS[pair[1]]}"
         per_seed = " / ".join(f"{d:+.1f}" for d in c["per_seed"])
         rows.append([claim, evidence, str(c["n"]), iv.markdown(), per_seed, finding(iv)])
     return rows
 
 
-def _lofo_rows(claim: str, lofo: dict) -> list[list[str]]:
+def _lofo_rows(claim: str, lofo: dict, source: str) -> list[list[str]]:
     """The fold table's UDR − SBERT, pooled over the held-out families (the one family where only one ran)."""
     groups = lofo.get("groups", {})
     pooled = [g for g in groups if g.startswith("pooled")] or list(groups)[:1]
     rows = []
     for g in pooled:
         iv = Interval.of(groups[g]["versus"]["sbert"])
-        label = f"default run, one family held out at a time ({', '.join(groups[g]['tasks'])}): UDR − SBERT"
+        label = f"{source}, one family held out at a time ({_shown(groups[g]['tasks'])}): UDR − SBERT"
         rows.append([claim, label, str(groups[g]["n"]), iv.markdown(), "one seed", finding(iv)])
     return rows
 

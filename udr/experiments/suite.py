@@ -23,12 +23,15 @@ deterministic on one CPU kind, not across kinds). A fresh start (new code): remo
 Each trained retriever is trained again with the extra training seeds (:data:`udr.experiments.seeds.SEEDS`),
 one DVC experiment per retriever and seed in DVC's queue, evaluated only on the tasks that bear on a claim
 (the trained tasks with signal, the unseen ones) to spare hours of evaluation; each one's evaluation is kept
-in the worktree as `<method>-seed-<N>`, where the table reads it.
+in the worktree as `<method>-seed-<N>`, where the table reads it. Transfer is tested one family at a time
+the same way (:mod:`udr.experiments.lofo`): for each family with a task with signal, UDR trained on the
+other families' tasks, one experiment `<name>-lofo-<family>` kept as `udr-lofo-<family>`.
 
 The table, metrics/<name>/pipeline.md (and .json; the suite's beside its other results in metrics/suite/),
 is the seed table's shape read from the saved experiment at its commit: per task and per group of tasks
 (trained, split as the paper's Tables 1-2 and by signal; unseen tasks of a trained family; unseen families)
-each retriever's score, and the claims with paired 95% intervals over the same test rows.
+each retriever's score, and the claims with paired 95% intervals over the same test rows; the folds' table,
+metrics/<name>/lofo.md, is :mod:`udr.experiments.lofo`'s read there too.
 
 Imports of udr.config are inside the functions that use them, to keep the start of `udr` light.
 """
@@ -48,6 +51,8 @@ import yaml
 from udr.errors import UdrError
 from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queued, saved_experiments
 from udr.experiments.labels import label_tasks
+from udr.experiments.lofo import fold_experiment, lofo_experiments, lofo_markdown, lofo_table
+from udr.experiments.lofo import kept_name as fold_kept_name
 from udr.experiments.seeds import (
     MULTITASK,
     SEED_GROUPS,
@@ -67,6 +72,7 @@ PROFILE = Path("profiles/suite.yaml")
 WORK = Path("build/suite")
 EXPERIMENT = "suite"
 TABLE = "pipeline.md"  # in metrics/<the experiment's name>/: metrics/suite/ beside the suite's other results
+LOFO_TABLE = "lofo.md"  # beside it: the folds, one family held out at a time
 SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps beside dvc.lock and params
 STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept outputs, committed as they come
 LOCK = "dvc.lock"
@@ -97,9 +103,10 @@ LABEL_OUTPUTS = (
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the run, `tool` with `args` in the worktree: dvc (`dvc ARGS`), udr (`udr ARGS`) or seed (a
-    seeded retriever's extra training seed, `args` = (method, seed): :func:`run_seed`). A udr or seed step is
-    outside the pipeline, in a `part` (the signal rule, the multi-task EPR, the seeds); it is skipped where its
+    """One step of the run, `tool` with `args` in the worktree: dvc (`dvc ARGS`), udr (`udr ARGS`), seed (a
+    seeded retriever's extra training seed, `args` = (method, seed): :func:`run_seed`) or fold (UDR with a
+    family held out, `args` = (family,): :func:`run_fold`). A step other than dvc is outside the pipeline, in
+    a `part` (the signal rule, the multi-task EPR, the seeds, the folds); it is skipped where its
     part is done, or where the saved results it makes (`makes`: metrics/<name>/, one file per task it
     evaluates) are all there, here or from the state; once done, its `outputs` (paths in the worktree, a `*` in
     one matching names) are kept in the state."""
@@ -217,13 +224,19 @@ def restore_state(state: Path, work: Path) -> bool:
     return True
 
 
-def suite_steps(seeds=SEEDS) -> list[Step]:
+def suite_families(settings) -> list[str]:
+    """The families of the run's trained tasks, in task order: those a fold may hold out."""
+    return list(dict.fromkeys(settings.task(t).family for t in settings.training_tasks()))
+
+
+def suite_steps(seeds=SEEDS, families=()) -> list[Step]:
     """The run's steps in order: the evaluations of the retrievers that train nothing; the signal rule on
     validation (`udr exp signal`, which the table's groups read); the shipped feedback checked; UDR's
     evaluation, then the other trained retrievers' (udr.config.METHODS order); the multi-task EPR, trained and
     evaluated; label-aware selection (`udr exp labels`: chosen on validation, tested once); each trained
-    retriever with each extra training seed of `seeds`, UDR's and EPR's before DR-Target's; then the rest of
-    the pipeline (the report)."""
+    retriever with each extra training seed of `seeds`, UDR's and EPR's before DR-Target's, with the folds in
+    between (transfer: UDR trained with each of `families` held out, where it has a task with signal); then
+    the rest of the pipeline (the report)."""
     from udr.config import METHODS
     from udr.paths import BI_ENCODER_METHODS
 
@@ -243,12 +256,16 @@ def suite_steps(seeds=SEEDS) -> list[Step]:
         Step("udr", evaluated, "multitask", MULTITASK, saved_folders(MULTITASK)),
         Step("udr", ("exp", "labels"), "labels", outputs=LABEL_OUTPUTS),
     ]
-    # UDR's and per-task EPR's seeds first, which the claims compare; DR-Target's after them (SEED_GROUPS)
-    for group in SEED_GROUPS.values():
+    # UDR's and per-task EPR's seeds first, which the claims compare; then the folds; DR-Target's seeds last
+    seeded = {prefix: [] for prefix in SEED_GROUPS}
+    for prefix, group in SEED_GROUPS.items():
         for seed in seeds:
             for m in (m for m in trained if m in group):
                 kept = kept_name(m, seed)
-                steps.append(Step("seed", (m, str(seed)), "seeds", kept, saved_folders(kept)))
+                seeded[prefix].append(Step("seed", (m, str(seed)), "seeds", kept, saved_folders(kept)))
+    first, *later = seeded.values()
+    folds = [Step("fold", (f,), "lofo", fold_kept_name(f), saved_folders(fold_kept_name(f))) for f in families]
+    steps += first + folds + [step for group in later for step in group]
     return [*steps, Step("dvc", ("repro",))]
 
 
@@ -264,6 +281,9 @@ def step_done(step: Step, work: Path, settings) -> bool:
     tasks; a seed's :func:`seed_tasks`) has its saved result."""
     if step.part == "labels" and label_tasks(settings) == []:  # no classification task with signal: nothing to do
         return True
+    if step.tool == "fold":  # a family none of whose tasks has signal is not held out: nothing to do
+        tasks = fold_tasks(work, settings, step.args[0])
+        return tasks is not None and results_in(step, work, tasks)
     tasks = seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else settings.method_tasks("epr")
     return results_in(step, work, tasks)
 
@@ -308,6 +328,26 @@ def run_seed(work: Path, settings, step: Step, name: str, env: dict) -> None:
     keep_evaluation(work, saved_experiments(work)[experiment], method, kept_name(method, seed))
 
 
+def fold_tasks(folder: Path, settings, family: str) -> list[str] | None:
+    """The tasks a fold holding `family` out is evaluated on: the family's trained tasks with signal (the rule
+    run in `folder`, a worktree or a state; None where it has not run)."""
+    signal = tasks_with_signal(folder, settings.training_tasks())
+    return None if signal is None else [t for t in signal if settings.task(t).family == family]
+
+
+def run_fold(work: Path, settings, step: Step, name: str, env: dict) -> None:
+    """A fold step (`step.args`: family): the DVC experiment `<name>-lofo-<family>`, UDR trained on the other
+    families' tasks and evaluated on the family's tasks with signal (:func:`udr.experiments.lofo.lofo_experiments`),
+    run in DVC's queue as a seed is, then kept in the worktree as the saved evaluation `udr-lofo-<family>`."""
+    family = step.args[0]
+    experiment = f"{name}-{fold_experiment(family)}"
+    if experiment not in saved_experiments(work):
+        (fold,) = [e for e in lofo_experiments(settings, work) if e.name == fold_experiment(family)]
+        args = exp_run_args(experiment, fold.overrides, fold.targets, queue=True, copy_paths=untracked_paths(work))
+        run_queued(work, [args], settings, env=env)
+    keep_evaluation(work, saved_experiments(work)[experiment], "udr", fold_kept_name(family))
+
+
 def run_udr(args: list[str], work: Path, env: dict) -> None:
     """Run `udr ARGS` in `work` with this Python's scripts first on PATH and `env` beside; a failure is one
     UdrError line."""
@@ -329,7 +369,7 @@ def run_suite(
     # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
     save = ["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))]
     state = root / "metrics" / name / STATE
-    steps = suite_steps(seeds)
+    steps = suite_steps(seeds, suite_families(load_settings(root / profile)))
     if dry:
         rev = state_commit(state) or "HEAD"
         print(f"git worktree add --detach {work} {rev}  # where it is missing; then {state} copied in")
@@ -342,6 +382,12 @@ def run_suite(
                 print(
                     f"dvc exp run --queue -n {seed_experiment(name, method, seed)} {overrides} evaluate@{method}"
                     "  # evaluate.tasks: those with signal and the unseen; where the seed is not kept yet"
+                )
+            elif step.tool == "fold":
+                overrides = "-S train.tasks=[...] -S evaluate.tasks=[...]"
+                print(
+                    f"dvc exp run --queue -n {name}-{fold_experiment(step.args[0])} {overrides} evaluate@udr"
+                    f"  # {step.args[0]} held out, where it has a task with signal and is not kept yet"
                 )
             else:
                 run_dvc(list(step.args), root / work, dry=True)
@@ -367,6 +413,8 @@ def run_suite(
             pass
         elif step.tool == "seed":
             run_seed(work, settings, step, name, code)
+        elif step.tool == "fold":
+            run_fold(work, settings, step, name, code)
         else:
             run_udr(list(step.args), work, code)
         done = [p for s in outside if step_done(s, work, settings) for p in s.outputs]
@@ -375,10 +423,11 @@ def run_suite(
     return work
 
 
-def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS) -> str:
+def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS, profile: Path = PROFILE) -> str:
     """What the saved state of run `name` holds so far, as Markdown: each task's graded score (test) of every
-    retriever evaluated, and the steps still to come (from the state alone: no worktree, no DVC)."""
-    from udr.config import METHODS
+    retriever evaluated, and the steps still to come (from the state and `profile` alone: no worktree, no
+    DVC)."""
+    from udr.config import METHODS, load_settings
 
     state = Path(root) / "metrics" / name / STATE
     if not (state / LOCK).is_file():
@@ -390,17 +439,19 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS) -> str:
     }
     tasks = list(dict.fromkeys(t for m in methods for t in scores[m]))
     cells = [[t, *(f"{scores[m][t]:.1f}" if t in scores[m] else "" for m in methods)] for t in tasks]
-    to_come = []
-    for step in suite_steps(seeds):
-        if step.tool == "dvc" and step.args[1:]:  # an evaluation's results (the feedback check's: metrics/score)
+    to_come, settings = [], load_settings(Path(root) / profile)
+    for step in suite_steps(seeds, suite_families(settings)):
+        if step.tool == "fold":  # kept, or not held out: its family has no task with signal
+            done = results_in(step, state, None) or fold_tasks(state, settings, step.args[0]) == []
+        elif step.tool == "dvc" and step.args[1:]:  # an evaluation's results (the feedback check's: metrics/score)
             done = (state / "metrics" / step.args[1].split("@")[-1]).is_dir()
         elif step.tool != "dvc":
             done = results_in(step, state, None)
         else:
             done = False
         if not done:
-            shown = f"training seed {step.args[1]} of {step.args[0]}" if step.tool == "seed" else ""
-            to_come.append(shown or f"`{' '.join([step.tool, *step.args])}`")
+            shown = {"seed": f"training seed {step.args[-1]} of {step.args[0]}", "fold": f"{step.args[0]} held out"}
+            to_come.append(shown.get(step.tool) or f"`{' '.join([step.tool, *step.args])}`")
     return (
         f"# {name}: the saved state so far (commit {state_commit(state)[:12]})\n\n"
         + (markdown_table(["task", *methods], cells) if methods else "No evaluation yet.\n")
@@ -454,8 +505,15 @@ def suite_markdown(table: dict) -> str:
 
 
 def write_suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK, seeds=SEEDS) -> Path:
+    """metrics/<name>/pipeline.md (and .json), and metrics/<name>/lofo.md (and .json) where a fold ran."""
     table = suite_table(root, name, work, seeds)
     out = Path(root) / "metrics" / name / TABLE
     write_json_atomic(out.with_suffix(".json"), table)
     write_text_atomic(out, suite_markdown(table))
+    folds = lofo_table(Path(root) / work, table["commit"], experiments=False)  # the folds kept in the worktree
+    if folds["groups"]:
+        lofo = out.with_name(LOFO_TABLE)
+        made_by = f"`udr exp suite` (each fold a DVC experiment, `{name}-lofo-<family>`, kept as `udr-lofo-<family>`)"
+        write_json_atomic(lofo.with_suffix(".json"), folds)
+        write_text_atomic(lofo, lofo_markdown(folds, made_by))
     return out

@@ -142,6 +142,28 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
         assert (work / "metrics" / method / f"{task}.json").stat().st_mtime_ns == kept.stat().st_mtime_ns, method
     assert json.loads(_dvc(work, "status", "--json")) == {}
 
+    # a family with a task with signal is held out (the tiny tasks carry none: the rule is overridden here)
+    from udr.config import load_settings
+    from udr.experiments.dvc import saved_experiments
+    from udr.experiments.suite import run_fold, suite_steps
+
+    (work / "metrics" / "signal.json").write_text(
+        json.dumps({"tasks": {"sst2": {"signal": True}, "e2e": {"signal": False}}})
+    )
+    (fold,) = [s for s in suite_steps((), ("sentiment",)) if s.tool == "fold"]
+    run_fold(work, load_settings(work / "params.yaml"), fold, "suite", {"PYTHONPATH": str(work)})
+    rev = saved_experiments(work)["suite-lofo-sentiment"]
+    params = yaml.safe_load(_git(work, "show", f"{rev}:params.yaml"))
+    assert params["train"]["tasks"] == ["e2e"] and params["evaluate"]["tasks"] == ["sst2"]  # trained without it
+    kept = (work / "metrics" / "udr-lofo-sentiment" / "sst2.json").read_text()
+    assert kept.strip() == _git(work, "show", f"{rev}:metrics/udr/sst2.json")
+    # saved with the run, the fold is in the suite's fold table, against BM25 and SBERT on sst2's rows
+    _dvc(work, "exp", "save", "-n", "suite", "-f", "-I", "metrics", "-I", "data/predictions")
+    assert run_cli(["exp", "suite", "--table"], repo)[0] == 0
+    folds = json.loads((repo / "metrics" / "suite" / "lofo.json").read_text())
+    assert list(folds["groups"]) == ["sentiment"] and folds["groups"]["sentiment"]["tasks"] == ["sst2"]
+    assert "| sentiment | sst2 |" in (repo / "metrics" / "suite" / "lofo.md").read_text()
+
 
 def test_the_state_keeps_the_lock_and_what_git_keeps_and_is_swapped_in_whole(tmp_path):
     from udr.experiments.suite import kept_outputs, restore_state, save_state

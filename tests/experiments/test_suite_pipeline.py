@@ -318,3 +318,10 @@ def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cl
     (state / "metrics" / "signal.json").write_text(json.dumps(signal))
     out = run_cli(["exp", "suite", "--progress"], tmp_path)[1]
     assert "- sentiment held out\n" in out and "nli held out" not in out  # no nli task with signal
+    # label-aware selection beside the retrievers; the extra seeds and the folds in a table of their own
+    for kept in ("sbert+labels", "udr-seed-1", "udr-lofo-sentiment"):
+        (state / "metrics" / kept).mkdir()
+        (state / "metrics" / kept / "sst2.json").write_text(json.dumps({"graded": {"score": 60.0}}))
+    out = run_cli(["exp", "suite", "--progress"], tmp_path)[1]
+    assert "| task | random | sbert+labels |\n" in out and "| task | udr-seed-1 | udr-lofo-sentiment |\n" in out
+    assert "training seed 1 of udr" not in out and "- sentiment held out\n" not in out

@@ -432,15 +432,10 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS, profile: Pat
     state = Path(root) / "metrics" / name / STATE
     if not (state / LOCK).is_file():
         raise UdrError(f"no saved state in {state}: `udr exp suite` has not finished a step here yet")
-    methods = [m for m in (*METHODS, MULTITASK) if (state / "metrics" / m).is_dir()]
-    scores = {
-        m: {f.stem: read_json(f, "result")["graded"]["score"] for f in sorted((state / "metrics" / m).glob("*.json"))}
-        for m in methods
-    }
-    tasks = list(dict.fromkeys(t for m in methods for t in scores[m]))
-    cells = [[t, *(f"{scores[m][t]:.1f}" if t in scores[m] else "" for m in methods)] for t in tasks]
-    to_come, settings = [], load_settings(Path(root) / profile)
-    for step in suite_steps(seeds, suite_families(settings)):
+    settings = load_settings(Path(root) / profile)
+    steps = suite_steps(seeds, suite_families(settings))
+    to_come = []
+    for step in steps:
         if step.tool == "fold":  # kept, or not held out: its family has no task with signal
             done = results_in(step, state, None) or fold_tasks(state, settings, step.args[0]) == []
         elif step.tool == "dvc" and step.args[1:]:  # an evaluation's results (the feedback check's: metrics/score)
@@ -452,12 +447,28 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS, profile: Pat
         if not done:
             shown = {"seed": f"training seed {step.args[-1]} of {step.args[0]}", "fold": f"{step.args[0]} held out"}
             to_come.append(shown.get(step.tool) or f"`{' '.join([step.tool, *step.args])}`")
+    metrics = state / "metrics"
+    retrievers = [m for m in (*METHODS, MULTITASK) if (metrics / m).is_dir()]
+    retrievers += sorted(p.name for p in metrics.glob("*+labels") if p.is_dir())  # label-aware selection
+    extra = [s.makes for s in steps if s.tool in ("seed", "fold") and (metrics / s.makes).is_dir()]
     return (
         f"# {name}: the saved state so far (commit {state_commit(state)[:12]})\n\n"
-        + (markdown_table(["task", *methods], cells) if methods else "No evaluation yet.\n")
+        + (_scores_table(metrics, retrievers) if retrievers else "No evaluation yet.\n")
+        + (f"\nExtra training seeds and folds (a family held out):\n\n{_scores_table(metrics, extra)}" if extra else "")
         + "\nSteps to come (a step shown done may run again where its inputs changed):\n\n"
         + "".join(f"- {step}\n" for step in to_come)
     )
+
+
+def _scores_table(metrics: Path, names: list[str]) -> str:
+    """Each task's graded score (test) of each saved evaluation of `names` in `metrics`, as Markdown."""
+    scores = {
+        m: {f.stem: read_json(f, "result")["graded"]["score"] for f in sorted((metrics / m).glob("*.json"))}
+        for m in names
+    }
+    tasks = list(dict.fromkeys(t for m in names for t in scores[m]))
+    cells = [[t, *(f"{scores[m][t]:.1f}" if t in scores[m] else "" for m in names)] for t in tasks]
+    return markdown_table(["task", *names], cells)
 
 
 def suite_groups(settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:

@@ -79,8 +79,6 @@ LOCK = "dvc.lock"
 COMMIT = "COMMIT"  # in the state: the commit whose code the run runs
 SIGNAL = signal_file(Path()).as_posix()  # the signal rule's table, in the worktree
 SCORE_STAGES = "score"  # dvc.yaml's round-0 scoring, one stage per task (`score@<task>`)
-# What `udr exp labels` writes: its table, UDR's validation evaluation, each point of its validation sweep
-# (`<method>-labels-w<γ>-<quota>`) and the chosen settings' test evaluation
 
 
 def saved_folders(name: str, split: str = "test") -> tuple[str, ...]:
@@ -88,10 +86,14 @@ def saved_folders(name: str, split: str = "test") -> tuple[str, ...]:
     its results and its predictions."""
     from udr.paths import Paths
 
-    files = (Paths(Path()).method_metrics(name, "-", split), Paths(Path()).predictions(name, "-", split))
-    return tuple(file.parent.as_posix() for file in files)
+    paths = Paths(Path())
+    return tuple(
+        file.parent.as_posix() for file in (paths.method_metrics(name, "-", split), paths.predictions(name, "-", split))
+    )
 
 
+# What `udr exp labels` writes: its table, UDR's validation evaluation, each point of its validation sweep
+# (`<method>-labels-w<γ>-<quota>`) and the chosen settings' test evaluation
 LABEL_OUTPUTS = (
     "metrics/labels.json",
     "metrics/labels.md",
@@ -335,12 +337,17 @@ def fold_tasks(folder: Path, settings, family: str) -> list[str] | None:
     return None if signal is None else [t for t in signal if settings.task(t).family == family]
 
 
+def fold_run_experiment(name: str, family: str) -> str:
+    """The DVC experiment of run `name`'s fold holding `family` out: `<name>-lofo-<family>`."""
+    return f"{name}-{fold_experiment(family)}"
+
+
 def run_fold(work: Path, settings, step: Step, name: str, env: dict) -> None:
     """A fold step (`step.args`: family): the DVC experiment `<name>-lofo-<family>`, UDR trained on the other
     families' tasks and evaluated on the family's tasks with signal (:func:`udr.experiments.lofo.lofo_experiments`),
     run in DVC's queue as a seed is, then kept in the worktree as the saved evaluation `udr-lofo-<family>`."""
     family = step.args[0]
-    experiment = f"{name}-{fold_experiment(family)}"
+    experiment = fold_run_experiment(name, family)
     if experiment not in saved_experiments(work):
         (fold,) = [e for e in lofo_experiments(settings, work) if e.name == fold_experiment(family)]
         args = exp_run_args(experiment, fold.overrides, fold.targets, queue=True, copy_paths=untracked_paths(work))
@@ -386,7 +393,7 @@ def run_suite(
             elif step.tool == "fold":
                 overrides = "-S train.tasks=[...] -S evaluate.tasks=[...]"
                 print(
-                    f"dvc exp run --queue -n {name}-{fold_experiment(step.args[0])} {overrides} evaluate@udr"
+                    f"dvc exp run --queue -n {fold_run_experiment(name, step.args[0])} {overrides} evaluate@udr"
                     f"  # {step.args[0]} held out, where it has a task with signal and is not kept yet"
                 )
             else:

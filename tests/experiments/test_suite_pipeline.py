@@ -165,6 +165,27 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
     assert "| sentiment | sst2 |" in (repo / "metrics" / "suite" / "lofo.md").read_text()
 
 
+def test_the_state_is_committed_alone_where_it_changed(tmp_path, monkeypatch):
+    """`udr exp suite --commit-state`: after each step the state folder, and nothing else staged, is committed."""
+    from udr.experiments.suite import commit_state
+
+    for key in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.setenv(key, "t@t" if "EMAIL" in key else "t")
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "notes.md").write_text("mine\n")
+    _git(tmp_path, "add", "notes.md")  # the user's staged work, not the run's
+    state = tmp_path / "metrics" / "suite" / "state"
+    (state / "metrics" / "udr").mkdir(parents=True)
+    (state / "metrics" / "udr" / "sst2.json").write_text("{}")
+    assert commit_state(tmp_path, state, "suite state: `dvc repro evaluate@udr` done")
+    assert _git(tmp_path, "log", "--format=%s") == "suite state: `dvc repro evaluate@udr` done"
+    assert _git(tmp_path, "show", "--name-only", "--format=", "HEAD") == "metrics/suite/state/metrics/udr/sst2.json"
+    assert _git(tmp_path, "diff", "--cached", "--name-only") == "notes.md"  # still staged, not committed
+    assert not commit_state(tmp_path, state, "again")  # nothing changed: no commit
+    (state / "metrics" / "udr" / "sst2.json").unlink()
+    assert commit_state(tmp_path, state, "removed") and _git(tmp_path, "ls-files", "metrics") == ""
+
+
 def test_the_state_keeps_the_lock_and_what_git_keeps_and_is_swapped_in_whole(tmp_path):
     from udr.experiments.suite import kept_outputs, restore_state, save_state
 

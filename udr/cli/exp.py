@@ -209,6 +209,9 @@ def exp_suite_cmd(
     progress: Annotated[
         bool, typer.Option("--progress", help="Only show what the saved state holds so far, and what is to come.")
     ] = False,
+    commit_state: Annotated[
+        bool, typer.Option("--commit-state", help="Commit metrics/NAME/state/ (alone) after each step.")
+    ] = False,
     dry: DryOpt = False,
 ) -> None:
     """The offline suite by DVC: PROFILE reproduced by `dvc repro` in a worktree of its own (resumable, on
@@ -221,7 +224,7 @@ def exp_suite_cmd(
         print(state_progress(root, name, seeds, profile))
         return
     if not table:
-        run_suite(root, profile=profile, work=work, name=name, seeds=seeds, dry=dry)
+        run_suite(root, profile=profile, work=work, name=name, seeds=seeds, dry=dry, commit=commit_state)
     if not dry:
         console().print(f"-> {write_suite_table(root, name, work, seeds)}")
 

@@ -206,6 +206,17 @@ def save_state(work: Path, state: Path, current: set[str] | None = None, parts=(
             _copy(work / p, new / p)
 
 
+def commit_state(root: Path, state: Path, message: str) -> bool:
+    """Commit the folder `state` alone in the repository `root` (`git commit -- STATE`: whatever else is staged
+    stays staged) where it changed; False where nothing did."""
+    folder = state.relative_to(root).as_posix()
+    _git(root, "add", "-A", "--", folder)
+    if subprocess.run(["git", "diff", "--cached", "--quiet", "--", folder], cwd=root).returncode == 0:
+        return False
+    _git(root, "commit", "-q", "-m", message, "--", folder)
+    return True
+
+
 def outputs_in(work: Path, outputs) -> list[str]:
     """The paths of `outputs` (a `*` in one matching names) that are in `work`."""
     return [q.relative_to(work).as_posix() for p in outputs for q in sorted(work.glob(p))]
@@ -365,10 +376,18 @@ def run_udr(args: list[str], work: Path, env: dict) -> None:
 
 
 def run_suite(
-    root: Path, *, profile: Path = PROFILE, work: Path = WORK, name: str = EXPERIMENT, seeds=SEEDS, dry: bool = False
+    root: Path,
+    *,
+    profile: Path = PROFILE,
+    work: Path = WORK,
+    name: str = EXPERIMENT,
+    seeds=SEEDS,
+    dry: bool = False,
+    commit: bool = False,
 ):
     """Reproduce `profile` in its worktree (`dvc repro`, resumable), each trained retriever with the extra training
-    `seeds` too, and save it as the DVC experiment `name`. Returns the worktree."""
+    `seeds` too, and save it as the DVC experiment `name`; with `commit`, the state is committed after each step
+    (:func:`commit_state`). Returns the worktree."""
     from udr.config import load_settings
 
     root = Path(root)
@@ -400,6 +419,8 @@ def run_suite(
                 run_dvc(list(step.args), root / work, dry=True)
         run_dvc(save, root / work, dry=True)
         return root / work
+    if commit:  # a commit that fails hours into the run would stop it: no identity stops it now, in one line
+        _git(root, "var", "GIT_COMMITTER_IDENT")
     fresh = not (root / work).exists()
     # a run another machine began goes on with that commit's code, so its finished stages still count
     work = suite_worktree(root, work, state_commit(state) or "HEAD")
@@ -426,6 +447,8 @@ def run_suite(
             run_udr(list(step.args), work, code)
         done = [p for s in outside if step_done(s, work, settings) for p in s.outputs]
         save_state(work, state, parts=done)
+        if commit:
+            commit_state(root, state, f"{name} state: {step_label(step)} done")
     run_dvc(save, work, env=code)
     return work
 
@@ -452,8 +475,7 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS, profile: Pat
         else:
             done = False
         if not done:
-            shown = {"seed": f"training seed {step.args[-1]} of {step.args[0]}", "fold": f"{step.args[0]} held out"}
-            to_come.append(shown.get(step.tool) or f"`{' '.join([step.tool, *step.args])}`")
+            to_come.append(step_label(step))
     metrics = state / "metrics"
     retrievers = [m for m in (*METHODS, MULTITASK) if (metrics / m).is_dir()]
     retrievers += sorted(p.name for p in metrics.glob("*+labels") if p.is_dir())  # label-aware selection
@@ -465,6 +487,12 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS, profile: Pat
         + "\nSteps to come (a step shown done may run again where its inputs changed):\n\n"
         + "".join(f"- {step}\n" for step in to_come)
     )
+
+
+def step_label(step: Step) -> str:
+    """A step in words: `dvc repro evaluate@udr`, training seed 1 of udr, sentiment held out."""
+    shown = {"seed": f"training seed {step.args[-1]} of {step.args[0]}", "fold": f"{step.args[0]} held out"}
+    return shown.get(step.tool) or f"`{' '.join([step.tool, *step.args])}`"
 
 
 def _scores_table(metrics: Path, names: list[str]) -> str:

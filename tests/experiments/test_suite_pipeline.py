@@ -168,6 +168,7 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
 def test_the_state_is_committed_alone_where_it_changed(tmp_path, monkeypatch):
     """`udr exp suite --commit-state`: after each step the state folder, and nothing else staged, is committed."""
     from udr.experiments.suite import commit_state
+    from udr.util.notice import UdrNotice
 
     for key in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
         monkeypatch.setenv(key, "t@t" if "EMAIL" in key else "t")
@@ -183,6 +184,10 @@ def test_the_state_is_committed_alone_where_it_changed(tmp_path, monkeypatch):
     assert _git(tmp_path, "diff", "--cached", "--name-only") == "notes.md"  # still staged, not committed
     assert not commit_state(tmp_path, state, "again")  # nothing changed: no commit
     (state / "metrics" / "udr" / "sst2.json").unlink()
+    (tmp_path / ".git" / "index.lock").write_text("")  # another git command at work: a notice, the run goes on
+    with pytest.warns(UdrNotice, match="saved but not committed"):
+        assert not commit_state(tmp_path, state, "removed")
+    (tmp_path / ".git" / "index.lock").unlink()
     assert commit_state(tmp_path, state, "removed") and _git(tmp_path, "ls-files", "metrics") == ""
 
 

@@ -66,6 +66,7 @@ from udr.experiments.seeds import (
 from udr.experiments.signal import SIGNAL_METHODS, signal_file, tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import building_dir, remove, write_json_atomic, write_text_atomic
+from udr.util.notice import notice
 from udr.util.readers import read_json
 
 PROFILE = Path("profiles/suite.yaml")
@@ -208,12 +209,17 @@ def save_state(work: Path, state: Path, current: set[str] | None = None, parts=(
 
 def commit_state(root: Path, state: Path, message: str) -> bool:
     """Commit the folder `state` alone in the repository `root` (`git commit -- STATE`: whatever else is staged
-    stays staged) where it changed; False where nothing did."""
+    stays staged) where it changed. False where nothing did, or where git failed (another git command holding
+    the index, say): a notice, not an error, so that hours of run go on; the next commit takes the change up."""
     folder = state.relative_to(root).as_posix()
-    _git(root, "add", "-A", "--", folder)
-    if subprocess.run(["git", "diff", "--cached", "--quiet", "--", folder], cwd=root).returncode == 0:
+    try:
+        _git(root, "add", "-A", "--", folder)
+        if subprocess.run(["git", "diff", "--cached", "--quiet", "--", folder], cwd=root).returncode == 0:
+            return False
+        _git(root, "commit", "-q", "-m", message, "--", folder)
+    except UdrError as error:
+        notice(f"{folder} was saved but not committed ({error}); the next step's commit takes it up")
         return False
-    _git(root, "commit", "-q", "-m", message, "--", folder)
     return True
 
 

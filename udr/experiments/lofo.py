@@ -50,16 +50,23 @@ def fold_experiment(family: str) -> str:
     return f"lofo-{_slug(family)}"
 
 
-def lofo_folds(settings, root: Path) -> dict[str, list[str]]:
-    """{family: its trained tasks with signal} for each family held out, in task order; a one-line error
-    where the signal rule has not been run."""
-    trained = settings.training_tasks()
-    signal = tasks_with_signal(root, trained)
+def signal_folds(settings, root: Path) -> dict[str, list[str]] | None:
+    """{family: its trained tasks with signal} for each family held out, in task order; None where the signal
+    rule (metrics/signal.json under `root`) has not been run."""
+    signal = tasks_with_signal(root, settings.training_tasks())
     if signal is None:
-        raise UdrError("leave-one-family-out holds out the families with signal: run `udr exp signal` first")
+        return None
     folds: dict[str, list[str]] = {}
     for t in signal:
         folds.setdefault(settings.task(t).family, []).append(t)
+    return folds
+
+
+def lofo_folds(settings, root: Path) -> dict[str, list[str]]:
+    """:func:`signal_folds`, a one-line error where the signal rule has not been run."""
+    folds = signal_folds(settings, root)
+    if folds is None:
+        raise UdrError("leave-one-family-out holds out the families with signal: run `udr exp signal` first")
     return folds
 
 

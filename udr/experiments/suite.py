@@ -51,7 +51,7 @@ import yaml
 from udr.errors import UdrError
 from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queued, saved_experiments
 from udr.experiments.labels import label_tasks
-from udr.experiments.lofo import fold_experiment, lofo_experiments, lofo_markdown, lofo_table
+from udr.experiments.lofo import fold_experiment, lofo_experiments, lofo_markdown, lofo_table, signal_folds
 from udr.experiments.lofo import kept_name as fold_kept_name
 from udr.experiments.seeds import (
     MULTITASK,
@@ -331,27 +331,37 @@ def seed_experiment(name: str, method: str, seed) -> str:
     return experiment_name(f"{name}-{method}", seed)
 
 
+def queue_and_keep(work: Path, settings, experiment: str, planned, method: str, kept: str, env: dict) -> None:
+    """Run the DVC experiment `experiment` in DVC's queue where it is not saved yet (`planned()`: its overrides and
+    targets; the worktree's untracked outputs go along), then keep its evaluation of `method` in the worktree
+    as the saved evaluation `kept`."""
+    if experiment not in saved_experiments(work):
+        overrides, targets = planned()
+        args = exp_run_args(experiment, overrides, targets, queue=True, copy_paths=untracked_paths(work))
+        run_queued(work, [args], settings, env=env)
+    keep_evaluation(work, saved_experiments(work)[experiment], method, kept)
+
+
 def run_seed(work: Path, settings, step: Step, name: str, env: dict) -> None:
     """A seed step (`step.args`: method, seed): the DVC experiment `<name>-<method>-seed-<N>`, `train.seed=N` and the
     evaluation on :func:`seed_tasks` only, run in DVC's queue (a temporary folder: the worktree's models and
     outputs stay the global seed's; its finished stages and outputs come along), then kept in the worktree as
     the saved evaluation `<method>-seed-<N>` (:func:`udr.experiments.seeds.kept_name`)."""
     method, seed = step.args[0], int(step.args[1])
-    experiment = seed_experiment(name, method, seed)
-    if experiment not in saved_experiments(work):
+
+    def planned():
         tasks = seed_tasks(work, settings, method)
         overrides = (f"train.seed={seed}", "evaluate.shots_tasks=[]", f"evaluate.tasks=[{','.join(tasks)}]")
-        target = (f"evaluate@{method}",)
-        args = exp_run_args(experiment, overrides, target, queue=True, copy_paths=untracked_paths(work))
-        run_queued(work, [args], settings, env=env)
-    keep_evaluation(work, saved_experiments(work)[experiment], method, kept_name(method, seed))
+        return overrides, (f"evaluate@{method}",)
+
+    queue_and_keep(work, settings, seed_experiment(name, method, seed), planned, method, kept_name(method, seed), env)
 
 
 def fold_tasks(folder: Path, settings, family: str) -> list[str] | None:
     """The tasks a fold holding `family` out is evaluated on: the family's trained tasks with signal (the rule
     run in `folder`, a worktree or a state; None where it has not run)."""
-    signal = tasks_with_signal(folder, settings.training_tasks())
-    return None if signal is None else [t for t in signal if settings.task(t).family == family]
+    folds = signal_folds(settings, folder)
+    return None if folds is None else folds.get(family, [])
 
 
 def fold_run_experiment(name: str, family: str) -> str:
@@ -364,12 +374,12 @@ def run_fold(work: Path, settings, step: Step, name: str, env: dict) -> None:
     families' tasks and evaluated on the family's tasks with signal (:func:`udr.experiments.lofo.lofo_experiments`),
     run in DVC's queue as a seed is, then kept in the worktree as the saved evaluation `udr-lofo-<family>`."""
     family = step.args[0]
-    experiment = fold_run_experiment(name, family)
-    if experiment not in saved_experiments(work):
+
+    def planned():
         (fold,) = [e for e in lofo_experiments(settings, work) if e.name == fold_experiment(family)]
-        args = exp_run_args(experiment, fold.overrides, fold.targets, queue=True, copy_paths=untracked_paths(work))
-        run_queued(work, [args], settings, env=env)
-    keep_evaluation(work, saved_experiments(work)[experiment], "udr", fold_kept_name(family))
+        return fold.overrides, fold.targets
+
+    queue_and_keep(work, settings, fold_run_experiment(name, family), planned, "udr", fold_kept_name(family), env)
 
 
 def run_udr(args: list[str], work: Path, env: dict) -> None:

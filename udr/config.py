@@ -115,7 +115,11 @@ class ScoreSettings(_Strict):
     instruction: ScoreInstruction = Field(
         "none", description="none: no task instruction in the LM prompt (published code); prefix: instruction first."
     )
-    dtype: Dtype = Field("bf16", description="auto: bf16 autocast on a GPU that supports it, fp32 on CPU.")
+    dtype: Dtype = Field(
+        "auto",
+        description="auto: bf16 autocast on a GPU that supports it and on a CPU where it is faster (AMX, or AMD "
+        "with AVX-512 BF16), fp32 elsewhere.",
+    )
     device: Device = "auto"
     shipped: str = Field(
         "data/feedback/round0",
@@ -263,9 +267,9 @@ class TrainSettings(_Strict):
     )
     checkpoint_steps: int = Field(10, gt=0, description="Save a resumable checkpoint every this many steps.")
     dtype: Dtype = Field(
-        "bf16",
-        description="bf16: forwards under bf16 autocast (on a CPU, fast only with AVX-512/AMX bf16 kernels); "
-        "auto: bf16 on a GPU that supports it, fp32 on CPU.",
+        "auto",
+        description="bf16: forwards under bf16 autocast; auto: bf16 on a GPU that supports it and on a CPU where "
+        "it is faster (AMX, or AMD with AVX-512 BF16), fp32 elsewhere.",
     )
     device: Device = "auto"
 
@@ -395,7 +399,7 @@ class EvaluateSettings(_Strict):
         description="A retriever's own label-aware selection (e.g. sbert: its settings chosen on validation by "
         "`udr exp labels`), in place of `labels` for METHOD+labels.",
     )
-    dtype: Dtype = "bf16"
+    dtype: Dtype = Field("auto", description="As score.dtype: the LM's precision (auto: the machine's faster).")
     device: Device = "auto"
 
     def label_settings(self, method: str) -> LabelSettings:

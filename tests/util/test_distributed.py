@@ -1,4 +1,5 @@
-"""udr.util.distributed: an LM stage's precision, and the notice for bf16 on a CPU without bf16 kernels."""
+"""udr.util.distributed: a stage's precision (auto: the CPU kind's faster one), and the notice for bf16
+on a CPU without bf16 kernels."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from udr.util import distributed
 from udr.util.distributed import resolve_lm_precision
+from udr.util.machine import cpu_prefers_bf16
 from udr.util.notice import UdrNotice
 
 
@@ -32,9 +34,32 @@ def _notices(call) -> list[str]:
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "auto"])
-def test_fp32_on_cpu_says_nothing(no_bf16_kernels, dtype):
+def test_fp32_on_cpu_says_nothing(no_bf16_kernels, monkeypatch, dtype):
+    monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: False)
     assert _notices(lambda: resolve_lm_precision("cpu", dtype, "evaluate")) == []
     assert resolve_lm_precision("cpu", dtype, "evaluate") == ("cpu", "fp32")
+
+
+@pytest.mark.parametrize("prefers, expected", [(True, "bf16"), (False, "fp32")])
+def test_auto_on_cpu_follows_the_cpu_kinds_faster_precision(monkeypatch, prefers, expected):
+    monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: prefers)
+    assert resolve_lm_precision("cpu", "auto", "train") == ("cpu", expected)
+    assert resolve_lm_precision("cpu", "fp32", "train") == ("cpu", "fp32")  # a set precision is kept
+
+
+AMX = {"vendor_id": "GenuineIntel", "flags": "avx512f avx512_bf16 amx_bf16 amx_tile"}
+INTEL_NO_AMX = {"vendor_id": "GenuineIntel", "flags": "avx512f avx512_bf16"}
+AMD_BF16 = {"vendor_id": "AuthenticAMD", "flags": "avx512f avx512_bf16"}
+AMD_AVX2 = {"vendor_id": "AuthenticAMD", "flags": "avx2 fma"}
+
+
+@pytest.mark.parametrize(
+    "info, expected",
+    [(AMX, True), (AMD_BF16, True), (INTEL_NO_AMX, False), (AMD_AVX2, False), ({}, False)],
+    ids=["intel-amx", "amd-avx512-bf16", "intel-avx512-bf16-no-amx", "amd-avx2", "no-cpuinfo"],
+)
+def test_the_cpu_rule_picks_bf16_where_it_was_measured_faster(info, expected):
+    assert cpu_prefers_bf16(info) is expected
 
 
 def test_bf16_on_a_cpu_with_bf16_kernels_says_nothing(monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from udr.errors import UdrError
+from udr.util.machine import cpu_prefers_bf16
 from udr.util.notice import notice
 
 
@@ -23,14 +24,16 @@ def resolve_device_type(want: str, key: str) -> str:
 
 
 def resolve_lm_precision(device: str, dtype: str, section: str) -> tuple[str, str]:
-    """(device type, dtype) for an LM stage's `device` and `dtype` parameters: dtype auto means
-    bf16 autocast on a GPU that supports it, fp32 otherwise. bf16 on a CPU without native bf16
+    """(device type, dtype) for a stage's `device` and `dtype` parameters: dtype auto means bf16 autocast
+    on a GPU that supports it or on a CPU where it is the faster precision
+    (:func:`udr.util.machine.cpu_prefers_bf16`), fp32 otherwise. bf16 on a CPU without native bf16
     products gets a notice (:func:`slow_cpu_bf16_warning`, :mod:`udr.util.notice`)."""
     import torch
 
     device_type = resolve_device_type(device, f"{section}.device")
     if dtype == "auto":
-        dtype = "bf16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+        fast = torch.cuda.is_bf16_supported() if device_type == "cuda" else cpu_prefers_bf16()
+        dtype = "bf16" if fast else "fp32"
     if device_type == "cpu" and dtype == "bf16" and not cpu_has_bf16_kernels():
         notice(slow_cpu_bf16_warning(section))
     return device_type, dtype

@@ -23,6 +23,17 @@ def machine_kind(device_type: str = "cpu") -> str:
     return f"{' '.join(parts)}, {torch.backends.cpu.get_cpu_capability()}{amx}"
 
 
+def cpu_prefers_bf16(info: dict[str, str] | None = None) -> bool:
+    """Whether bf16 autocast is the faster precision on this CPU (`info`: /proc/cpuinfo's first processor), as
+    measured per CPU kind (docs/performance.md): yes with AMX tiles (``amx_bf16``), or on an AMD CPU with
+    AVX-512 BF16 (1.6x fp32 on an EPYC); no elsewhere, an Intel CPU whose AVX-512 BF16 shows no AMX included
+    (fp32 1.64x bf16 there). A static rule on the CPU's flags, never a timing, so `dtype: auto` resolves
+    the same on every machine of a kind and its results stay deterministic there."""
+    info = _cpuinfo() if info is None else info
+    flags = set(info.get("flags", "").split())
+    return "amx_bf16" in flags or (info.get("vendor_id") == "AuthenticAMD" and "avx512_bf16" in flags)
+
+
 def _cpuinfo() -> dict[str, str]:
     """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
     try:

@@ -120,3 +120,23 @@ def test_running_out_of_memory_ctrl_c_or_a_missing_library_propagate(tmp_path, e
 
     with pytest.raises(error):
         load_weights(load, tmp_path, "rebuild it")
+
+
+def test_a_saved_tokenizer_is_the_same_bytes_whatever_the_environment_it_was_loaded_in(tmp_path):
+    """transformers keeps `local_files_only` (which follows HF_HUB_OFFLINE) among a tokenizer's init kwargs:
+    saved as it is, the folder's bytes, and so DVC's hash of a model folder, would follow the environment."""
+    from transformers import AutoTokenizer
+
+    from udr.util.weights import LOAD_OPTIONS, save_tokenizer
+
+    source = save_tiny_lm(tmp_path / "lm")
+    configs = []
+    for offline in (True, False):
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline, trust_remote_code=False)
+        assert tokenizer.init_kwargs["local_files_only"] is offline  # what the helper is there for
+        save_tokenizer(tokenizer, tmp_path / f"saved-{offline}")
+        configs.append((tmp_path / f"saved-{offline}" / "tokenizer_config.json").read_bytes())
+    assert configs[0] == configs[1]
+    assert not set(LOAD_OPTIONS) & set(json.loads(configs[0]))
+    reloaded = AutoTokenizer.from_pretrained(tmp_path / "saved-True", trust_remote_code=False)
+    assert reloaded("a b c")["input_ids"] == AutoTokenizer.from_pretrained(source)("a b c")["input_ids"]

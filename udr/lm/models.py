@@ -23,7 +23,7 @@ from udr.lm.loading import PROVENANCE_FILE, read_provenance
 from udr.lm.scorer import continuation_log_likelihood
 from udr.util.files import building_dir, file_sha256, json_text, remove
 from udr.util.notice import notice
-from udr.util.weights import refuse_remote_code
+from udr.util.weights import refuse_remote_code, save_tokenizer
 
 # Fixed sentence whose log-likelihood must survive a GGUF -> safetensors conversion unchanged.
 VERIFY_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs back into the forest."
@@ -261,7 +261,7 @@ def _convert_gguf(src: Path, gguf_file: str, tmp: Path) -> dict[str, Any]:
     if getattr(model, "hf_quantizer", None) is not None or any(p.dtype != torch.float32 for p in model.parameters()):
         raise UdrError(f"converting {gguf_file}: transformers did not dequantize it to plain float32 weights")
     model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
+    save_tokenizer(tokenizer, tmp)
 
     converted = AutoModelForCausalLM.from_pretrained(
         tmp, use_safetensors=True, dtype=torch.float32, trust_remote_code=False

@@ -34,7 +34,7 @@ from udr.lm.loading import load_encoder
 from udr.util.files import building_dir, check_no_links_out, inside, json_text, read_json_object
 from udr.util.progress import progress_bar
 from udr.util.readers import read_json
-from udr.util.weights import load_weights
+from udr.util.weights import load_weights, save_tokenizer
 
 SETTINGS_NAME = "udr_encoder.json"
 MADE = "a udr bi-encoder"  # what a folder holding SETTINGS_NAME is, in the guard's errors
@@ -295,7 +295,7 @@ class BiEncoder:
         with building_dir(Path(path), (SETTINGS_NAME,), MADE) as tmp:
             self.query_model.save_pretrained(tmp / "query", safe_serialization=True)
             self.demo_model.save_pretrained(tmp / "demo", safe_serialization=True)
-            self.tokenizer.save_pretrained(tmp / "tokenizer")
+            save_tokenizer(self.tokenizer, tmp / "tokenizer")
             (tmp / SETTINGS_NAME).write_text(json_text(self.settings.model_dump()))
 
     # ------------------------------------------------------------ embedding

@@ -1,5 +1,6 @@
 """Loading saved transformers weights with a one-line error for a damaged, missing or crafted file: the
-one guarded path every model load goes through.
+one guarded path every model load goes through; and saving a tokenizer whatever the environment it was
+loaded in.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from udr.errors import UdrError, first_line
 
@@ -54,6 +55,19 @@ def load_weights(load: Callable[[], T], path: Path, rebuild: str) -> T:
         if _out_of_memory(exc):
             raise
         raise UdrError(f"unreadable model files in {path} ({_reason(exc)}): {rebuild}") from None
+
+
+# How a tokenizer was loaded, which transformers keeps among its init kwargs and writes into
+# tokenizer_config.json: `local_files_only` follows HF_HUB_OFFLINE, the others the caller's cache and token.
+LOAD_OPTIONS = ("local_files_only", "cache_dir", "token")
+
+
+def save_tokenizer(tokenizer: Any, folder: Path) -> None:
+    """`tokenizer.save_pretrained(folder)` without :data:`LOAD_OPTIONS`, so that the folder holds the same
+    bytes in every environment (a model folder is a DVC output: its hash decides what runs again)."""
+    for option in LOAD_OPTIONS:
+        tokenizer.init_kwargs.pop(option, None)
+    tokenizer.save_pretrained(folder)
 
 
 def _reason(exc: BaseException) -> str:

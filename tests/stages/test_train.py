@@ -77,6 +77,27 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     assert (root / "metrics/train/round0" / tsv).read_text() == (looped / "metrics/train/round0" / tsv).read_text()
 
 
+def test_a_checkpoint_resumes_only_in_the_precision_it_was_made_in(looped, tmp_path, monkeypatch):
+    """train.dtype auto resolves per CPU kind: a checkpoint made in bf16 is not resumed in fp32 (another kind
+    of machine picking up the run), the partial is started again."""
+    from udr.config import load_settings
+    from udr.project.training import run_train
+    from udr.util import distributed
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
+    settings = load_settings(root / "params.yaml", ["train.dtype=auto", "train.checkpoint_steps=2"])
+    kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
+    out = root / "models/rounds/round0"
+    manifest, state = out.parent / ".round0.partial/manifest.json", out.parent / ".round0.partial/state.json"
+    monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: True)
+    assert run_train(settings, 0, out=out, stop_after_steps=4, **kw) is None
+    assert json.loads(manifest.read_text())["precision"] == "bf16" and json.loads(state.read_text())["step"] == 4
+    monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: False)
+    assert run_train(settings, 0, out=out, stop_after_steps=3, **kw) is None
+    assert json.loads(manifest.read_text())["precision"] == "fp32" and json.loads(state.read_text())["step"] == 2
+
+
 def test_training_seed_changes_only_the_draws(looped, tmp_path):
     """train.seed set to the global seed trains the same weights as unset (and records nothing); another
     value trains other weights on the same feedback, and the record says which."""

@@ -67,16 +67,19 @@ def build_trainer(
     steps: int,
     data: dict,
     world: int = 1,
+    dtype: str | None = None,
 ) -> Trainer:
     """`udr train`'s step 2: the round's trainer (:func:`udr.retriever.training.resume_trainer`) for the
     bi-encoder of the checkpoint in `partial` if there is one (with its optimiser, schedule and history), else
     of `init` (:func:`udr.retriever.initial.initial_encoder`); the pools of a frozen E_d; `data`: step 1's
-    queries, for the recipe's prepare hook (the anchored loss's reference similarities)."""
+    queries, for the recipe's prepare hook (the anchored loss's reference similarities); `dtype`: the precision
+    resolved from `train.dtype` (None: resolved here)."""
     cfg, tasks = settings.train, settings.training_tasks()
     pools = None
     if cfg.freeze_demo_encoder:
         pools = {t: (settings.task(t), read_prepared(settings.root, t, "train")) for t in tasks}
-    _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
+    if dtype is None:
+        _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
     base_spec = str(settings.models.encoder)
     return resume_trainer(
         partial,
@@ -116,6 +119,7 @@ def run_train(
     sampler, steps = round_schedule(cfg, round_, data)
 
     device_type = resolve_device_type(cfg.device, "train.device")
+    _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
     dp = Distributed(device_type)
     partial = partial_dir(out)
     fingerprint = {
@@ -124,6 +128,7 @@ def run_train(
         "seed": settings.seed,
         "tasks": tasks,
         "train": recorded_train_settings(cfg),
+        "precision": dtype,  # the one that runs (auto differs between CPU kinds): a checkpoint resumes in its own
         "encoder": settings.encoder.model_dump(),
         "scores": {t: file_sha256(settings.paths.scores(round_, t)) for t in tasks},
         "init": describe_init(Path(init)),
@@ -133,7 +138,7 @@ def run_train(
         open_partial(partial, fingerprint)
     dp.barrier()
     trainer = build_trainer(
-        settings, round_, Path(init), partial, device_type, dp.local_rank, steps, data, world=dp.world
+        settings, round_, Path(init), partial, device_type, dp.local_rank, steps, data, world=dp.world, dtype=dtype
     )
     live = TrainLog(log_dir, trainer.history) if dp.rank == 0 else None
     log = live.log if live else None

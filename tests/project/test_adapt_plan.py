@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from udr.errors import UdrError
@@ -117,3 +119,33 @@ def test_label_aware_candidates_are_compared_where_the_answers_are_labels_and_pr
     prompt = min(512, 9 * 40)
     assert seven.seconds["evaluate"] == pytest.approx((7 * 200 + 3 * 300) * prompt * 0.001)
     assert "evaluate 7 retrievers on 200 validation rows" in seven.describe()
+
+
+def test_every_answer_choice_is_priced_after_each_prompt():
+    """A classification prompt is scored once per label, each label's tokens after it: with many labels they
+    are most of the work (49 intents: 197 of a pair's 222 tokens)."""
+    few, many = plan(), plan(choice_tokens=200.0)
+    assert many.seconds["score"] == pytest.approx(2560 * (80 + 200) / 1000)
+    prompt = min(512, 9 * 40) + 200
+    assert many.seconds["evaluate"] == pytest.approx((len(CANDIDATES) * 200 + 3 * 300) * prompt * 0.001)
+    assert many.seconds["train"] == few.seconds["train"]
+
+
+def test_choice_tokens_count_the_labels_a_scored_pair_carries(looped):
+    """On a real scoring run (the tiny project's round 0), the estimate of a pair's tokens, both rows and
+    every choice, is within a tenth of what the scorer counted; the choices are each label's tokens."""
+    from transformers import AutoTokenizer
+
+    from udr.config import load_settings
+    from udr.data.prepare import read_prepared
+    from udr.project.adapt import choice_tokens, row_tokens
+
+    settings = load_settings(looped / "params.yaml")
+    report = json.loads((looped / "metrics/score/round0/sst2.json").read_text())
+    per_pair = report["tokens"] / report["pairs"]
+    rows, choices = row_tokens(settings, "sst2"), choice_tokens(settings, "sst2")
+    assert abs(2 * rows + choices - per_pair) / per_pair < 0.1, (rows, choices, per_pair)
+    tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"))
+    labels = read_prepared(looped, "sst2", "train")["choices"][0]
+    assert len(labels) == 2 and choices == sum(len(tokenizer(f" {label}")["input_ids"]) for label in labels)
+    assert choice_tokens(settings, "break") == 0.0  # generation: the target is in the row

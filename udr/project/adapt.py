@@ -163,6 +163,7 @@ def plan_adaptation(
     rates: Rates,
     *,
     row_tokens: float,
+    choice_tokens: float = 0.0,
     pool_rows: int,
     validation_rows: int,
     test_rows: int,
@@ -178,9 +179,10 @@ def plan_adaptation(
 ) -> Plan:
     """The work of a run and its seconds per step; with `minutes`, the scored queries cut (not below
     :data:`MIN_QUERIES`) until the estimate fits, a one-line error where the evaluations alone do not.
-    `row_tokens`: the mean tokens of one demonstration (input and answer) with the LM's tokenizer; `validated`:
-    the retrievers compared on validation."""
-    prompt_tokens = min(context, (max_demos + 1) * row_tokens)
+    `row_tokens`: the mean tokens of one demonstration (input and answer) with the LM's tokenizer;
+    `choice_tokens`: the tokens of every answer choice together (:func:`choice_tokens`), which the scorer and
+    the evaluation run after each prompt; `validated`: the retrievers compared on validation."""
+    prompt_tokens = min(context, (max_demos + 1) * row_tokens) + choice_tokens
     evaluations = (validated * validation_rows + len(test_methods) * test_rows) * prompt_tokens
     fixed = {"evaluate": evaluations * rates.eval_seconds_per_token}
 
@@ -189,7 +191,7 @@ def plan_adaptation(
         pairs = q * min(candidates, max(pool_rows - 1, 0))
         steps = max(1, int(-(-q * epochs // batch_size)))
         seconds = {
-            "score": pairs * 2 * row_tokens / rates.score_tokens_per_s,
+            "score": pairs * (2 * row_tokens + choice_tokens) / rates.score_tokens_per_s,
             "train": steps * rates.train_seconds_per_step,
             **fixed,
         }
@@ -483,6 +485,22 @@ def row_tokens(settings, task: str, sample: int = 200) -> float:
     tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"), trust_remote_code=False)
     texts = [f"{r['input']} {r['target']}" for r in rows]
     return sum(len(ids) for ids in tokenizer(texts)["input_ids"]) / max(len(texts), 1) + 4
+
+
+def choice_tokens(settings, task: str) -> float:
+    """LM tokens of all of `task`'s answer choices together (0 for generation): a classification or
+    multiple-choice prompt is scored once per choice, each choice's tokens run after it (with 49 labels
+    they are most of a pair's tokens)."""
+    from transformers import AutoTokenizer
+
+    from udr.data.prepare import read_prepared
+
+    if settings.task(task).kind == "generation":
+        return 0.0
+    rows = read_prepared(settings.root, task, "train").head(1).to_dicts()
+    choices = rows[0]["choices"] if rows else []
+    tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"), trust_remote_code=False)
+    return float(sum(len(ids) for ids in tokenizer([f" {c}" for c in choices])["input_ids"])) if choices else 0.0
 
 
 def default_validation(rows: int, test_given: bool, test_fraction: float) -> int:

@@ -85,6 +85,7 @@ def plan_run(settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: 
     plan = adapt.plan_adaptation(
         rates,
         row_tokens=adapt.row_tokens(settings, r.name),
+        choice_tokens=adapt.choice_tokens(settings, r.name),
         pool_rows=counts["train"],
         validation_rows=counts["validation"],
         test_rows=counts["test"],

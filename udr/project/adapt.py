@@ -477,30 +477,32 @@ def check_project_models(project_settings) -> None:
 
 def row_tokens(settings, task: str, sample: int = 200) -> float:
     """Mean LM tokens of one demonstration (input and answer) over the first `sample` pool rows."""
-    from transformers import AutoTokenizer
-
     from udr.data.prepare import read_prepared
 
     rows = read_prepared(settings.root, task, "train").head(sample).to_dicts()
-    tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"), trust_remote_code=False)
     texts = [f"{r['input']} {r['target']}" for r in rows]
-    return sum(len(ids) for ids in tokenizer(texts)["input_ids"]) / max(len(texts), 1) + 4
+    return sum(len(ids) for ids in _lm_tokenizer(settings)(texts)["input_ids"]) / max(len(texts), 1) + 4
 
 
 def choice_tokens(settings, task: str) -> float:
     """LM tokens of all of `task`'s answer choices together (0 for generation): a classification or
     multiple-choice prompt is scored once per choice, each choice's tokens run after it (with 49 labels
     they are most of a pair's tokens)."""
-    from transformers import AutoTokenizer
-
     from udr.data.prepare import read_prepared
 
     if settings.task(task).kind == "generation":
         return 0.0
     rows = read_prepared(settings.root, task, "train").head(1).to_dicts()
-    choices = rows[0]["choices"] if rows else []
-    tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"), trust_remote_code=False)
-    return float(sum(len(ids) for ids in tokenizer([f" {c}" for c in choices])["input_ids"])) if choices else 0.0
+    if not rows or not rows[0]["choices"]:
+        return 0.0
+    return float(sum(len(ids) for ids in _lm_tokenizer(settings)([f" {c}" for c in rows[0]["choices"]])["input_ids"]))
+
+
+def _lm_tokenizer(settings):
+    """The tokenizer of the project's LM (`udr models`), for counting tokens."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(settings.paths.base_model("lm"), trust_remote_code=False)
 
 
 def default_validation(rows: int, test_given: bool, test_fraction: float) -> int:

@@ -19,7 +19,7 @@ def machine_kind(device_type: str = "cpu") -> str:
     info = _cpuinfo()
     parts = [info.get("vendor_id", platform.processor() or platform.machine())]
     parts += [f"{label} {info[key]}" for key, label in (("cpu family", "family"), ("model", "model")) if key in info]
-    amx = "+AMX" if "amx_bf16" in info.get("flags", "").split() else ""
+    amx = "+AMX" if "amx_bf16" in _flags(info) else ""
     return f"{' '.join(parts)}, {torch.backends.cpu.get_cpu_capability()}{amx}"
 
 
@@ -30,8 +30,13 @@ def cpu_prefers_bf16(info: dict[str, str] | None = None) -> bool:
     (fp32 1.64x bf16 there). A static rule on the CPU's flags, never a timing, so `dtype: auto` resolves
     the same on every machine of a kind and its results stay deterministic there."""
     info = _cpuinfo() if info is None else info
-    flags = set(info.get("flags", "").split())
+    flags = _flags(info)
     return "amx_bf16" in flags or (info.get("vendor_id") == "AuthenticAMD" and "avx512_bf16" in flags)
+
+
+def _flags(info: dict[str, str]) -> set[str]:
+    """The CPU's feature flags in /proc/cpuinfo's fields `info`."""
+    return set(info.get("flags", "").split())
 
 
 def _cpuinfo() -> dict[str, str]:

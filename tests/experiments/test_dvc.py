@@ -72,13 +72,90 @@ def test_data_outside_the_project_is_linked_where_queued_runs_look(tmp_path, sou
     assert link_data_for_temp_runs(root, SimpleNamespace(data=SimpleNamespace(source_dir="/abs/data"))) is None
 
 
-def test_failed_experiments_are_read_from_the_queue_status():
-    from udr.experiments.dvc import failed_experiments
+def test_queue_tasks_are_read_from_the_queue_status():
+    from udr.experiments.dvc import queue_tasks
 
     status = (
         "Task     Name       Created    Status\n"
         "3f2a1b0  sweep-79   10:01 AM   Failed\n"
         "9c8d7e6  sweep-78   10:01 AM   Success\n"
         "1a2b3c4             10:02 AM   Failed\n"
+        "\n"
+        "Worker status: 0 active, 1 idle\n"
     )
-    assert failed_experiments(status) == ["sweep-79", "1a2b3c4"]
+    assert queue_tasks(status) == {
+        "3f2a1b0": ("sweep-79", "Failed"),
+        "9c8d7e6": ("sweep-78", "Success"),
+        "1a2b3c4": ("1a2b3c4", "Failed"),
+    }
+    assert queue_tasks("No experiment tasks in the queue.\n\nWorker status: 0 active, 0 idle\n") == {}
+
+
+def _fake_dvc(monkeypatch, statuses: list):
+    """run_dvc answering `queue status` from `statuses` in turn (an exception is raised), other calls recorded."""
+    from udr.experiments import dvc
+
+    calls = []
+
+    def run_dvc(args, root, *, capture=False, dry=False, env=None):
+        calls.append(args)
+        if args[:2] == ["queue", "status"]:
+            answer = statuses.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        return ""
+
+    monkeypatch.setattr(dvc, "run_dvc", run_dvc)
+    monkeypatch.setattr(dvc, "link_data_for_temp_runs", lambda root, settings: None)
+    monkeypatch.setattr(dvc.time, "sleep", lambda s: None)
+    return calls
+
+
+HEADER = "Task     Name        Created    Status\n"
+
+
+def test_a_queued_run_reports_its_own_failures_not_earlier_ones(monkeypatch, capsys):
+    from udr.errors import UdrError
+    from udr.experiments.dvc import run_queued
+
+    old = "819f906  mushy-ankh  06:18 PM   Failed\n"
+    statuses = [
+        HEADER + old,
+        HEADER + old + "1f0cedd  irate-yank  06:19 PM   Running\n" + "96f018c  utile-sink  06:19 PM   Queued\n",
+        UdrError("`dvc queue status` failed with exit 255"),  # a read during a worker's write
+        HEADER + old + "1f0cedd  irate-yank  06:19 PM   Success\n" + "96f018c  utile-sink  06:19 PM   Failed\n",
+    ]
+    calls = _fake_dvc(monkeypatch, statuses)
+    why = r"^1 queued experiment\(s\) failed: utile-sink \(why: `dvc queue logs utile-sink`\)"
+    with pytest.raises(UdrError, match=why):
+        run_queued(Path("."), [["exp", "run", "--queue"]], None)
+    assert ["queue", "start", "-j", "1"] in calls and not statuses
+    printed = capsys.readouterr().out
+    assert "irate-yank  Success" in printed and "utile-sink  Failed" in printed and "mushy-ankh" not in printed
+
+    statuses = [HEADER + old, HEADER + old + "1f0cedd  irate-yank  06:19 PM   Success\n"]
+    _fake_dvc(monkeypatch, statuses)
+    run_queued(Path("."), [["exp", "run", "--queue"]], None)  # an earlier failure alone fails nothing
+
+
+def test_a_queue_status_that_keeps_failing_is_raised(monkeypatch):
+    from udr.errors import UdrError
+    from udr.experiments.dvc import QUEUE_STATUS_READS, read_queue
+
+    statuses = [UdrError("`dvc queue status` failed with exit 255: ERROR: unexpected error")] * QUEUE_STATUS_READS
+    _fake_dvc(monkeypatch, statuses)
+    with pytest.raises(UdrError, match="exit 255: ERROR: unexpected error"):
+        read_queue(Path("."))
+    assert not statuses
+
+
+def test_a_dvc_failure_names_dvcs_error_line_not_its_banner():
+    from udr.experiments.dvc import _dvc_error_line
+
+    stderr = (
+        "ERROR: unexpected error - [Errno 2] No such file or directory: 'x.json'\n\n"
+        "Having any troubles? Hit us up at https://dvc.org/support, we are always happy to help!\n"
+    )
+    assert _dvc_error_line(stderr) == "ERROR: unexpected error - [Errno 2] No such file or directory: 'x.json'"
+    assert _dvc_error_line("a\nlast words\n") == "last words"

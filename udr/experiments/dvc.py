@@ -49,9 +49,18 @@ def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = F
         cmd, cwd=root, text=True, capture_output=capture, env={**os.environ, "PATH": path, **(env or {})}
     )
     if done.returncode != 0:
-        tail = (done.stderr or "").strip().splitlines()[-1:] if capture else []
-        raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {tail[0]}" if tail else ""))
+        why = _dvc_error_line(done.stderr or "") if capture else ""
+        raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {why}" if why else ""))
     return done.stdout or ""
+
+
+def _dvc_error_line(stderr: str) -> str:
+    """What DVC said went wrong: its first `ERROR:` line, else the last line that is not its help banner."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    if errors:
+        return errors[0]
+    return next((line for line in reversed(lines) if "Having any troubles?" not in line), "")
 
 
 def _sweep_choices(value: str) -> list[str]:
@@ -127,49 +136,72 @@ def link_data_for_temp_runs(root: Path, settings) -> Path | None:
     return link
 
 
-def failed_experiments(status: str) -> list[str]:
-    """The experiments `dvc queue status` lists as Failed: their names (their task ids where unnamed),
-    read at the columns of its header (Task, Name, Created, Status)."""
+QUEUE_STATUS_READS = 5  # consecutive failed reads of `dvc queue status` before a run gives up
+
+
+def queue_tasks(status: str) -> dict[str, tuple[str, str]]:
+    """The tasks `dvc queue status` lists, read at the columns of its header (Task, Name, Created, Status):
+    task id -> (its name, or the task id where unnamed; its status)."""
     lines = status.splitlines()
     header = next((line for line in lines if "Name" in line and "Status" in line), None)
-    out = []
-    for line in lines:
-        if line is header or " Failed" not in f" {line} " or not line.split():
+    if header is None or "Created" not in header:
+        return {}
+    tasks = {}
+    for line in lines[lines.index(header) + 1 :]:
+        if not line.strip() or line.startswith("Worker status"):
             continue
-        name = ""
-        if header is not None and "Created" in header:
-            name = line[header.index("Name") : header.index("Created")].strip()
-        out.append(name or line.split()[0])
-    return out
+        task = line.split()[0]
+        name = line[header.index("Name") : header.index("Created")].strip()
+        tasks[task] = (name or task, line[header.index("Status") :].strip())
+    return tasks
 
 
-def wait_for_queue(root: Path, poll_seconds: float = 10.0, env: dict | None = None) -> None:
-    """Block until `dvc queue status` lists nothing queued or running."""
-    while True:
-        status = run_dvc(["queue", "status"], root, capture=True, env=env)
-        if not any(word in status for word in ("Queued", "Running")):
-            return
-        time.sleep(poll_seconds)
+def read_queue(root: Path, env: dict | None = None, pause_seconds: float = 3.0) -> dict[str, tuple[str, str]]:
+    """:func:`queue_tasks` of `dvc queue status` in `root`. DVC reads the queue's files while its workers
+    write and remove them, so one read can fail (exit 255) while the queue is sound: a read is tried
+    again up to QUEUE_STATUS_READS times, and only a failure that persists is raised."""
+    for attempt in range(1, QUEUE_STATUS_READS + 1):
+        try:
+            return queue_tasks(run_dvc(["queue", "status"], root, capture=True, env=env))
+        except UdrError:
+            if attempt == QUEUE_STATUS_READS:
+                raise
+            time.sleep(pause_seconds)
+    raise AssertionError("unreachable")
 
 
 def run_queued(
-    root: Path, queued: list[list[str]], settings, *, jobs: int = 1, dry: bool = False, env: dict | None = None
+    root: Path,
+    queued: list[list[str]],
+    settings,
+    *,
+    jobs: int = 1,
+    dry: bool = False,
+    env: dict | None = None,
+    poll_seconds: float = 10.0,
 ) -> None:
     """Queue each `dvc exp run` argument list of `queued` (:func:`exp_run_args` with queue), run the queue
     with `dvc queue start -j JOBS` in DVC's temporary folders (the workspace's outputs stay as they are),
-    wait for it, and raise one UdrError line naming the experiments that failed. `env`: variables set for
-    DVC and the stages it runs."""
-    if not dry:
-        link_data_for_temp_runs(root, settings)
-    for args in queued:
-        run_dvc(args, root, dry=dry, env=env)
-    run_dvc(["queue", "start", "-j", str(jobs)], root, dry=dry, env=env)
+    wait for the tasks this call queued, print their status, and raise one UdrError line naming those of
+    them that failed (tasks of earlier runs, failed or not, are neither waited for nor reported).
+    `env`: variables set for DVC and the stages it runs."""
     if dry:
+        for args in [*queued, ["queue", "start", "-j", str(jobs)]]:
+            run_dvc(args, root, dry=True)
         return
-    wait_for_queue(root, env=env)
-    status = run_dvc(["queue", "status"], root, capture=True, env=env)
-    print(status, end="")
-    failed = failed_experiments(status)
+    link_data_for_temp_runs(root, settings)
+    before = read_queue(root, env)
+    for args in queued:
+        run_dvc(args, root, env=env)
+    run_dvc(["queue", "start", "-j", str(jobs)], root, env=env)
+    while True:
+        mine = {task: row for task, row in read_queue(root, env).items() if task not in before}
+        if not any(state in ("Queued", "Running") for _, state in mine.values()):
+            break
+        time.sleep(poll_seconds)
+    for name, state in mine.values():
+        print(f"{name}  {state}")
+    failed = [name for name, state in mine.values() if state == "Failed"]
     if failed:
         raise UdrError(
             f"{len(failed)} queued experiment(s) failed: {', '.join(failed)} (why: `dvc queue logs {failed[0]}`)"

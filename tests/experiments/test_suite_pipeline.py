@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import REPO
 from tests.tiny_pipeline import tiny_pipeline_project
 from udr.errors import UdrError
 
@@ -351,3 +352,36 @@ def test_progress_shows_the_states_scores_and_the_steps_to_come(tmp_path, run_cl
     out = run_cli(["exp", "suite", "--progress"], tmp_path)[1]
     assert "| task | random | sbert+labels |\n" in out and "| task | udr-seed-1 | udr-lofo-sentiment |\n" in out
     assert "training seed 1 of udr" not in out and "- sentiment held out\n" not in out
+
+
+def test_a_step_a_session_cut_off_goes_on_where_it_was(tmp_path):
+    """The multi-task EPR's training is done once its finished model, of this run's settings, is there (its
+    evaluation may not be); its evaluation takes the tasks whose results are missing."""
+    from udr.config import load_settings
+    from udr.experiments.seeds import MULTITASK
+    from udr.experiments.suite import multitask_trained, step_args, step_done, suite_steps
+    from udr.retriever.recipes import baseline_train_settings
+    from udr.retriever.record import recorded_train_settings, write_record
+
+    settings = load_settings(REPO / "params.yaml")
+    steps = {s.args[:1]: s for s in suite_steps() if s.part == "multitask"}
+    train, evaluation = steps["train",], steps["evaluate",]
+    model = tmp_path / "models" / MULTITASK
+    model.mkdir(parents=True)
+    assert not step_done(train, tmp_path, settings)  # no record: a partial or no model
+    epr = recorded_train_settings(baseline_train_settings("epr", settings.train, None), mode="json")
+    write_record(model, {"method": "epr", "seed": settings.seed + 1, "train": epr})
+    assert not multitask_trained(tmp_path, settings)  # another seed's
+    write_record(model, {"method": "epr", "seed": settings.seed, "train": {**epr, "lr": 1.0}})
+    assert not multitask_trained(tmp_path, settings)  # other training settings
+    write_record(model, {"method": "epr", "seed": settings.seed, "train": epr})
+    assert step_done(train, tmp_path, settings) and not step_done(evaluation, tmp_path, settings)
+
+    tasks = settings.method_tasks("epr")
+    assert step_args(evaluation, tmp_path, settings) == list(evaluation.args)  # none yet: every task
+    saved = tmp_path / "metrics" / MULTITASK
+    saved.mkdir(parents=True)
+    for t in tasks[:-2]:
+        (saved / f"{t}.json").write_text("{}")
+    assert step_args(evaluation, tmp_path, settings) == [*evaluation.args, "-t", tasks[-2], "-t", tasks[-1]]
+    assert step_args(train, tmp_path, settings) == list(train.args)

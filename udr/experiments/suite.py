@@ -304,7 +304,32 @@ def step_done(step: Step, work: Path, settings) -> bool:
         tasks = fold_tasks(work, settings, step.args[0])
         return tasks is not None and results_in(step, work, tasks)
     tasks = seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else settings.method_tasks("epr")
+    if step.args[:1] == ("train",):  # the model its evaluation reads, trained (a session may end before that)
+        return results_in(step, work, tasks) or multitask_trained(work, settings)
     return results_in(step, work, tasks)
+
+
+def multitask_trained(work: Path, settings) -> bool:
+    """Whether `work` holds the multi-task EPR that `udr train --epr` trains from its settings: a finished model
+    (one is renamed into place whole) whose record has this run's seed and EPR training settings."""
+    from udr.retriever.recipes import baseline_train_settings
+    from udr.retriever.record import read_record, recorded_train_settings
+
+    record = read_record(work / "models" / MULTITASK)
+    if record is None:
+        return False
+    train = recorded_train_settings(baseline_train_settings("epr", settings.train, None), mode="json")
+    return (record.get("method"), record.get("seed"), record.get("train")) == ("epr", settings.seed, train)
+
+
+def step_args(step: Step, work: Path, settings) -> list[str]:
+    """`udr` arguments of an evaluation step outside the pipeline: the tasks whose saved results are missing
+    (`-t` each) where some are there already, so that a step a session's end cut off goes on where it was."""
+    if step.args[:1] != ("evaluate",) or not step.makes:
+        return list(step.args)
+    tasks = settings.method_tasks("epr")
+    missing = [t for t in tasks if not (work / "metrics" / step.makes / f"{t}.json").is_file()]
+    return list(step.args) + ([a for t in missing for a in ("-t", t)] if len(missing) < len(tasks) else [])
 
 
 def results_in(step: Step, folder: Path, tasks: list[str] | None) -> bool:
@@ -460,7 +485,7 @@ def run_suite(
         elif step.tool == "fold":
             run_fold(work, settings, step, name, code)
         else:
-            run_udr(list(step.args), work, code)
+            run_udr(step_args(step, work, settings), work, code)
         done = [p for s in outside if step_done(s, work, settings) for p in s.outputs]
         save_state(work, state, parts=done)
         if commit:

@@ -138,6 +138,13 @@ def test_a_queued_run_reports_its_own_failures_not_earlier_ones(monkeypatch, cap
     _fake_dvc(monkeypatch, statuses)
     run_queued(Path("."), [["exp", "run", "--queue"]], None)  # an earlier failure alone fails nothing
 
+    # a task a killed run left "Running" (DVC lists it so for ever) is not waited for
+    killed = "ad3f6f5  doped-zack  06:43 PM   Running\n"
+    statuses = [HEADER + killed, HEADER + killed + "1f0cedd  irate-yank  06:19 PM   Success\n"]
+    _fake_dvc(monkeypatch, statuses)
+    run_queued(Path("."), [["exp", "run", "--queue"]], None)
+    assert not statuses
+
 
 def test_a_queue_status_that_keeps_failing_is_raised(monkeypatch):
     from udr.errors import UdrError

@@ -160,14 +160,12 @@ def read_queue(root: Path, env: dict | None = None, pause_seconds: float = 3.0) 
     """:func:`queue_tasks` of `dvc queue status` in `root`. DVC reads the queue's files while its workers
     write and remove them, so one read can fail (exit 255) while the queue is sound: a read is tried
     again up to QUEUE_STATUS_READS times, and only a failure that persists is raised."""
-    for attempt in range(1, QUEUE_STATUS_READS + 1):
+    for _ in range(QUEUE_STATUS_READS - 1):
         try:
             return queue_tasks(run_dvc(["queue", "status"], root, capture=True, env=env))
         except UdrError:
-            if attempt == QUEUE_STATUS_READS:
-                raise
             time.sleep(pause_seconds)
-    raise AssertionError("unreachable")
+    return queue_tasks(run_dvc(["queue", "status"], root, capture=True, env=env))  # its failure is raised
 
 
 def run_queued(

@@ -303,10 +303,15 @@ def step_done(step: Step, work: Path, settings) -> bool:
     if step.tool == "fold":  # a family none of whose tasks has signal is not held out: nothing to do
         tasks = fold_tasks(work, settings, step.args[0])
         return tasks is not None and results_in(step, work, tasks)
-    tasks = seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else settings.method_tasks("epr")
+    tasks = step_tasks(step, work, settings)
     if step.args[:1] == ("train",):  # the model its evaluation reads, trained (a session may end before that)
         return results_in(step, work, tasks) or multitask_trained(work, settings)
     return results_in(step, work, tasks)
+
+
+def step_tasks(step: Step, work: Path, settings) -> list[str]:
+    """The tasks a seed or udr step evaluates: a seed's :func:`seed_tasks`, else the run's trained tasks."""
+    return seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else settings.method_tasks("epr")
 
 
 def multitask_trained(work: Path, settings) -> bool:
@@ -327,8 +332,8 @@ def step_args(step: Step, work: Path, settings) -> list[str]:
     (`-t` each) where some are there already, so that a step a session's end cut off goes on where it was."""
     if step.args[:1] != ("evaluate",) or not step.makes:
         return list(step.args)
-    tasks = settings.method_tasks("epr")
-    missing = [t for t in tasks if not (work / "metrics" / step.makes / f"{t}.json").is_file()]
+    tasks = step_tasks(step, work, settings)
+    missing = missing_results(step, work, tasks)
     return list(step.args) + ([a for t in missing for a in ("-t", t)] if len(missing) < len(tasks) else [])
 
 
@@ -342,7 +347,12 @@ def results_in(step: Step, folder: Path, tasks: list[str] | None) -> bool:
     if step.part == "labels":
         return (folder / LABEL_OUTPUTS[0]).is_file()
     made = folder / "metrics" / step.makes
-    return bool(step.makes) and (made.is_dir() if tasks is None else all((made / f"{t}.json").is_file() for t in tasks))
+    return bool(step.makes) and (made.is_dir() if tasks is None else not missing_results(step, folder, tasks))
+
+
+def missing_results(step: Step, folder: Path, tasks: list[str]) -> list[str]:
+    """The tasks of `tasks` with no saved result of `step` (metrics/<makes>/<task>.json) in `folder`."""
+    return [t for t in tasks if not (folder / "metrics" / step.makes / f"{t}.json").is_file()]
 
 
 def untracked_paths(work: Path) -> list[str]:

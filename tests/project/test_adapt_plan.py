@@ -138,14 +138,14 @@ def test_choice_tokens_count_the_labels_a_scored_pair_carries(looped):
 
     from udr.config import load_settings
     from udr.data.prepare import read_prepared
-    from udr.project.adapt import choice_tokens, row_tokens
+    from udr.project.adapt import pool_tokens
 
     settings = load_settings(looped / "params.yaml")
     report = json.loads((looped / "metrics/score/round0/sst2.json").read_text())
     per_pair = report["tokens"] / report["pairs"]
-    rows, choices = row_tokens(settings, "sst2"), choice_tokens(settings, "sst2")
+    rows, choices = pool_tokens(settings, "sst2")
     assert abs(2 * rows + choices - per_pair) / per_pair < 0.1, (rows, choices, per_pair)
     tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"))
     labels = read_prepared(looped, "sst2", "train")["choices"][0]
     assert len(labels) == 2 and choices == sum(len(tokenizer(f" {label}")["input_ids"]) for label in labels)
-    assert choice_tokens(settings, "break") == 0.0  # generation: the target is in the row
+    assert pool_tokens(settings, "break")[1] == 0.0  # generation: the target is in the row

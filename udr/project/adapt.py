@@ -180,7 +180,7 @@ def plan_adaptation(
     """The work of a run and its seconds per step; with `minutes`, the scored queries cut (not below
     :data:`MIN_QUERIES`) until the estimate fits, a one-line error where the evaluations alone do not.
     `row_tokens`: the mean tokens of one demonstration (input and answer) with the LM's tokenizer;
-    `choice_tokens`: the tokens of every answer choice together (:func:`choice_tokens`), which the scorer and
+    `choice_tokens`: the tokens of every answer choice together (:func:`pool_tokens`), which the scorer and
     the evaluation run after each prompt; `validated`: the retrievers compared on validation."""
     prompt_tokens = min(context, (max_demos + 1) * row_tokens) + choice_tokens
     evaluations = (validated * validation_rows + len(test_methods) * test_rows) * prompt_tokens
@@ -475,27 +475,21 @@ def check_project_models(project_settings) -> None:
         )
 
 
-def row_tokens(settings, task: str, sample: int = 200) -> float:
-    """Mean LM tokens of one demonstration (input and answer) over the first `sample` pool rows."""
-    from udr.data.prepare import read_prepared
-
-    rows = read_prepared(settings.root, task, "train").head(sample).to_dicts()
-    texts = [f"{r['input']} {r['target']}" for r in rows]
-    return sum(len(ids) for ids in _lm_tokenizer(settings)(texts)["input_ids"]) / max(len(texts), 1) + 4
-
-
-def choice_tokens(settings, task: str) -> float:
-    """LM tokens of all of `task`'s answer choices together (0 for generation): a classification or
+def pool_tokens(settings, task: str, sample: int = 200) -> tuple[float, float]:
+    """(row tokens, choice tokens) of `task`'s pool with the LM's tokenizer: the mean tokens of one
+    demonstration (input and answer, plus 4 for its template) over the first `sample` pool rows, and the
+    tokens of all of the task's answer choices together (0 for generation): a classification or
     multiple-choice prompt is scored once per choice, each choice's tokens run after it (with 49 labels
     they are most of a pair's tokens)."""
     from udr.data.prepare import read_prepared
 
-    if settings.task(task).kind == "generation":
-        return 0.0
-    rows = read_prepared(settings.root, task, "train").head(1).to_dicts()
-    if not rows or not rows[0]["choices"]:
-        return 0.0
-    return float(sum(len(ids) for ids in _lm_tokenizer(settings)([f" {c}" for c in rows[0]["choices"]])["input_ids"]))
+    rows = read_prepared(settings.root, task, "train").head(sample).to_dicts()
+    tokenize = _lm_tokenizer(settings)
+    texts = [f"{r['input']} {r['target']}" for r in rows]
+    row = sum(len(ids) for ids in tokenize(texts)["input_ids"]) / max(len(texts), 1) + 4
+    if settings.task(task).kind == "generation" or not rows or not rows[0]["choices"]:
+        return row, 0.0
+    return row, float(sum(len(ids) for ids in tokenize([f" {c}" for c in rows[0]["choices"]])["input_ids"]))
 
 
 def _lm_tokenizer(settings):

@@ -82,10 +82,11 @@ def plan_run(settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: 
     r = request
     counts = {s: len(read_prepared(settings.root, r.name, s)) for s in ("train", "validation", "test")}
     methods = adapt.candidates(settings.task(r.name).kind)
+    row_tokens, choice_tokens = adapt.pool_tokens(settings, r.name)
     plan = adapt.plan_adaptation(
         rates,
-        row_tokens=adapt.row_tokens(settings, r.name),
-        choice_tokens=adapt.choice_tokens(settings, r.name),
+        row_tokens=row_tokens,
+        choice_tokens=choice_tokens,
         pool_rows=counts["train"],
         validation_rows=counts["validation"],
         test_rows=counts["test"],

@@ -183,6 +183,8 @@ def test_own_pool_from_the_command_line(cli, tmp_path):
         (("retrieve",), "give one QUERY or --input FILE"),
         (("retrieve", QUERY, "--task", "sst2", "--output", "o.jsonl"), "--output goes with --input"),
         (("retrieve", QUERY, "--pool", "absent.jsonl", "--instruction", "I: "), "pool file not found: absent.jsonl"),
+        # a mistyped path is the first error, before the options the pool would need
+        (("retrieve", QUERY, "--pool", "absent.jsonl"), "pool file not found: absent.jsonl"),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(cli, args, message):

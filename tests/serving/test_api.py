@@ -190,6 +190,7 @@ def test_own_pool_file_is_re_embedded_when_it_changes(served, tmp_path):
             for k in (2.7, True, "3", None)
         ),
         (lambda r: r.add_pool([{"input": "a", "target": "b"}]), "needs an instruction"),
+        (lambda r: r.add_pool("absent.csv"), "pool file not found: absent.csv"),  # before the instruction
         (
             lambda r: r.add_pool([{"input": "a"}], instruction="I: "),
             r"records:1: malformed row .*missing field 'target'",

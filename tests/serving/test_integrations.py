@@ -176,6 +176,8 @@ def test_langchain_pool_errors_are_one_line(real_retriever, cards_csv):
 
     with pytest.raises(UdrError, match=r"missing field 'input' \(its columns: text, intent, note\)"):
         UDRExampleSelector(real_retriever, pool=cards_csv, instruction="Intent: ")
+    with pytest.raises(UdrError, match="pool file not found: absent.csv"):  # before the instruction it lacks
+        UDRExampleSelector(real_retriever, pool="absent.csv")
     with pytest.raises(UdrError, match="or the instruction of your pool= or examples="):
         UDRExampleSelector(real_retriever, pool=cards_csv, input_column="text", target_column="intent")
     with pytest.raises(UdrError, match="name the columns of pool=: give the pool too"):

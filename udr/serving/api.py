@@ -244,12 +244,13 @@ class Retriever:
         `task` is given. name: what to call the pool (default: `task`, or "own"). A row's pool id is its
         0-based position in `records` (a file's n-th data row: a CSV header is no row).
         """
-        from udr.serving.pools import Columns, file_pool, own_task, records_pool
+        from udr.serving.pools import Columns, checked_pool_file, file_pool, own_task, records_pool
 
+        path = checked_pool_file(records) if isinstance(records, (str, Path)) else None
         spec = own_task(instruction, like=task, name=name, registry=self.registry if task else None)
         columns = Columns(input_column, target_column)
-        if isinstance(records, (str, Path)):
-            pool = file_pool(Path(records), spec, columns)
+        if path is not None:
+            pool = file_pool(path, spec, columns)
         else:
             pool = records_pool(records, spec, columns=columns)
         # Embed now, so errors and the cost come here, before anything is replaced.

@@ -127,6 +127,10 @@ class UDRExampleSelector(BaseExampleSelector):
         self._own: list[dict] = []
         self._uses_own = examples is not None or pool is not None or task is None  # else the task's pool
         self._pool: str | None = None  # the retriever's pool of `_own`, once added (None: not yet, or stale)
+        if isinstance(pool, (str, Path)):  # a mistyped path is the first error
+            from udr.serving.pools import checked_pool_file
+
+            checked_pool_file(pool)
         if task is None and instruction is None:
             raise UdrError(
                 "UDRExampleSelector needs a task (its pool and instruction) or the instruction of your pool= or "

@@ -278,12 +278,19 @@ def _read_columns(task: Task, columns: Columns) -> set[str]:
     return read - {None}
 
 
-def file_pool(path: Path, task: Task, columns: Columns | None = None) -> Pool:
-    """A pool from a file of own records in any format task declarations read (.jsonl, .csv, .tsv,
-    .parquet; the reader `udr init-task` and declared tasks use); a malformed row fails with file:line."""
+def checked_pool_file(path: Path | str) -> Path:
+    """`path` as a pool file: a one-line error where it is missing or of a format pools are not read from
+    (checked before anything else about the pool, so a mistyped path is the error a user sees first)."""
     path = Path(path)
     if not path.is_file():
         raise UdrError(f"pool file not found: {path}")
     if path.suffix.lower() not in FILE_FORMATS:
         raise UdrError(f"pool file {path}: unsupported format '{path.suffix}' (use {', '.join(FILE_FORMATS)})")
+    return path
+
+
+def file_pool(path: Path, task: Task, columns: Columns | None = None) -> Pool:
+    """A pool from a file of own records in any format task declarations read (.jsonl, .csv, .tsv,
+    .parquet; the reader `udr init-task` and declared tasks use); a malformed row fails with file:line."""
+    path = checked_pool_file(path)
     return records_pool(read_records(path, task.name), task, where=str(path), numbered=True, columns=columns)

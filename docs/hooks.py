@@ -9,7 +9,8 @@ Markers in a page's Markdown are replaced before it is rendered:
 - ``<!-- udr:include PATH [shift=N] -->``: a file of the repository (e.g. ``metrics/results.md``), its
   headings moved N levels down. A missing file fails the build.
 
-``metrics/plots/shots.png`` and ``metrics/feedback/curve.png`` are copied into the site under ``assets/``.
+``metrics/plots/shots.png``, ``metrics/feedback/curve.png`` and ``metrics/claims.png`` are copied into the site
+under ``assets/``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 MARKER = re.compile(r"<!--\s*udr:([a-z-]+)((?:\s+[^\s>]+)*)\s*-->")
-IMAGES = {"assets/shots.png": "metrics/plots/shots.png", "assets/curve.png": "metrics/feedback/curve.png"}
+IMAGES = {
+    "assets/shots.png": "metrics/plots/shots.png",
+    "assets/curve.png": "metrics/feedback/curve.png",
+    "assets/claims.png": "metrics/claims.png",
+}
 
 
 def _root(config) -> Path:

@@ -204,6 +204,31 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     assert run_cli(["exp", "claims"], tmp_path)[0] == 0
     text = (metrics / "claims.md").read_text()
     assert "suite by DVC, one family held out at a time (sst2, trec): UDR − SBERT | 160 | +1.0 [-3.0, +5.0] |" in text
+    assert (metrics / "claims.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the same rows as a picture
+
+
+def test_the_claims_plot_has_one_row_per_measurement_in_table_order(tmp_path):
+    """metrics/claims.png: one labelled row per table row, top down in the table's order, each naming its n."""
+    from udr.evaluation.bootstrap import Interval
+    from udr.experiments.paper_claims import ClaimRow, plot_claims
+
+    rows = [
+        ClaimRow("claim one", "default run: UDR − EPR", 220, Interval(-1.9, -4.1, 0.4), (0.8, -2.3, -4.2)),
+        ClaimRow("claim one", "suite: UDR − EPR", 3577, Interval(0.0, -1.2, 1.1)),
+        ClaimRow("claim two", "default run: UDR − SBERT", 120, Interval(-4.3, -7.6, -0.8)),
+    ]
+    labels = plot_claims(rows, tmp_path / "claims.png")
+    assert labels == [
+        "default run: UDR − EPR (n = 220)",
+        "suite: UDR − EPR (n = 3577)",
+        "default run: UDR − SBERT (n = 120)",
+    ]
+    assert (tmp_path / "claims.png").stat().st_size > 10_000
+    assert [r.cells()[4:] for r in rows] == [
+        ["+0.8 / -2.3 / -4.2", "not resolved"],
+        ["one seed", "not resolved"],
+        ["one seed", "resolved below"],
+    ]
 
 
 def test_one_family_at_a_time_holds_out_the_families_with_signal(with_signal, run_cli):

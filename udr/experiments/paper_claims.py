@@ -5,17 +5,22 @@ It gathers what other tables computed and computes nothing itself: the default r
 (metrics/seeds.json, :mod:`udr.experiments.seeds`), the leave-one-family-out folds (metrics/lofo.json,
 :mod:`udr.experiments.lofo`) and, where it was run, the offline suite's comparisons
 (metrics/suite/compare-<baseline>-<group>.json: one seed). A missing source leaves its rows out.
-`udr exp claims` writes it; `docs/sync_readme.py` copies it into the README.
+`udr exp claims` writes it, and metrics/claims.png, the same rows as a picture (each difference, its interval,
+each seed's difference and the claim margin); `docs/sync_readme.py` copies the table into the README.
+
+Imports of matplotlib are inside the function that uses it, to keep the start of `udr` light.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from udr.evaluation.bootstrap import Interval
+from udr.evaluation.claims import CLAIM_MARGIN
 from udr.experiments.suite import EXPERIMENT, LOFO_TABLE, TABLE
 from udr.experiments.tables import markdown_table
-from udr.util.files import write_text_atomic
+from udr.util.files import write_atomic, write_text_atomic
 from udr.util.readers import read_json
 
 # (the paper's claim, [(seed-table claim (a, b), its group), ...], [(suite baseline, suite group, label)])
@@ -62,7 +67,23 @@ def finding(interval: Interval) -> str:
     return "resolved above" if interval.difference > 0 else "resolved below"
 
 
-def claims_rows(root: Path) -> list[list[str]]:
+@dataclass(frozen=True)
+class ClaimRow:
+    """One measurement of a paper's claim: what was compared where, over n rows, with its interval and,
+    where the retrievers were trained with several seeds, each seed's difference (None: one seed)."""
+
+    claim: str
+    evidence: str
+    n: int
+    interval: Interval
+    per_seed: tuple[float, ...] | None = None
+
+    def cells(self) -> list[str]:
+        seeds = " / ".join(f"{d:+.1f}" for d in self.per_seed) if self.per_seed is not None else "one seed"
+        return [self.claim, self.evidence, str(self.n), self.interval.markdown(), seeds, finding(self.interval)]
+
+
+def claims_rows(root: Path) -> list[ClaimRow]:
     """The table's rows from the seed table, the suite's table and comparisons, and the folds found under `root`."""
     metrics = Path(root) / "metrics"
     seeds = (
@@ -94,9 +115,8 @@ def claims_rows(root: Path) -> list[list[str]]:
             if not path.is_file():
                 continue
             compared = read_json(path, "suite comparison")
-            iv = Interval.of(compared["average"])
             n = sum(v["n"] for k, v in compared.items() if k != "average")
-            rows.append([claim, label, str(n), iv.markdown(), "one seed", finding(iv)])
+            rows.append(ClaimRow(claim, label, n, Interval.of(compared["average"])))
     return rows
 
 
@@ -104,7 +124,7 @@ def _shown(tasks: list[str]) -> str:
     return ", ".join(tasks) if len(tasks) <= 6 else f"{len(tasks)} tasks"
 
 
-def _seeded_rows(claim: str, table: dict | None, pair: tuple[str, str], groups, source: str) -> list[list[str]]:
+def _seeded_rows(claim: str, table: dict | None, pair: tuple[str, str], groups, source: str) -> list[ClaimRow]:
     """The rows of a seed-shaped table's (metrics/seeds.json, the suite's) claim A − B in each of `groups`
     it has."""
     rows = []
@@ -112,28 +132,80 @@ def _seeded_rows(claim: str, table: dict | None, pair: tuple[str, str], groups, 
         found = [c for c in (table or {}).get("claims", []) if (c["a"], c["b"], c["group"]) == (*pair, group)]
         if not found:
             continue
-        c, iv = found[0], Interval.of(found[0]["interval"])
+        c = found[0]
         evidence = f"{source}, {group} ({_shown(table['groups'][group])}): {LABELS[pair[0]]} − {LABELS[pair[1]]}"
-        per_seed = " / ".join(f"{d:+.1f}" for d in c["per_seed"])
-        rows.append([claim, evidence, str(c["n"]), iv.markdown(), per_seed, finding(iv)])
+        rows.append(ClaimRow(claim, evidence, c["n"], Interval.of(c["interval"]), tuple(c["per_seed"])))
     return rows
 
 
-def _lofo_rows(claim: str, lofo: dict, source: str) -> list[list[str]]:
+def _lofo_rows(claim: str, lofo: dict, source: str) -> list[ClaimRow]:
     """The fold table's UDR − SBERT, pooled over the held-out families (the one family where only one ran)."""
     groups = lofo.get("groups", {})
     pooled = [g for g in groups if g.startswith("pooled")] or list(groups)[:1]
     rows = []
     for g in pooled:
-        iv = Interval.of(groups[g]["versus"]["sbert"])
         label = f"{source}, one family held out at a time ({_shown(groups[g]['tasks'])}): UDR − SBERT"
-        rows.append([claim, label, str(groups[g]["n"]), iv.markdown(), "one seed", finding(iv)])
+        rows.append(ClaimRow(claim, label, groups[g]["n"], Interval.of(groups[g]["versus"]["sbert"])))
     return rows
 
 
 def write_claims(root: Path) -> Path:
-    """Write metrics/claims.md; returns its path."""
+    """Write metrics/claims.md and metrics/claims.png (where there is a row); returns the table's path."""
     header = ["the paper's claim", "measured here", "n", "difference [95% CI]", "each seed", "finding"]
+    rows = claims_rows(root)
     out = Path(root) / "metrics" / "claims.md"
-    write_text_atomic(out, markdown_table(header, claims_rows(root)))
+    write_text_atomic(out, markdown_table(header, [row.cells() for row in rows]))
+    if rows:
+        plot_claims(rows, out.with_suffix(".png"))
     return out
+
+
+def plot_claims(rows: list[ClaimRow], out: Path) -> list[str]:
+    """A forest plot of `rows` at `out`: per row, its difference (a dot, filled where resolved), its 95% interval
+    (a bar), each seed's difference (small crosses), the claim margin (grey band around 0); rows grouped under their
+    claim, top down in table order. Returns the y-axis labels, top down."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, ys, y = [], [], 0.0
+    claims = list(dict.fromkeys(r.claim for r in rows))
+    for claim in claims:
+        for r in (r for r in rows if r.claim == claim):
+            labels.append(f"{r.evidence} (n = {r.n})")
+            ys.append(y)
+            y -= 1
+        y -= 0.6  # a gap between claims
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 0.5 * len(claims) + 1.2))
+    ax.axvspan(-CLAIM_MARGIN, CLAIM_MARGIN, color="0.88", zorder=0)
+    ax.axvline(0, color="0.5", lw=0.8, zorder=1)
+    for r, at in zip(rows, ys):
+        iv = r.interval
+        color = ("C0" if iv.difference > 0 else "C3") if iv.resolved else "0.3"
+        ax.plot([iv.low, iv.high], [at, at], color=color, lw=2, zorder=2)
+        ax.plot([iv.difference], [at], "o", color=color, mfc=color if iv.resolved else "white", ms=6, zorder=3)
+        if r.per_seed is not None and len(r.per_seed) > 1:
+            ax.plot(r.per_seed, [at] * len(r.per_seed), "x", color="0.45", ms=4, zorder=3)
+    ax.set_yticks(ys, [_wrapped(label) for label in labels], fontsize=7)
+    for claim in claims:  # each claim's title above its rows
+        top = ys[[r.claim for r in rows].index(claim)]
+        ax.text(0.0, top + 0.55, claim, transform=ax.get_yaxis_transform(), fontsize=8, weight="bold", va="bottom")
+    ax.set_ylim(min(ys) - 0.8, max(ys) + 1.2)
+    ax.set_xlabel(
+        "difference A − B, points: the dot and its bar seed-averaged (or one seed) with the 95% paired bootstrap "
+        f"interval,\nx each seed's difference; grey ±{CLAIM_MARGIN:g}, the claim margin; a filled dot is resolved "
+        "(blue above, red below)",
+        fontsize=8,
+    )
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    write_atomic(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return labels
+
+
+def _wrapped(text: str, width: int = 70) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))

@@ -3,7 +3,7 @@ machine is another."""
 
 from __future__ import annotations
 
-from udr.stages.report import machine_note
+from udr.util.machine import machine_note
 
 
 def test_a_run_on_another_cpu_is_told_its_results_may_differ_in_the_last_bits():

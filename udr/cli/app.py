@@ -10,12 +10,15 @@ import inspect
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from udr.errors import UdrError
 from udr.util.notice import notices_on_stderr
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 app = typer.Typer(
     name="udr",
@@ -129,7 +132,7 @@ def load(params: Path, overrides: list[str] | None):
     return load_settings(params, overrides or [])
 
 
-def selected_tasks(settings, tasks: list[str] | None, *, unseen: bool = False) -> list[str]:
+def selected_tasks(settings: Settings, tasks: list[str] | None, *, unseen: bool = False) -> list[str]:
     """`--task` choices (checked against the project's tasks and params), or every task in params.
     `unseen`: the command also takes evaluate.unseen_tasks (prepare, evaluate); otherwise they are refused
     (an unseen task is never scored or trained on)."""

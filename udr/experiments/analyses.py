@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError, listed
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
@@ -37,6 +38,9 @@ from udr.experiments.dvc import (
 from udr.experiments.tables import results_table, transfer_table
 from udr.paths import Paths, round_label
 from udr.util.files import write_text_atomic
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,9 @@ def transfer_experiment(lm: str = TRANSFER_LM, tasks=TRANSFER_TASKS, methods=TRA
     )
 
 
-def queue_experiments(root: Path, settings, experiments, *, jobs: int = 1, missing: bool = False, dry: bool = False):
+def queue_experiments(
+    root: Path, settings: Settings, experiments, *, jobs: int = 1, missing: bool = False, dry: bool = False
+):
     """Queue `experiments` (with `missing`, those not saved yet) and run them with `dvc queue start -j JOBS`
     (:func:`udr.experiments.dvc.run_queued`: in DVC's temporary folders, the workspace left as it is)."""
     if missing:

@@ -14,11 +14,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError, listed
 from udr.experiments.tables import markdown_table
 from udr.project.saved_evaluations import saved_comparisons, saved_results, saved_tasks
 from udr.util.files import check_output_path, write_atomic, write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 _POINT = re.compile(r"^(?P<recipe>[^:=]+):(?P<queries>\d+)=(?P<name>[^:=\s]+)$")
 
@@ -63,7 +67,7 @@ class CurveRow:
         return sum(self.scores.values()) / len(self.scores)
 
 
-def measure_curve(settings, points: list[CurvePoint], baseline: str, tasks: list[str], split: str):
+def measure_curve(settings: Settings, points: list[CurvePoint], baseline: str, tasks: list[str], split: str):
     """(baseline's per-task scores, per-task n, [CurveRow]) from the saved results and predictions."""
     results = {
         m: saved_results(settings, m, tasks, split) for m in dict.fromkeys([baseline, *(p.name for p in points)])
@@ -131,7 +135,7 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
     plt.close(fig)
 
 
-def run_curve(settings, specs, baseline: str, tasks: list[str] | None, split: str, out: Path) -> Path:
+def run_curve(settings: Settings, specs, baseline: str, tasks: list[str] | None, split: str, out: Path) -> Path:
     """`udr exp curve`: out (Markdown), out.json and out.png from the saved evaluations of the points."""
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES
@@ -21,6 +22,9 @@ from udr.evaluation.comparisons import checked_result, frame_metric, read_predic
 from udr.paths import Paths
 from udr.util.files import write_atomic
 from udr.util.readers import parse_json
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 
 def dvc_executable() -> str:
@@ -115,7 +119,7 @@ def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False, c
 TEMP_RUNS = Path(".dvc") / "tmp" / "exps"  # where DVC runs queued experiments, each in a folder of its own
 
 
-def link_data_for_temp_runs(root: Path, settings) -> Path | None:
+def link_data_for_temp_runs(root: Path, settings: Settings) -> Path | None:
     """Queued experiments run in `.dvc/tmp/exps/<tmp>/`; a data directory given relative to the
     project and outside it (``../shared/data``) is linked where that relative path points from there
     (`.dvc/tmp/exps/shared` -> the project's `../shared`). Returns the link (None: nothing to link)."""
@@ -171,7 +175,7 @@ def read_queue(root: Path, env: dict | None = None, pause_seconds: float = 3.0) 
 def run_queued(
     root: Path,
     queued: list[list[str]],
-    settings,
+    settings: Settings,
     *,
     jobs: int = 1,
     dry: bool = False,

@@ -25,6 +25,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from udr.project.saved_evaluations import saved_comparison
 from udr.retriever.search import Ranking
 from udr.util.distributed import resolve_lm_precision
 from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 SOURCES = ("bm25", "sbert")  # the retrievers whose union gives each validation query its candidates
 CEILING = "ceiling"  # the ceiling's method name in metrics/validation/ and data/predictions-validation/
@@ -56,7 +60,7 @@ def interleave(rankings: Sequence[Sequence[int]], n: int) -> list[int]:
     return out
 
 
-def _validation(settings, task_name: str):
+def _validation(settings: Settings, task_name: str):
     if task_name not in settings.task_names():
         raise UdrError(f"task {task_name} is not trained on (prepare.tasks): the instruments read its LM feedback")
     path = settings.paths.prepared(task_name, "validation")
@@ -74,7 +78,7 @@ def _validation(settings, task_name: str):
     return pool, rows
 
 
-def oracle_candidates(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, progress: bool = False):
+def oracle_candidates(settings: Settings, task_name: str, pool, rows, n: int = CANDIDATES, *, progress: bool = False):
     """Each validation query (`rows`)'s top `n` of BM25 ∪ SBERT over `pool` (query_id, candidate_id, position)."""
     import polars as pl
 
@@ -93,7 +97,7 @@ def oracle_candidates(settings, task_name: str, pool, rows, n: int = CANDIDATES,
     return pl.DataFrame({"query_id": q_ids, "candidate_id": c_ids, "position": positions}, schema=schema)
 
 
-def oracle_scores(settings, task_name: str, pool, rows, n: int = CANDIDATES, *, progress: bool = True):
+def oracle_scores(settings: Settings, task_name: str, pool, rows, n: int = CANDIDATES, *, progress: bool = True):
     """The LM's feedback score of every validation query's candidates (query_id, candidate_id, score,
     rank), at `data/oracle/<task>.parquet`: read if it was scored from the same inputs (the pairs' inputs
     as `udr score` hashes them, and the validation split), else scored (resumable). `pool` and `rows`:
@@ -170,7 +174,12 @@ def lm_order(scores, rows) -> np.ndarray:
 
 
 def run_ceiling(
-    settings, tasks: Sequence[str] | None = None, n: int = CANDIDATES, *, rerun: bool = False, progress: bool = True
+    settings: Settings,
+    tasks: Sequence[str] | None = None,
+    n: int = CANDIDATES,
+    *,
+    rerun: bool = False,
+    progress: bool = True,
 ) -> Path:
     """Score the oracle candidates, evaluate the ceiling and (where missing or older than their model)
     BM25, SBERT, EPR and UDR on validation; write `metrics/ceiling.md` and `.json`."""
@@ -190,7 +199,9 @@ def run_ceiling(
     return write_ceiling_table(settings, tasks, n)
 
 
-def evaluate_validation(settings, lm, method: str, task: str, pool, rows, *, progress: bool, retriever=None) -> dict:
+def evaluate_validation(
+    settings: Settings, lm, method: str, task: str, pool, rows, *, progress: bool, retriever=None
+) -> dict:
     """`method`'s evaluation of `task`'s validation `rows` with demonstrations from `pool` (`retriever`: a
     ranking of one's own, e.g. the LM's oracle order, else the method's), written where `udr evaluate
     --split validation` writes it; returns the result."""
@@ -225,7 +236,7 @@ def evaluate_validation(settings, lm, method: str, task: str, pool, rows, *, pro
     )
 
 
-def _fresh(settings, method: str, task: str) -> bool:
+def _fresh(settings: Settings, method: str, task: str) -> bool:
     """Whether `method`'s validation result on `task` is newer than its model and the prepared data."""
     result = settings.paths.method_metrics(method, task, "validation")
     if not result.is_file() or not settings.paths.predictions(method, task, "validation").is_file():
@@ -243,12 +254,12 @@ def _fresh(settings, method: str, task: str) -> bool:
     return all(result.stat().st_mtime >= p.stat().st_mtime for p in deps if p.exists())
 
 
-def validation_comparison(settings, a: str, b: str, tasks: Sequence[str]):
+def validation_comparison(settings: Settings, a: str, b: str, tasks: Sequence[str]):
     """(per-task Intervals, average Interval) of a - b on the validation split, paired bootstrap."""
     return saved_comparison(settings, a, b, tasks, "validation")
 
 
-def write_ceiling_table(settings, tasks: Sequence[str], n: int = CANDIDATES) -> Path:
+def write_ceiling_table(settings: Settings, tasks: Sequence[str], n: int = CANDIDATES) -> Path:
     from udr.util.schemas import EvaluationResult, read_model
 
     methods = [CEILING, *COMPARED]
@@ -351,7 +362,7 @@ def retriever_agreement(retriever, rows, scores, k: int = AGREEMENT_AT) -> dict:
 
 
 def run_agreement(
-    settings,
+    settings: Settings,
     models: dict[str, Path] | None = None,
     tasks: Sequence[str] | None = None,
     n: int = CANDIDATES,
@@ -382,7 +393,7 @@ def run_agreement(
 AGREEMENT_RETRIEVERS = ("random", "bm25", "sbert", "initial encoder", "epr", "udr")
 
 
-def _retrievers(settings, task: str, pool, models: dict, progress: bool) -> dict:
+def _retrievers(settings: Settings, task: str, pool, models: dict, progress: bool) -> dict:
     """{label: a function building that retriever over `pool`}: random, BM25, SBERT, the initial encoder,
     EPR and UDR where trained, then `models`."""
     from udr.evaluation.baselines import bi_encoder_retriever
@@ -425,7 +436,7 @@ def recorded_model_path(path: Path, root: Path) -> str:
         return Path(*tail).as_posix() if tail else "."
 
 
-def write_agreement_table(settings, table: dict, tasks: Sequence[str], n: int, models: dict) -> Path:
+def write_agreement_table(settings: Settings, table: dict, tasks: Sequence[str], n: int, models: dict) -> Path:
     head = ["retriever", *tasks, "average"]
     sizes = {t: next(iter(table.values()))[t]["n"] for t in tasks}
     lines = []

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.experiments.tables import markdown_table
 from udr.paths import LABELS_SUFFIX
 from udr.util.files import write_json_atomic, write_text_atomic
 
+if TYPE_CHECKING:
+    from udr.config import Settings
+
 BASELINES = ("random", "bm25", "sbert", "udr")
 
 
-def label_tasks(settings) -> list[str] | None:
+def label_tasks(settings: Settings) -> list[str] | None:
     """The tasks label-aware selection is chosen and tested on: the trained classification tasks with signal
     (None where the signal rule has not been run on them)."""
     from udr.experiments.signal import tasks_with_signal
@@ -42,7 +46,7 @@ def _share(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def write_labels(settings, swept: dict[str, dict], tasks: Sequence[str]) -> Path:
+def write_labels(settings: Settings, swept: dict[str, dict], tasks: Sequence[str]) -> Path:
     """metrics/labels.md and .json from `swept` (:func:`udr.workflows.label_sweep.run_label_sweep`'s result)."""
     from udr.project.saved_evaluations import compare_saved, saved_results
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.evaluation.bootstrap import Interval
@@ -37,6 +38,9 @@ from udr.experiments.signal import tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
 
+if TYPE_CHECKING:
+    from udr.config import Settings
+
 BASELINES = ("bm25", "sbert")
 POOLED = "pooled: every held-out row"
 
@@ -50,7 +54,7 @@ def fold_experiment(family: str) -> str:
     return f"lofo-{_slug(family)}"
 
 
-def signal_folds(settings, root: Path) -> dict[str, list[str]] | None:
+def signal_folds(settings: Settings, root: Path) -> dict[str, list[str]] | None:
     """{family: its trained tasks with signal} for each family held out, in task order; None where the signal
     rule (metrics/signal.json under `root`) has not been run."""
     signal = tasks_with_signal(root, settings.training_tasks())
@@ -62,7 +66,7 @@ def signal_folds(settings, root: Path) -> dict[str, list[str]] | None:
     return folds
 
 
-def lofo_folds(settings, root: Path) -> dict[str, list[str]]:
+def lofo_folds(settings: Settings, root: Path) -> dict[str, list[str]]:
     """:func:`signal_folds`, a one-line error where the signal rule has not been run."""
     folds = signal_folds(settings, root)
     if folds is None:
@@ -70,7 +74,7 @@ def lofo_folds(settings, root: Path) -> dict[str, list[str]]:
     return folds
 
 
-def lofo_experiments(settings, root: Path) -> tuple[Experiment, ...]:
+def lofo_experiments(settings: Settings, root: Path) -> tuple[Experiment, ...]:
     """One DVC experiment per held-out family: UDR trained on the other families' tasks, evaluated on its own."""
     trained = settings.training_tasks()
     out = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
@@ -37,6 +38,9 @@ from udr.experiments.dvc import (
 from udr.experiments.signal import RULE, tasks_with_signal
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 SEEDS = (1, 2)  # with the global seed's committed run: three
 SEEDED = ("dr-target", "epr", "udr")  # retrievers a training seed moves
@@ -123,7 +127,7 @@ def _mean_sd(values: list[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
-def task_groups(settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:
+def task_groups(settings: Settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:
     """The seed table's groups of tasks: all trained, with signal and without (where the rule has run), unseen."""
     groups = {"all trained tasks": trained}
     if signal:

@@ -15,12 +15,16 @@ the start of `udr` and of its commands light.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.tables import markdown_table
 from udr.util.files import write_json_atomic, write_text_atomic
 from udr.util.readers import read_json
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 SIGNAL_METHODS = ("random", "bm25", "sbert")
 RULE = (
@@ -33,7 +37,7 @@ def signal_file(root: Path) -> Path:
     return Path(root) / "metrics" / "signal.json"
 
 
-def measure_signal(settings, tasks: list[str]) -> dict:
+def measure_signal(settings: Settings, tasks: list[str]) -> dict:
     """{"rule", "tasks": {task: {n, random, bm25, sbert, bm25 − random, sbert − random, signal}}} from the
     saved validation evaluations of random, BM25 and SBERT on `tasks`."""
     from udr.project.saved_evaluations import compare_saved, saved_results
@@ -81,7 +85,7 @@ def signal_markdown(signal: dict) -> str:
     )
 
 
-def write_signal(settings, tasks: list[str]) -> dict:
+def write_signal(settings: Settings, tasks: list[str]) -> dict:
     """Measure the signal rule on `tasks` and write metrics/signal.json and metrics/signal.md."""
     signal = measure_signal(settings, tasks)
     write_json_atomic(signal_file(settings.root), signal)

@@ -45,6 +45,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -68,6 +69,9 @@ from udr.experiments.tables import markdown_table
 from udr.util.files import building_dir, remove, write_json_atomic, write_text_atomic
 from udr.util.notice import notice
 from udr.util.readers import read_json
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 PROFILE = Path("profiles/suite.yaml")
 WORK = Path("build/suite")
@@ -243,7 +247,7 @@ def restore_state(state: Path, work: Path) -> bool:
     return True
 
 
-def suite_families(settings) -> list[str]:
+def suite_families(settings: Settings) -> list[str]:
     """The families of the run's trained tasks, in task order: those a fold may hold out."""
     return list(dict.fromkeys(settings.task(t).family for t in settings.training_tasks()))
 
@@ -288,14 +292,14 @@ def suite_steps(seeds=SEEDS, families=()) -> list[Step]:
     return [*steps, Step("dvc", ("repro",))]
 
 
-def seed_tasks(work: Path, settings, method: str) -> list[str]:
+def seed_tasks(work: Path, settings: Settings, method: str) -> list[str]:
     """The tasks an extra training seed of `method` is evaluated on: those that bear on a claim, the trained
     tasks with signal (the rule run in the worktree) and the unseen tasks (UDR's transfer)."""
     signal = tasks_with_signal(work, settings.method_tasks("epr")) or []
     return [t for t in settings.method_tasks(method) if t in signal or t in settings.evaluate.unseen_tasks]
 
 
-def step_done(step: Step, work: Path, settings) -> bool:
+def step_done(step: Step, work: Path, settings: Settings) -> bool:
     """Whether a step outside the pipeline is done in the worktree: every task it evaluates (the run's trained
     tasks; a seed's :func:`seed_tasks`) has its saved result."""
     if step.part == "labels" and label_tasks(settings) == []:  # no classification task with signal: nothing to do
@@ -309,12 +313,12 @@ def step_done(step: Step, work: Path, settings) -> bool:
     return results_in(step, work, tasks)
 
 
-def step_tasks(step: Step, work: Path, settings) -> list[str]:
+def step_tasks(step: Step, work: Path, settings: Settings) -> list[str]:
     """The tasks a seed or udr step evaluates: a seed's :func:`seed_tasks`, else the run's trained tasks."""
     return seed_tasks(work, settings, step.args[0]) if step.tool == "seed" else settings.method_tasks("epr")
 
 
-def multitask_trained(work: Path, settings) -> bool:
+def multitask_trained(work: Path, settings: Settings) -> bool:
     """Whether `work` holds the multi-task EPR that `udr train --epr` trains from its settings: a finished model
     (one is renamed into place whole) whose record has this run's seed and EPR training settings."""
     from udr.retriever.recipes import baseline_train_settings
@@ -327,7 +331,7 @@ def multitask_trained(work: Path, settings) -> bool:
     return (record.get("method"), record.get("seed"), record.get("train")) == ("epr", settings.seed, train)
 
 
-def step_args(step: Step, work: Path, settings) -> list[str]:
+def step_args(step: Step, work: Path, settings: Settings) -> list[str]:
     """`udr` arguments of an evaluation step outside the pipeline: the tasks whose saved results are missing
     (`-t` each) where some are there already, so that a step a session's end cut off goes on where it was."""
     if step.args[:1] != ("evaluate",) or not step.makes:
@@ -366,7 +370,7 @@ def seed_experiment(name: str, method: str, seed) -> str:
     return experiment_name(f"{name}-{method}", seed)
 
 
-def queue_and_keep(work: Path, settings, experiment: str, planned, method: str, kept: str, env: dict) -> None:
+def queue_and_keep(work: Path, settings: Settings, experiment: str, planned, method: str, kept: str, env: dict) -> None:
     """Run the DVC experiment `experiment` in DVC's queue where it is not saved yet (`planned()`: its overrides and
     targets; the worktree's untracked outputs go along), then keep its evaluation of `method` in the worktree
     as the saved evaluation `kept`."""
@@ -377,7 +381,7 @@ def queue_and_keep(work: Path, settings, experiment: str, planned, method: str, 
     keep_evaluation(work, saved_experiments(work)[experiment], method, kept)
 
 
-def run_seed(work: Path, settings, step: Step, name: str, env: dict) -> None:
+def run_seed(work: Path, settings: Settings, step: Step, name: str, env: dict) -> None:
     """A seed step (`step.args`: method, seed): the DVC experiment `<name>-<method>-seed-<N>`, `train.seed=N` and the
     evaluation on :func:`seed_tasks` only, run in DVC's queue (a temporary folder: the worktree's models and
     outputs stay the global seed's; its finished stages and outputs come along), then kept in the worktree as
@@ -392,7 +396,7 @@ def run_seed(work: Path, settings, step: Step, name: str, env: dict) -> None:
     queue_and_keep(work, settings, seed_experiment(name, method, seed), planned, method, kept_name(method, seed), env)
 
 
-def fold_tasks(folder: Path, settings, family: str) -> list[str] | None:
+def fold_tasks(folder: Path, settings: Settings, family: str) -> list[str] | None:
     """The tasks a fold holding `family` out is evaluated on: the family's trained tasks with signal (the rule
     run in `folder`, a worktree or a state; None where it has not run)."""
     folds = signal_folds(settings, folder)
@@ -404,7 +408,7 @@ def fold_run_experiment(name: str, family: str) -> str:
     return f"{name}-{fold_experiment(family)}"
 
 
-def run_fold(work: Path, settings, step: Step, name: str, env: dict) -> None:
+def run_fold(work: Path, settings: Settings, step: Step, name: str, env: dict) -> None:
     """A fold step (`step.args`: family): the DVC experiment `<name>-lofo-<family>`, UDR trained on the other
     families' tasks and evaluated on the family's tasks with signal (:func:`udr.experiments.lofo.lofo_experiments`),
     run in DVC's queue as a seed is, then kept in the worktree as the saved evaluation `udr-lofo-<family>`."""
@@ -557,7 +561,7 @@ def _scores_table(metrics: Path, names: list[str]) -> str:
     return markdown_table(["task", *names], cells)
 
 
-def suite_groups(settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:
+def suite_groups(settings: Settings, trained: list[str], signal: list[str] | None) -> dict[str, list[str]]:
     """The suite's groups of tasks: the trained ones, split as the paper's Tables 1-2 (classification and
     multiple choice; generation) and by the signal rule where it has run in the worktree; the unseen tasks of
     a family some trained task belongs to (a new dataset of a known family), and of families none does (the

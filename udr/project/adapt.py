@@ -29,12 +29,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.evaluation.claims import CLAIM_MARGIN
 from udr.paths import LABELS_SUFFIX
 from udr.project.workspace import WorkspaceRequest
 from udr.util.files import file_sha256, read_json_object, remove, shown_path, write_text_atomic
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 # The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
 # UDR trained on the task's own feedback; `udr` and `epr` are the project's models, never trained on it.
@@ -69,7 +73,7 @@ def default_workspace(root: Path, name: str) -> Path:
     return Path(root) / WORKSPACES / name
 
 
-def adapted_model(settings) -> Path:
+def adapted_model(settings: Settings) -> Path:
     """The folder of the UDR a run adapts to the task: the workspace's `models/adapted`."""
     return settings.root / "models" / ADAPTED
 
@@ -121,7 +125,7 @@ class Plan:
         return cls(**{**values, "test_methods": tuple(values.get("test_methods", ()))})
 
 
-def recorded_rates(project_settings) -> Rates:
+def recorded_rates(project_settings: Settings) -> Rates:
     """The project's speeds from its own stage reports (`metrics/score/round0/*.json`, the methods' results,
     `metrics/train/round0/summary.json`); a project that has not run its pipeline is a one-line error."""
     from udr.util.schemas import EvaluationResult, ScoreReport, TrainReport, read_model
@@ -294,7 +298,7 @@ def evaluated_method(candidate: str) -> str:
     return ("udr" if base == ADAPTED else base) + (LABELS_SUFFIX if candidate in LABELLED else "")
 
 
-def selection_of(settings, candidate: str) -> dict:
+def selection_of(settings: Settings, candidate: str) -> dict:
     """The label-aware selection a LABELLED candidate is evaluated and served with: its evaluated method's
     (`evaluate.label_settings`: SBERT's own for sbert-labels, UDR's for adapted-labels)."""
     return settings.evaluate.label_settings(evaluated_method(candidate)).model_dump()
@@ -307,7 +311,7 @@ def selection_text(labels: dict) -> str:
     return f"γ {labels['weight']:g}, {labels['votes']} votes, {quota_text}"
 
 
-def comparison_rows(settings, task: str, methods: Sequence[str], split: str) -> list[dict]:
+def comparison_rows(settings: Settings, task: str, methods: Sequence[str], split: str) -> list[dict]:
     """One row per method: its saved score on `split`, n, its label share (None where the task's answers are
     not labels), and its paired bootstrap interval against SBERT
     (a dict; None for SBERT itself), each result and prediction file read once."""
@@ -461,7 +465,7 @@ def resumed_record(folder: Path, request: dict, restart: bool, shown: str) -> St
     return record
 
 
-def check_project_models(project_settings) -> None:
+def check_project_models(project_settings: Settings) -> None:
     """A one-line UdrError, before anything is written, where the project lacks a model a run compares or
     starts from: the trained UDR (`models/final`, also the adapted UDR's start)."""
     from udr.retriever.encoder import SETTINGS_NAME
@@ -475,7 +479,7 @@ def check_project_models(project_settings) -> None:
         )
 
 
-def pool_tokens(settings, task: str, sample: int = 200) -> tuple[float, float]:
+def pool_tokens(settings: Settings, task: str, sample: int = 200) -> tuple[float, float]:
     """(row tokens, choice tokens) of `task`'s pool with the LM's tokenizer: the mean tokens of one
     demonstration (input and answer, plus 4 for its template) over the first `sample` pool rows, and the
     tokens of all of the task's answer choices together (0 for generation): a classification or
@@ -492,7 +496,7 @@ def pool_tokens(settings, task: str, sample: int = 200) -> tuple[float, float]:
     return row, float(sum(len(ids) for ids in tokenize([f" {c}" for c in rows[0]["choices"]])["input_ids"]))
 
 
-def _lm_tokenizer(settings):
+def _lm_tokenizer(settings: Settings):
     """The tokenizer of the project's LM (`udr models`), for counting tokens."""
     from transformers import AutoTokenizer
 
@@ -505,7 +509,7 @@ def default_validation(rows: int, test_given: bool, test_fraction: float) -> int
     return max(40, min(200, train // 5))
 
 
-def export_winner(settings, task: str, method: str, target: Path) -> str:
+def export_winner(settings: Settings, task: str, method: str, target: Path) -> str:
     """The recommended retriever written to `target`, carrying `task`'s pool (`udr retrieve -t TASK --model
     TARGET` serves it): a trained bi-encoder (adapted, udr) as a sentence-transformers export with its model
     card; SBERT as a copy of the base encoder (already a sentence-transformers model), which udr serves as the

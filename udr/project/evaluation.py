@@ -7,6 +7,7 @@ turned into the explicit arguments of :mod:`udr.evaluation.task_evaluation` and
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.config import Split
 from udr.data.prepare import read_prepared
@@ -22,8 +23,11 @@ from udr.retriever.search import PoolRetriever
 from udr.util.distributed import resolve_device_type
 from udr.util.schemas import PreparedMeta, read_model
 
+if TYPE_CHECKING:
+    from udr.config import Settings
 
-def language_model(settings) -> LanguageModel:
+
+def language_model(settings: Settings) -> LanguageModel:
     """The inference LM: `evaluate.lm` where set (resolved once, next to the scoring LM), else the
     scoring LM of `udr models`; on `evaluate.device` in `evaluate.dtype`."""
     if settings.evaluate.lm:
@@ -33,7 +37,7 @@ def language_model(settings) -> LanguageModel:
     return load_language_model(lm_dir, settings.evaluate.device, settings.evaluate.dtype)
 
 
-def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
+def retriever_setup(settings: Settings, method: str | None = None) -> RetrieverSetup:
     """The project's seed, `evaluate.device` and `mine.batch_size` to embed pools and queries with, and the
     label-aware selection of `method` (`evaluate.label_settings`, for a `METHOD+labels` method); the
     device is resolved (and checked) only where `method` embeds (sbert, epr, udr; None: a bi-encoder of
@@ -48,7 +52,7 @@ def retriever_setup(settings, method: str | None = None) -> RetrieverSetup:
     )
 
 
-def evaluation_setup(settings) -> EvaluationSetup:
+def evaluation_setup(settings: Settings) -> EvaluationSetup:
     """The evaluate settings, the seed, and whether the task instruction leads each prompt (`score.instruction`)."""
     return EvaluationSetup(
         evaluate=settings.evaluate, seed=settings.seed, instruction=settings.score.instruction == "prefix"
@@ -56,7 +60,7 @@ def evaluation_setup(settings) -> EvaluationSetup:
 
 
 def method_retriever(
-    settings, method: str, task_name: str, pool, *, progress: bool = False, model_dir: Path | None = None
+    settings: Settings, method: str, task_name: str, pool, *, progress: bool = False, model_dir: Path | None = None
 ) -> PoolRetriever:
     """The retriever `method` over `pool` (a prepared train frame) of `task_name`; `model_dir`: the
     bi-encoder of epr / udr (default: the pipeline's, :meth:`udr.paths.Paths.method_model`), whose pool is
@@ -74,7 +78,7 @@ def method_retriever(
     )
 
 
-def result_files(settings, name: str, task_name: str, split: str = "test") -> ResultFiles:
+def result_files(settings: Settings, name: str, task_name: str, split: str = "test") -> ResultFiles:
     """Where the evaluation `name` (a method, or a name given with --save-as) of a task on `split` is written."""
     paths = settings.paths
     return ResultFiles(
@@ -82,7 +86,7 @@ def result_files(settings, name: str, task_name: str, split: str = "test") -> Re
     )
 
 
-def learned_model_fingerprint(settings, method: str, task_name: str, model: Path | None = None) -> str | None:
+def learned_model_fingerprint(settings: Settings, method: str, task_name: str, model: Path | None = None) -> str | None:
     """The fingerprint of the bi-encoder an EPR / UDR evaluation of `task_name` reads (`model`, default the
     pipeline's; a folder of per-task models: the task's); None for the methods that read none of their own,
     and where the model is missing (building the retriever then says so)."""
@@ -94,7 +98,7 @@ def learned_model_fingerprint(settings, method: str, task_name: str, model: Path
     return model_fingerprint(model_dir) if (model_dir / SETTINGS_NAME).is_file() else None
 
 
-def check_prepared_caps(settings, task_name: str, split: str) -> None:
+def check_prepared_caps(settings: Settings, task_name: str, split: str) -> None:
     """A one-line error when the prepared split was cut with another cap than the params' (stale data:
     `udr prepare` has not run since the cap changed)."""
     meta_file = settings.paths.prepared_dir(task_name) / "meta.json"
@@ -114,7 +118,7 @@ def check_prepared_caps(settings, task_name: str, split: str) -> None:
 
 
 def load_evaluated_task(
-    settings, task_name: str, split: Split = "test", limit: int | None = None
+    settings: Settings, task_name: str, split: Split = "test", limit: int | None = None
 ) -> tuple[object, list[dict]]:
     """`udr evaluate`'s step 1: the task's pool (its prepared train frame) and its evaluated rows (the first
     `limit` of `split`); a missing validation split, a split cut with other caps than the params', or no rows

@@ -9,11 +9,14 @@ of `udr` and of its commands light.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from udr.paths import Paths, round_label, summary_file
 from udr.retriever.record import read_record
 from udr.util.readers import read_parquet_checked
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 M = TypeVar("M")
 
@@ -48,14 +51,14 @@ def retrieved_quality(paths: Paths, round_: int, task: str) -> tuple[float, floa
     return round(float(best), 6), round(float(joined["score"].mean()), 6)
 
 
-def _own_round(settings, round_: int) -> bool:
+def _own_round(settings: Settings, round_: int) -> bool:
     """Whether round `round_`'s model (and so its training log) was made from this params file; a run
     named with `udr train --out` leaves the pipeline's round models and logs to the params file that made them."""
     record = read_record(settings.paths.round_model(round_))
     return record is None or record.get("params_file") in (None, settings.params_file)
 
 
-def rounds_table(settings) -> list[dict]:
+def rounds_table(settings: Settings) -> list[dict]:
     """One row per (round, task) plus a row per round with task='all' (sums / means)."""
     from udr.util.schemas import MineReport, ScoreReport, TrainReport
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES
@@ -30,8 +31,13 @@ from udr.paths import check_name_length
 from udr.util.notice import notice
 from udr.util.readers import read_json
 
+if TYPE_CHECKING:
+    from udr.config import Settings
 
-def prediction_metric(settings, method: str, task: str, examples: list[dict], metric: str, split: str = "test"):
+
+def prediction_metric(
+    settings: Settings, method: str, task: str, examples: list[dict], metric: str, split: str = "test"
+):
     """The graded score of `method`'s saved predictions on `task`'s `split` as a function of example
     indices (:data:`udr.evaluation.bootstrap.MetricOn`), `examples` being that split's prepared rows."""
     from udr.evaluation.metrics import GradedStatistics
@@ -39,7 +45,7 @@ def prediction_metric(settings, method: str, task: str, examples: list[dict], me
     return GradedStatistics(metric, saved_predictions(settings, method, task, examples, split), examples).score
 
 
-def saved_predictions(settings, method: str, task: str, examples: list[dict], split: str = "test") -> list:
+def saved_predictions(settings: Settings, method: str, task: str, examples: list[dict], split: str = "test") -> list:
     """`method`'s saved predictions of `task`'s `split`, in the order of `examples` (that split's rows)."""
     path = settings.paths.predictions(method, task, split)
     if not path.is_file():
@@ -69,7 +75,7 @@ class Versus:
 
 
 def compare_saved(
-    settings,
+    settings: Settings,
     results: dict[str, dict[str, dict]],
     pairs: Sequence[tuple[str, str]],
     split: str = "test",
@@ -125,7 +131,7 @@ def compare_saved(
     return out
 
 
-def saved_results(settings, name: str, tasks: Sequence[str], split: str = "test") -> dict[str, dict]:
+def saved_results(settings: Settings, name: str, tasks: Sequence[str], split: str = "test") -> dict[str, dict]:
     """{task: result} of a saved evaluation (a method, or a name given with `udr evaluate --save-as`) on
     `split`; a missing one is a UdrError naming it."""
     check_name_length(name, "name")
@@ -139,7 +145,7 @@ def saved_results(settings, name: str, tasks: Sequence[str], split: str = "test"
     return out
 
 
-def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[str], split: str = "test"):
+def saved_comparisons(settings: Settings, names: Sequence[str], b: str, tasks: Sequence[str], split: str = "test"):
     """{a: (per-task Intervals, average Interval) of a - b} for each a in `names`, saved evaluations on
     the same `split` rows, in each task's own metric: :func:`compare_saved`'s intervals, each prediction
     file read and scored once (b's too, however many it meets)."""
@@ -150,13 +156,13 @@ def saved_comparisons(settings, names: Sequence[str], b: str, tasks: Sequence[st
     return {a: (list(versus[a, b].per_task.values()), versus[a, b].average) for a in names}
 
 
-def saved_comparison(settings, a: str, b: str, tasks: Sequence[str], split: str = "test"):
+def saved_comparison(settings: Settings, a: str, b: str, tasks: Sequence[str], split: str = "test"):
     """(per-task Intervals, average Interval) of a - b, two saved evaluations (methods, or names given
     with `udr evaluate --save-as`) on the same `split` rows: paired bootstrap from their predictions."""
     return saved_comparisons(settings, [a], b, tasks, split)[a]
 
 
-def saved_tasks(settings, names: Sequence[str], split: str = "test") -> list[str]:
+def saved_tasks(settings: Settings, names: Sequence[str], split: str = "test") -> list[str]:
     """The tasks in params (or prepared) that every one of `names` has a saved result for on `split`."""
     for name in names:
         check_name_length(name, "name")
@@ -164,7 +170,7 @@ def saved_tasks(settings, names: Sequence[str], split: str = "test") -> list[str
     return [t for t in candidates if all(settings.paths.method_metrics(m, t, split).is_file() for m in names)]
 
 
-def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[str, Versus]:
+def udr_versus_baselines(settings: Settings, results: dict[str, dict[str, dict]]) -> dict[str, Versus]:
     """{baseline: Versus}: UDR's graded score minus the baseline's on the same test examples, paired
     bootstrap (:mod:`udr.evaluation.bootstrap`) from the saved predictions, with accuracy's beside a
     label task's other metric. The observed differences are checked against the metrics files."""
@@ -184,7 +190,7 @@ def udr_versus_baselines(settings, results: dict[str, dict[str, dict]]) -> dict[
     return out
 
 
-def named_runs(settings, tasks: Sequence[str]) -> dict[str, dict[str, dict]]:
+def named_runs(settings: Settings, tasks: Sequence[str]) -> dict[str, dict[str, dict]]:
     """{name: {task: test result}} of the runs saved with `udr evaluate --save-as NAME` (each result says
     `saved_as: NAME`) that have a result for every one of `tasks`, by name; one with some of them only is
     left out with a note. None in a DVC project (a dvc.yaml beside the params file), whose report is a

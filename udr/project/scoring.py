@@ -7,6 +7,8 @@ Imports of polars are inside the functions that use them, to keep the start of `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from udr.data.prepare import read_prepared
@@ -15,13 +17,16 @@ from udr.feedback.pair_scoring import ScoreWork, ScoringSetup
 from udr.feedback.scores_file import query_choice, read_scores
 from udr.util.readers import read_parquet_checked
 
+if TYPE_CHECKING:
+    from udr.config import Settings
 
-def scoring_setup(settings) -> ScoringSetup:
+
+def scoring_setup(settings: Settings) -> ScoringSetup:
     """The project's score settings, resolved LM and seed, as :mod:`udr.feedback.pair_scoring` takes them."""
     return ScoringSetup(score=settings.score, lm_dir=settings.paths.base_model("lm"), seed=settings.seed)
 
 
-def load_work(settings, task_name: str, round_: int) -> ScoreWork:
+def load_work(settings: Settings, task_name: str, round_: int) -> ScoreWork:
     """`udr score`'s step 1: the round's candidate pairs of the scored queries, split into reused and to-do."""
     import polars as pl
 

@@ -9,11 +9,15 @@ of its commands light.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.paths import check_name_length
 from udr.util.files import shown_path
 from udr.util.readers import read_parquet_checked
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 NEEDED = ("id", "input", "prediction", "gold", "demo_ids", "demo_inputs", "demo_outputs")
 KINDS = {"id": "integer", "input": "text", "prediction": "text", "gold": "text"} | {
@@ -39,7 +43,7 @@ class ShownExample:
         return out
 
 
-def read_examples(settings, method: str, task: str, split: str = "test") -> list[ShownExample]:
+def read_examples(settings: Settings, method: str, task: str, split: str = "test") -> list[ShownExample]:
     """Every example of `method`'s evaluation of `task` on `split`, in evaluation order."""
     from udr.config import METHODS
 

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 import torch
@@ -38,8 +39,13 @@ from udr.util.distributed import Distributed, resolve_device_type, resolve_lm_pr
 from udr.util.files import file_sha256, remove
 from udr.util.resume import open_partial, partial_dir
 
+if TYPE_CHECKING:
+    from udr.config import Settings
 
-def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_settings) -> dict[str, list[ScoredQuery]]:
+
+def load_scored_queries(
+    settings: Settings, tasks: Sequence[str], round_: int, encoder_settings
+) -> dict[str, list[ScoredQuery]]:
     """`udr train`'s step 1: each task's scored queries of `round_` with their candidates as encoder texts, LM order.
     Only `score.queries_per_task` of them, as the scores' manifest lists them (its first n are the choice
     of n, so a file scored for more queries holds them); a file scored for fewer, or with another seed,
@@ -58,7 +64,7 @@ def load_scored_queries(settings, tasks: Sequence[str], round_: int, encoder_set
 
 
 def build_trainer(
-    settings,
+    settings: Settings,
     round_: int,
     init: Path,
     partial: Path,
@@ -98,7 +104,7 @@ def build_trainer(
 
 
 def run_train(
-    settings,
+    settings: Settings,
     round_: int,
     *,
     init: Path,
@@ -157,7 +163,7 @@ def run_train(
     return summary
 
 
-def training_record(settings, out: Path, *, method: str, round_: int, init: Path, summary) -> dict:
+def training_record(settings: Settings, out: Path, *, method: str, round_: int, init: Path, summary) -> dict:
     """The record of the model `run_train` just trained from `init` into `out` (its TrainSummary: `summary`)."""
     trained_with = {
         "params_file": settings.params_file,

@@ -25,10 +25,14 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError, listed
 from udr.util.files import building_dir, resolve_target, write_text_atomic
 from udr.util.locks import holding
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 # The project's model folders a workspace links to (its own runs write beside them, e.g. models/<name>).
 LINKED_MODELS = ("base", "final")
@@ -146,7 +150,9 @@ class WorkspaceRequest:
         }
 
 
-def init_workspace(settings, request: WorkspaceRequest, *, extra_files: dict[str, str] | None = None) -> Workspace:
+def init_workspace(
+    settings: Settings, request: WorkspaceRequest, *, extra_files: dict[str, str] | None = None
+) -> Workspace:
     """Write the workspace `request.folder` (it must not exist; locked, :mod:`udr.util.locks`, before it is
     checked): `data/tasks/<name>.yaml` and a copy of the file(s) beside it, `params.yaml`
     (:func:`workspace_params`), links to the project's models, and `extra_files` ({name: text}, e.g. `udr
@@ -164,7 +170,9 @@ def init_workspace(settings, request: WorkspaceRequest, *, extra_files: dict[str
         return _write_workspace(settings, request, folder, extra_files or {})
 
 
-def _write_workspace(settings, request: WorkspaceRequest, folder: Path, extra_files: dict[str, str]) -> Workspace:
+def _write_workspace(
+    settings: Settings, request: WorkspaceRequest, folder: Path, extra_files: dict[str, str]
+) -> Workspace:
     """:func:`init_workspace`'s work, under its lock: the files read and checked, then the folder written."""
     import yaml
 

@@ -22,10 +22,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError, quoted
 from udr.util.readers import read_json
 from udr.util.weights import load_weights
+
+if TYPE_CHECKING:
+    from udr.retriever.encoder import BiEncoderSettings
 
 _LOAD_LOCK = threading.Lock()  # one thread at a time loads a full bi-encoder (and imports transformers)
 
@@ -63,7 +67,7 @@ def _check_config(config: dict, path: Path) -> None:
 class LightQueryEncoder:
     """E_q of a BERT-family bi-encoder: tokenizer.json + safetensors weights, torch only."""
 
-    def __init__(self, weights: dict, config: dict, tokenizer, settings):
+    def __init__(self, weights: dict, config: dict, tokenizer, settings: BiEncoderSettings):
         self.w, self.config, self.tokenizer, self.settings = weights, config, tokenizer, settings
         self.heads = config["num_attention_heads"]
         self.eps = float(config.get("layer_norm_eps", 1e-12))
@@ -71,7 +75,7 @@ class LightQueryEncoder:
         self.activation = config.get("hidden_act", "gelu")
 
     @classmethod
-    def load(cls, query_dir: Path, tokenizer_dir: Path, settings) -> LightQueryEncoder | None:
+    def load(cls, query_dir: Path, tokenizer_dir: Path, settings: BiEncoderSettings) -> LightQueryEncoder | None:
         """The light encoder of E_q at `query_dir`, or None when its architecture is not one it covers. Its
         files go through the one guarded model load (:func:`udr.util.weights.load_weights`): a config.json
         that does not parse or says what no model can be, weights that do not match it, a damaged
@@ -92,7 +96,9 @@ class LightQueryEncoder:
         return load_weights(lambda: cls._build(query_dir, tokenizer_file, config, settings), query_dir, REBUILD)
 
     @classmethod
-    def _build(cls, query_dir: Path, tokenizer_file: Path, config: dict, settings) -> LightQueryEncoder | None:
+    def _build(
+        cls, query_dir: Path, tokenizer_file: Path, config: dict, settings: BiEncoderSettings
+    ) -> LightQueryEncoder | None:
         """The encoder of `load`, tried on one query so that weights that do not fit the config fail here."""
         from safetensors.torch import load_file
         from tokenizers import Tokenizer

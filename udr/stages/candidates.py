@@ -9,11 +9,15 @@ to keep the start of `udr` and of its commands light.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.util.files import write_parquet_atomic
 
+if TYPE_CHECKING:
+    from udr.config import Settings
 
-def run_candidates(settings, task_name: str, *, progress: bool = True) -> tuple[Path, str]:
+
+def run_candidates(settings: Settings, task_name: str, *, progress: bool = True) -> tuple[Path, str]:
     """Write a task's round-0 candidates; returns (the output file, the field BM25 compared)."""
     from udr.data.prepare import read_prepared
     from udr.feedback.bm25 import bm25_candidates, candidate_field

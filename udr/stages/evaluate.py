@@ -20,6 +20,7 @@ import contextlib
 import time
 from dataclasses import astuple
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.config import Split
 from udr.errors import UdrError
@@ -44,9 +45,12 @@ from udr.project.evaluation import (
 )
 from udr.util.locks import holding
 
+if TYPE_CHECKING:
+    from udr.config import Settings
+
 
 def run_evaluate(
-    settings,
+    settings: Settings,
     method: str,
     *,
     tasks: list[str] | None = None,
@@ -114,7 +118,7 @@ def run_evaluate(
 
 
 def evaluate_project_task(
-    settings,
+    settings: Settings,
     lm: LanguageModel,
     method: str,
     name: str,

@@ -13,6 +13,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.data.prepare import read_prepared
 from udr.errors import UdrError
@@ -28,9 +29,12 @@ from udr.retriever.record import read_record, rebase_project, write_record, writ
 from udr.util.distributed import resolve_device_type
 from udr.util.files import building_dir, check_no_links_out, file_sha256, write_atomic, write_json_atomic
 
+if TYPE_CHECKING:
+    from udr.config import Settings
+
 
 def run_index(
-    settings,
+    settings: Settings,
     *,
     tasks: list[str] | None = None,
     model: Path | None = None,
@@ -61,7 +65,9 @@ def run_index(
         return _write_index(settings, src, target, model, tasks, progress)
 
 
-def _write_index(settings, src: Path, dst: Path, model: Path | None, tasks: list[str] | None, progress: bool) -> dict:
+def _write_index(
+    settings: Settings, src: Path, dst: Path, model: Path | None, tasks: list[str] | None, progress: bool
+) -> dict:
     """:func:`run_index`'s work into the resolved, locked folder `dst`."""
     from udr.retriever.encoder import BiEncoder
 
@@ -98,7 +104,7 @@ def _write_index(settings, src: Path, dst: Path, model: Path | None, tasks: list
     return report
 
 
-def _interpolate_into(settings, src: Path, tmp: Path, dst: Path, record: dict | None, alpha: float) -> None:
+def _interpolate_into(settings: Settings, src: Path, tmp: Path, dst: Path, record: dict | None, alpha: float) -> None:
     """`train.final_alpha` below 1: the copy `tmp` of the last round's model `src` (becoming `dst`, its record
     `record`) holds
     alpha * trained + (1 - alpha) * its initial encoder's weights (WiSE-FT, :mod:`udr.retriever.interpolation`),
@@ -113,7 +119,7 @@ def _interpolate_into(settings, src: Path, tmp: Path, dst: Path, record: dict | 
     write_record(tmp, {**record, "interpolation": interpolation_record(alpha, src, initial, dst)})
 
 
-def _index_tasks(settings, encoder, model_dir: Path, names: list[str], report: dict, progress: bool) -> None:
+def _index_tasks(settings: Settings, encoder, model_dir: Path, names: list[str], report: dict, progress: bool) -> None:
     """Embed `names`' prepared pools into `model_dir` (index, pool copy, declarations, record, report.json)."""
     paths = settings.paths
     fingerprint = report["model"]

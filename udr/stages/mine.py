@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.paths import summary_file
 from udr.util.distributed import resolve_device_type
 from udr.util.files import write_json_atomic, write_parquet_atomic
 from udr.util.readers import read_parquet_checked
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 
 @dataclass
@@ -34,7 +38,7 @@ class MineSummary:
     seconds: float
 
 
-def run_mine(settings, task_name: str, round_: int, *, progress: bool = True) -> MineSummary:
+def run_mine(settings: Settings, task_name: str, round_: int, *, progress: bool = True) -> MineSummary:
     """Mine round `round_`'s candidates of a task with the previous round's retriever; write them and
     their summary, and return it."""
 

@@ -7,13 +7,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.lm.models import resolve_model
 
+if TYPE_CHECKING:
+    from udr.config import Settings
+
 
 def run_models(
-    settings, roles: list[str] | None = None, *, force: bool = False
+    settings: Settings, roles: list[str] | None = None, *, force: bool = False
 ) -> Iterator[tuple[str, str, Path, float]]:
     """Resolve `models.lm` and `models.encoder` (or the given roles) into models/base/<role>/; yields
     (role, spec, directory, seconds) as each is done."""

@@ -7,8 +7,13 @@ commands light.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def run_prepare(settings, task_name: str) -> dict:
+if TYPE_CHECKING:
+    from udr.config import Settings
+
+
+def run_prepare(settings: Settings, task_name: str) -> dict:
     """Prepare one task of `settings` into its prepared directory; returns the metadata written."""
     from udr.data.prepare import prepare_task
 

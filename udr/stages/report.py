@@ -13,6 +13,8 @@ start of `udr` and of its commands light.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from udr.errors import UdrError
 from udr.evaluation.comparisons import COMPARED, checked_result
 from udr.evaluation.headline import beside_columns, flat_headline, headline_markdown
@@ -20,12 +22,15 @@ from udr.evaluation.shots_plot import shots_table, write_shots_plot
 from udr.evaluation.tables import UNSEEN_INTRO, comparison_markdown, kind_averages, results_markdown, task_summary
 from udr.project.saved_evaluations import compare_saved, named_runs, udr_versus_baselines
 from udr.util.files import resolve_target, write_json_atomic, write_text_atomic
-from udr.util.machine import machine_kind
+from udr.util.machine import machine_kind, machine_note, result_machines
 from udr.util.notice import notice
 from udr.util.readers import read_json
 
+if TYPE_CHECKING:
+    from udr.config import Settings
 
-def _load_results(settings) -> dict[str, dict[str, dict]]:
+
+def _load_results(settings: Settings) -> dict[str, dict[str, dict]]:
     """{method: {task: result}} for the methods in params and the tasks each is evaluated on (all must exist;
     :meth:`udr.config.Settings.method_tasks`: the per-task EPR has no unseen task). A per-task method with
     neither its models folder nor any result (a workspace has no EPR of its task) is left out with a notice."""
@@ -61,7 +66,9 @@ def _summary(results: dict[str, dict[str, dict]], averages: dict, comparison: di
     return summary
 
 
-def _part(settings, results: dict, named: dict, shots: dict, scope: str, heading: str, **text) -> tuple[dict, str]:
+def _part(
+    settings: Settings, results: dict, named: dict, shots: dict, scope: str, heading: str, **text
+) -> tuple[dict, str]:
     """The summary and Markdown of one scope's results: the table (named runs as columns), UDR against each
     baseline, and each named run against every method."""
     both = {**results, **named}
@@ -84,7 +91,7 @@ def _part(settings, results: dict, named: dict, shots: dict, scope: str, heading
     return summary, markdown
 
 
-def _split_unseen(settings, results: dict[str, dict[str, dict]]) -> tuple[dict, dict]:
+def _split_unseen(settings: Settings, results: dict[str, dict[str, dict]]) -> tuple[dict, dict]:
     """(results of the trained-on tasks, results of the unseen tasks); either may hold no task, and a method
     with no result in one (the per-task EPR on the unseen tasks) is left out of it."""
     unseen = set(settings.unseen_task_names())
@@ -99,7 +106,7 @@ def _with_results(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, di
     return kept or results
 
 
-def run_column(settings, summary: dict, reports: dict) -> dict:
+def run_column(settings: Settings, summary: dict, reports: dict) -> dict:
     """The column of this run (its metrics/summary.json): where its round-0 feedback came from is read from
     the score reports (`reports`: :func:`score_reports`; shipped, with its re-scored sample, or scored here)."""
     shipped, checked = [], set()
@@ -125,7 +132,7 @@ def run_column(settings, summary: dict, reports: dict) -> dict:
     }
 
 
-def score_reports(settings) -> dict:
+def score_reports(settings: Settings) -> dict:
     """{task: its round-0 score report (:class:`udr.util.schemas.ScoreReport`)} of the params' tasks (an
     empty report where a task has none)."""
     from udr.util.schemas import ScoreReport, read_model
@@ -138,26 +145,7 @@ def score_reports(settings) -> dict:
     return out
 
 
-def result_machines(results: dict[str, dict[str, dict]], reports: dict) -> list[str]:
-    """The machines the results were computed on, from the files: each evaluation result's `machine` and
-    each round-0 score report's (sorted; results written before evaluations recorded it name none)."""
-    found = {r["machine"] for by_task in results.values() for r in by_task.values() if r.get("machine")}
-    found |= {report.machine for report in reports.values() if report.machine}
-    return sorted(found)
-
-
-def machine_note(machines: list[str], here: str) -> str | None:
-    """A one-line note where this machine is not the one the results were made on (bf16 results differ in
-    their last bits between CPU kinds), else None."""
-    if not machines or machines == [here]:
-        return None
-    return (
-        f"these results were made on {'; '.join(machines)}; this machine is {here}: a run here may "
-        "differ from them in the last bits (docs/reproducibility.md)"
-    )
-
-
-def run_report(settings) -> dict:
+def run_report(settings: Settings) -> dict:
     """`udr report`: write metrics/summary.json (its flat headline: metrics/headline.json),
     metrics/results.md (the results table and UDR against each baseline with bootstrap intervals, then
     the same two for the unseen tasks) and the shots plot; returns the summary."""

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.feedback.pair_scoring import ScoreSummary, ScoreWork, ScoringSetup, score_inputs, score_work
@@ -28,9 +29,12 @@ from udr.feedback.shipped import take_shipped
 from udr.project.scoring import load_work, scoring_setup
 from udr.util.distributed import resolve_lm_precision
 
+if TYPE_CHECKING:
+    from udr.config import Settings
+
 
 def run_score(
-    settings, task_name: str, round_: int, *, progress: bool = True, stop_after_shards: int | None = None
+    settings: Settings, task_name: str, round_: int, *, progress: bool = True, stop_after_shards: int | None = None
 ) -> ScoreSummary | None:
     """`udr score`: the LM's score of every candidate pair of `task_name`'s scored queries in round
     `round_` (pairs scored in the round before are reused), written to `data/scores/round<N>/<task>.parquet`
@@ -71,7 +75,7 @@ def _instead(todo: int, left: int) -> str:
     return f"scoring {left} of its {todo} pairs here, the rest reused from an earlier run's output"
 
 
-def shipped_file(settings, task: str) -> Path:
+def shipped_file(settings: Settings, task: str) -> Path:
     """Where `task`'s shipped round-0 scores would be (`score.shipped`, relative to the params file's folder)."""
     folder = Path(settings.score.shipped)
     return (folder if folder.is_absolute() else settings.root / folder) / f"{task}.parquet"

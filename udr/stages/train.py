@@ -5,6 +5,7 @@ which folder; the training itself (load, build, run, write; resumable) is :func:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.paths import round_label
@@ -14,9 +15,12 @@ from udr.retriever.recipes import baseline_train_settings
 from udr.retriever.train_log import writing_run
 from udr.util.files import resolve_target
 
+if TYPE_CHECKING:
+    from udr.config import Settings
+
 
 def run_train_stage(
-    settings,
+    settings: Settings,
     round_: int,
     *,
     baseline: str | None = None,

@@ -50,3 +50,22 @@ def _cpuinfo() -> dict[str, str]:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     return fields
+
+
+def result_machines(results: dict[str, dict[str, dict]], reports: dict) -> list[str]:
+    """The machines the results were computed on, from the files: each evaluation result's `machine` and
+    each round-0 score report's (sorted; results written before evaluations recorded it name none)."""
+    found = {r["machine"] for by_task in results.values() for r in by_task.values() if r.get("machine")}
+    found |= {report.machine for report in reports.values() if report.machine}
+    return sorted(found)
+
+
+def machine_note(machines: list[str], here: str) -> str | None:
+    """A one-line note where this machine is not the one the results were made on (bf16 results differ in
+    their last bits between CPU kinds), else None."""
+    if not machines or machines == [here]:
+        return None
+    return (
+        f"these results were made on {'; '.join(machines)}; this machine is {here}: a run here may "
+        "differ from them in the last bits (docs/reproducibility.md)"
+    )

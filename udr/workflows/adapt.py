@@ -11,13 +11,17 @@ from __future__ import annotations
 import contextlib
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from udr.project import adapt
 from udr.util.files import resolve_target, shown_path
 from udr.util.locks import holding
 
+if TYPE_CHECKING:
+    from udr.config import Settings
 
-def evaluate_candidate(settings, task: str, method: str, split: str, *, progress: bool) -> None:
+
+def evaluate_candidate(settings: Settings, task: str, method: str, split: str, *, progress: bool) -> None:
     """`method` (a candidate of udr.project.adapt) on `split`, saved under its name; skipped where saved
     already (a run resumed)."""
     from udr.stages.evaluate import run_evaluate
@@ -37,7 +41,7 @@ def evaluate_candidate(settings, task: str, method: str, split: str, *, progress
     )
 
 
-def train_adapted(settings, *, progress: bool) -> Path:
+def train_adapted(settings: Settings, *, progress: bool) -> Path:
     """UDR trained on the task's feedback from the project's UDR into the workspace's `models/adapted`
     (kept where a finished run left it)."""
     from udr.retriever.encoder import SETTINGS_NAME
@@ -49,7 +53,7 @@ def train_adapted(settings, *, progress: bool) -> Path:
     return out
 
 
-def open_workspace(project_settings, request: adapt.AdaptRequest, folder: Path, *, say) -> adapt.StepRecord:
+def open_workspace(project_settings: Settings, request: adapt.AdaptRequest, folder: Path, *, say) -> adapt.StepRecord:
     """The step record of the run in the workspace `folder` (resolved and locked by the caller): a new
     workspace's (written with it; what the input files alone decide is checked before), or that of the
     run of the same request there, resumed (:func:`udr.project.adapt.resumed_record`)."""
@@ -74,7 +78,7 @@ def open_workspace(project_settings, request: adapt.AdaptRequest, folder: Path, 
     return adapt.StepRecord.read(folder)
 
 
-def plan_run(settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: Path, *, say) -> dict:
+def plan_run(settings: Settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: Path, *, say) -> dict:
     """The plan of a run over the prepared task (:func:`udr.project.adapt.plan_adaptation`), said, and its
     budget of scored queries written to the workspace's params file; returned as a mapping (recorded)."""
     from udr.data.prepare import read_prepared
@@ -106,7 +110,7 @@ def plan_run(settings, request: adapt.AdaptRequest, rates: adapt.Rates, params: 
     return asdict(plan)
 
 
-def prepare_pool(settings, task: str, say) -> None:
+def prepare_pool(settings: Settings, task: str, say) -> None:
     """The prepare step: the task's splits, and one line where `--max-train` cut its pool."""
     from udr.data.prepare import pool_cut_note
     from udr.stages.prepare import run_prepare
@@ -116,7 +120,7 @@ def prepare_pool(settings, task: str, say) -> None:
         say(cut)
 
 
-def run_adapt(project_settings, request: adapt.AdaptRequest, *, say, progress: bool = True) -> adapt.Outcome:
+def run_adapt(project_settings: Settings, request: adapt.AdaptRequest, *, say, progress: bool = True) -> adapt.Outcome:
     """`udr adapt`: the steps of :mod:`udr.project.adapt` in the workspace `request.folder`, a new one or
     the one a run of the same request left (its finished steps skipped; `request.restart`: started over);
     returns the outcome, also written to the workspace's `metrics/adapt.json` and `metrics/adapt.md`. The

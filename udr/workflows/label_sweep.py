@@ -13,6 +13,7 @@ Steps, per retriever (`udr`, `sbert`):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from udr.config import LabelSettings
 from udr.errors import UdrError
@@ -20,6 +21,9 @@ from udr.paths import LABELS_SUFFIX
 from udr.project.saved_evaluations import saved_results
 from udr.stages.evaluate import run_evaluate
 from udr.util.notice import notice
+
+if TYPE_CHECKING:
+    from udr.config import Settings
 
 WEIGHTS = (0.1, 0.3, 1.0, 3.0)
 QUOTAS = (None, "balanced")
@@ -41,13 +45,13 @@ def point_name(method: str, point: LabelSettings) -> str:
     return f"{method}-labels-w{point.weight:g}-{point.per_label or 'noquota'}"
 
 
-def with_labels(settings, point: LabelSettings):
+def with_labels(settings: Settings, point: LabelSettings):
     """`settings` with `evaluate.labels` set to `point`, for every retriever (no retriever's own)."""
     evaluate = settings.evaluate.model_copy(update={"labels": point, "labels_by_method": {}})
     return settings.model_copy(update={"evaluate": evaluate})
 
 
-def validation_score(settings, name: str, tasks: Sequence[str]) -> float | None:
+def validation_score(settings: Settings, name: str, tasks: Sequence[str]) -> float | None:
     """The mean validation score of the saved evaluation `name` over `tasks`; None where one is missing."""
 
     try:
@@ -57,7 +61,7 @@ def validation_score(settings, name: str, tasks: Sequence[str]) -> float | None:
     return sum(r["graded"]["score"] for r in results.values()) / len(tasks)
 
 
-def sweep(settings, method: str, tasks: Sequence[str]) -> dict[str, float]:
+def sweep(settings: Settings, method: str, tasks: Sequence[str]) -> dict[str, float]:
     """Steps 1: every point of the grid evaluated on validation (the plain retriever too, if not yet);
     {point name: mean validation score}."""
     scores = {}
@@ -82,7 +86,7 @@ def choose(method: str, scores: dict[str, float]) -> LabelSettings:
     return max(points, key=lambda p: (scores[point_name(method, p)], -points.index(p)))
 
 
-def run_label_sweep(settings, methods: Sequence[str], tasks: Sequence[str]) -> dict[str, dict]:
+def run_label_sweep(settings: Settings, methods: Sequence[str], tasks: Sequence[str]) -> dict[str, dict]:
     """Steps 1-3 for each of `methods` on `tasks`: {method: {"validation": {point: score}, "chosen": settings}}.
     Where the plain retriever wins on validation, nothing is tested with labels (said in one line)."""
     out = {}

@@ -8,11 +8,12 @@ It gathers what other tables computed and computes nothing itself: the default r
 `udr exp claims` writes it, and metrics/claims.png, the same rows as a picture (each difference, its interval,
 each seed's difference and the claim margin); `docs/sync_readme.py` copies the table into the README.
 
-Imports of matplotlib are inside the function that uses it, to keep the start of `udr` light.
+Imports of matplotlib are inside the functions that use them, to keep the start of `udr` light.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,6 +207,4 @@ def plot_claims(rows: list[ClaimRow], out: Path) -> list[str]:
 
 
 def _wrapped(text: str, width: int = 70) -> str:
-    import textwrap
-
     return "\n".join(textwrap.wrap(text, width))

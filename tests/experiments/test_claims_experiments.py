@@ -205,6 +205,10 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     text = (metrics / "claims.md").read_text()
     assert "suite by DVC, one family held out at a time (sst2, trec): UDR − SBERT | 160 | +1.0 [-3.0, +5.0] |" in text
     assert (metrics / "claims.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the same rows as a picture
+    for source in (metrics / "seeds.json", metrics / "lofo.json", *(metrics / "suite").glob("*.json")):
+        source.unlink()
+    assert run_cli(["exp", "claims"], tmp_path)[0] == 0
+    assert not (metrics / "claims.png").exists()  # no rows: no picture, and not the last one's
 
 
 def test_the_claims_plot_has_one_row_per_measurement_in_table_order(tmp_path):

@@ -151,13 +151,15 @@ def _lofo_rows(claim: str, lofo: dict, source: str) -> list[ClaimRow]:
 
 
 def write_claims(root: Path) -> Path:
-    """Write metrics/claims.md and metrics/claims.png (where there is a row); returns the table's path."""
+    """Write metrics/claims.md and metrics/claims.png (none where the table has no row); returns the table's path."""
     header = ["the paper's claim", "measured here", "n", "difference [95% CI]", "each seed", "finding"]
     rows = claims_rows(root)
     out = Path(root) / "metrics" / "claims.md"
     write_text_atomic(out, markdown_table(header, [row.cells() for row in rows]))
     if rows:
         plot_claims(rows, out.with_suffix(".png"))
+    else:  # no picture of an empty table, nor a stale one beside it
+        out.with_suffix(".png").unlink(missing_ok=True)
     return out
 
 

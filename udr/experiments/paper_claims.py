@@ -166,21 +166,22 @@ def write_claims(root: Path) -> Path:
 def plot_claims(rows: list[ClaimRow], out: Path) -> list[str]:
     """A forest plot of `rows` at `out`: per row, its difference (a dot, filled where resolved), its 95% interval
     (a bar), each seed's difference (small crosses), the claim margin (grey band around 0); rows grouped under their
-    claim, top down in table order. Returns the y-axis labels, top down."""
+    claim (rows come grouped, as :func:`claims_rows` makes them), top down in table order. Returns the y-axis
+    labels, top down."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels, ys, y = [], [], 0.0
-    claims = list(dict.fromkeys(r.claim for r in rows))
-    for claim in claims:
-        for r in (r for r in rows if r.claim == claim):
-            labels.append(f"{r.evidence} (n = {r.n})")
-            ys.append(y)
-            y -= 1
-        y -= 0.6  # a gap between claims
-    fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 0.5 * len(claims) + 1.2))
+    labels = [f"{r.evidence} (n = {r.n})" for r in rows]
+    ys, tops, y = [], {}, 0.0  # each row's height, top down; each claim's first row's
+    for r in rows:
+        if r.claim not in tops:
+            y -= 0.6 if tops else 0.0  # a gap before each claim but the first
+            tops[r.claim] = y
+        ys.append(y)
+        y -= 1
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 0.5 * len(tops) + 1.2))
     ax.axvspan(-CLAIM_MARGIN, CLAIM_MARGIN, color="0.88", zorder=0)
     ax.axvline(0, color="0.5", lw=0.8, zorder=1)
     for r, at in zip(rows, ys):
@@ -191,8 +192,7 @@ def plot_claims(rows: list[ClaimRow], out: Path) -> list[str]:
         if r.per_seed is not None and len(r.per_seed) > 1:
             ax.plot(r.per_seed, [at] * len(r.per_seed), "x", color="0.45", ms=4, zorder=3)
     ax.set_yticks(ys, [_wrapped(label) for label in labels], fontsize=7)
-    for claim in claims:  # each claim's title above its rows
-        top = ys[[r.claim for r in rows].index(claim)]
+    for claim, top in tops.items():  # each claim's title above its rows
         ax.text(0.0, top + 0.55, claim, transform=ax.get_yaxis_transform(), fontsize=8, weight="bold", va="bottom")
     ax.set_ylim(min(ys) - 0.8, max(ys) + 1.2)
     ax.set_xlabel(

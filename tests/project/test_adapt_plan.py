@@ -143,9 +143,11 @@ def test_choice_tokens_count_the_labels_a_scored_pair_carries(looped):
     settings = load_settings(looped / "params.yaml")
     report = json.loads((looped / "metrics/score/round0/sst2.json").read_text())
     per_pair = report["tokens"] / report["pairs"]
-    rows, choices = pool_tokens(settings, "sst2")
+    train = read_prepared(looped, "sst2", "train")
+    rows, choices = pool_tokens(settings, "sst2", train)
     assert abs(2 * rows + choices - per_pair) / per_pair < 0.1, (rows, choices, per_pair)
     tokenizer = AutoTokenizer.from_pretrained(settings.paths.base_model("lm"))
-    labels = read_prepared(looped, "sst2", "train")["choices"][0]
+    labels = train["choices"][0]
     assert len(labels) == 2 and choices == sum(len(tokenizer(f" {label}")["input_ids"]) for label in labels)
-    assert pool_tokens(settings, "break")[1] == 0.0  # generation: the target is in the row
+    generation = read_prepared(looped, "break", "train")
+    assert pool_tokens(settings, "break", generation)[1] == 0.0  # generation: the target is in the row

@@ -38,6 +38,8 @@ from udr.project.workspace import WorkspaceRequest
 from udr.util.files import file_sha256, read_json_object, remove, shown_path, write_text_atomic
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from udr.config import Settings
 
 # The retrievers compared on validation, each with the saved name it is evaluated under. `adapted` is
@@ -479,15 +481,13 @@ def check_project_models(project_settings: Settings) -> None:
         )
 
 
-def pool_tokens(settings: Settings, task: str, sample: int = 200) -> tuple[float, float]:
-    """(row tokens, choice tokens) of `task`'s pool with the LM's tokenizer: the mean tokens of one
-    demonstration (input and answer, plus 4 for its template) over the first `sample` pool rows, and the
-    tokens of all of the task's answer choices together (0 for generation): a classification or
-    multiple-choice prompt is scored once per choice, each choice's tokens run after it (with 49 labels
-    they are most of a pair's tokens)."""
-    from udr.data.prepare import read_prepared
-
-    rows = read_prepared(settings.root, task, "train").head(sample).to_dicts()
+def pool_tokens(settings: Settings, task: str, train: pl.DataFrame, sample: int = 200) -> tuple[float, float]:
+    """(row tokens, choice tokens) of `task`'s pool (`train`: its prepared train split) with the LM's
+    tokenizer: the mean tokens of one demonstration (input and answer, plus 4 for its template) over the first
+    `sample` pool rows, and the tokens of all of the task's answer choices together (0 for generation): a
+    classification or multiple-choice prompt is scored once per choice, each choice's tokens run after it
+    (with 49 labels they are most of a pair's tokens)."""
+    rows = train.head(sample).to_dicts()
     tokenize = _lm_tokenizer(settings)
     texts = [f"{r['input']} {r['target']}" for r in rows]
     row = sum(len(ids) for ids in tokenize(texts)["input_ids"]) / max(len(texts), 1) + 4

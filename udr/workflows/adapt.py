@@ -84,9 +84,10 @@ def plan_run(settings: Settings, request: adapt.AdaptRequest, rates: adapt.Rates
     from udr.data.prepare import read_prepared
 
     r = request
-    counts = {s: len(read_prepared(settings.root, r.name, s)) for s in ("train", "validation", "test")}
+    splits = {s: read_prepared(settings.root, r.name, s) for s in ("train", "validation", "test")}
+    counts = {s: len(frame) for s, frame in splits.items()}
     methods = adapt.candidates(settings.task(r.name).kind)
-    row_tokens, choice_tokens = adapt.pool_tokens(settings, r.name)
+    row_tokens, choice_tokens = adapt.pool_tokens(settings, r.name, splits["train"])
     plan = adapt.plan_adaptation(
         rates,
         row_tokens=row_tokens,

@@ -16,6 +16,7 @@ from udr.errors import UdrError
 from udr.feedback.scores_file import inputs_hash, read_manifest, read_scores
 from udr.feedback.shipped import read_checksums
 from udr.util.files import file_sha256
+from udr.util.notice import UdrNotice
 
 TASK = "sst2"
 
@@ -113,7 +114,7 @@ def test_shipped_scores_this_lm_disagrees_with_fail_and_nothing_is_written(score
     assert _score(root, "score.check_tolerance=0.6").shipped["taken"] == 20
 
 
-def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_project, tmp_path, capsys):
+def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_project, tmp_path):
     root = _shipping(scored_project, tmp_path)
     assert _score(root).shipped["taken"] == 20
     # Switched off, nothing is taken, not even through the earlier output that came from the shipped file.
@@ -125,9 +126,9 @@ def test_shipped_scores_of_other_inputs_or_switched_off_are_not_taken(scored_pro
     manifest_path.write_text(json.dumps({**manifest, "inputs": other, "inputs_hash": inputs_hash(other)}))
     _list_checksums(manifest_path.parent)
     (root / f"data/scores/round0/{TASK}.parquet").unlink()
-    summary = _score(root)
+    with pytest.warns(UdrNotice, match="scored with other inputs"):
+        summary = _score(root)
     assert summary.shipped is None and summary.scored == 30
-    assert "scored with other inputs" in capsys.readouterr().err
 
 
 def test_a_shipped_edit_that_keeps_its_manifest_checksum_is_caught_by_the_committed_list(scored_project, tmp_path):
@@ -154,16 +155,17 @@ def test_a_reordered_shipped_query_list_is_refused(scored_project, tmp_path):
         _score(root)
 
 
-def test_a_shipped_folder_without_the_tasks_file_says_so(scored_project, tmp_path, capsys):
+def test_a_shipped_folder_without_the_tasks_file_says_so(scored_project, tmp_path):
     """The notice says what the run does instead: score the pairs here, or reuse an earlier run's."""
     root = _shipping(scored_project, tmp_path)
     (root / f"data/feedback/round0/{TASK}.parquet").rename(root / "data/feedback/round0/other.parquet")
-    assert _score(root).shipped is None
-    err = capsys.readouterr().err
-    assert f"no shipped feedback of {TASK} in data/feedback/round0 (score.shipped): scoring its 30 pairs here" in err
-    assert _score(root).scored == 0
-    err = capsys.readouterr().err
-    assert "scoring" not in err and "reusing all 30 of its pairs from an earlier run's output" in err
+    said = f"no shipped feedback of {TASK} in data/feedback/round0 \\(score.shipped\\): scoring its 30 pairs here$"
+    with pytest.warns(UdrNotice, match=said):
+        assert _score(root).shipped is None
+    reused = "reusing all 30 of its pairs from an earlier run's output of the same inputs$"
+    with pytest.warns(UdrNotice, match=reused) as caught:
+        assert _score(root).scored == 0
+    assert not any("scoring" in str(w.message) for w in caught)
 
 
 @pytest.mark.parametrize("damage", ["missing", "a directory"])

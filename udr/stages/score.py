@@ -16,7 +16,6 @@ Imports of polars are inside the functions that use them, to keep the start of `
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from udr.feedback.scores_file import load_scores
 from udr.feedback.shipped import take_shipped
 from udr.project.scoring import load_work, scoring_setup
 from udr.util.distributed import resolve_lm_precision
+from udr.util.notice import notice
 
 if TYPE_CHECKING:
     from udr.config import Settings
@@ -52,7 +52,7 @@ def run_score(
         todo = len(work.todo)
         work = reuse_earlier_run(setup, work, out)
         if not_taken:
-            print(f"udr: {not_taken}: {_instead(todo, len(work.todo))}", file=sys.stderr)
+            notice(f"{not_taken}: {_instead(todo, len(work.todo))}")
     return score_work(
         setup,
         work,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from udr.evaluation.bootstrap import PROPORTION_METRICS, wilson_interval
-from udr.util.files import write_atomic, write_text_atomic
+from udr.util.figures import pyplot, save_png
+from udr.util.files import write_text_atomic
 
 
 def shots_table(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict[int, float]]]:
@@ -25,10 +26,7 @@ def shots_table(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict
 
 def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out_dir: Path) -> None:
     """metrics/plots/shots.png and metrics/plots/shots/<task>.csv (demos, one column per method)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, max(1, len(shots)), figsize=(5 * max(1, len(shots)), 3.6), squeeze=False)
@@ -55,5 +53,4 @@ def write_shots_plot(shots: dict[str, dict[str, dict[int, float]]], results, out
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    write_atomic(out_dir / "shots.png", lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
+    save_png(fig, out_dir / "shots.png", dpi=110)

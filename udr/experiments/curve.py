@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from udr.errors import UdrError, listed
 from udr.experiments.tables import markdown_table
 from udr.project.saved_evaluations import saved_comparisons, saved_results, saved_tasks
-from udr.util.files import check_output_path, write_atomic, write_json_atomic, write_text_atomic
+from udr.util.figures import pyplot, save_png
+from udr.util.files import check_output_path, write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     from udr.config import Settings
@@ -103,10 +104,7 @@ def curve_table(baseline: str, base: dict[str, float], rows: list[CurveRow], ns:
 def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow], split: str, path: Path) -> None:
     """The average against scored queries per task (log scale), a line per recipe, each point's bar its
     paired 95% interval against the baseline (drawn around the point), the baseline a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     recipes = list(dict.fromkeys(r.point.recipe for r in rows))
     fig, ax = plt.subplots(figsize=(6.4 + (2.6 if len(recipes) > 3 else 0), 4.0))
@@ -131,8 +129,7 @@ def write_curve_plot(baseline: str, base: dict[str, float], rows: list[CurveRow]
     else:
         ax.legend()
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 def run_curve(settings: Settings, specs, baseline: str, tasks: list[str] | None, split: str, out: Path) -> Path:

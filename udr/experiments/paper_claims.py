@@ -21,7 +21,8 @@ from udr.evaluation.bootstrap import Interval
 from udr.evaluation.claims import CLAIM_MARGIN
 from udr.experiments.suite import EXPERIMENT, LOFO_TABLE, TABLE
 from udr.experiments.tables import markdown_table
-from udr.util.files import write_atomic, write_text_atomic
+from udr.util.figures import pyplot, save_png
+from udr.util.files import write_text_atomic
 from udr.util.readers import read_json
 
 # (the paper's claim, [(seed-table claim (a, b), its group), ...], [(suite baseline, suite group, label)])
@@ -168,10 +169,7 @@ def plot_claims(rows: list[ClaimRow], out: Path) -> list[str]:
     (a bar), each seed's difference (small crosses), the claim margin (grey band around 0); rows grouped under their
     claim (rows come grouped, as :func:`claims_rows` makes them), top down in table order. Returns the y-axis
     labels, top down."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = [f"{r.evidence} (n = {r.n})" for r in rows]
     ys, tops, y = [], {}, 0.0  # each row's height, top down; each claim's first row's
@@ -203,8 +201,7 @@ def plot_claims(rows: list[ClaimRow], out: Path) -> list[str]:
     )
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    write_atomic(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
+    save_png(fig, out, dpi=110)
     return labels
 
 

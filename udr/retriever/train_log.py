@@ -20,7 +20,8 @@ import numpy as np
 from udr.errors import UdrError
 from udr.paths import NAMED_RUNS
 from udr.retriever.record import writing_model
-from udr.util.files import remove, shown_path, write_atomic, write_json_atomic, write_text_atomic
+from udr.util.figures import pyplot, save_png
+from udr.util.files import remove, shown_path, write_json_atomic, write_text_atomic
 from udr.util.locks import holding
 
 LOGGED = ("loss", "rank", "in_batch", "lr")
@@ -97,10 +98,7 @@ class TrainLog:
 def plot_losses(log_dir: Path, png: Path, title: str) -> None:
     """The training curve (total, rank and in-batch loss per step, with a moving average) as a PNG."""
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for key in ("loss", "rank", "in_batch"):
@@ -120,5 +118,4 @@ def plot_losses(log_dir: Path, png: Path, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    write_atomic(png, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
-    plt.close(fig)
+    save_png(fig, png, dpi=100)

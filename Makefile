@@ -68,9 +68,10 @@ docs: install-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # Every test, the slow ones (real model conversion, real pipeline) included; Gemma 3 270M too, for its
-# GGUF conversion test, so that none is skipped.
+# GGUF conversion test, so that none is skipped. Two worker processes (pytest-xdist; a test file stays on
+# one worker, the slow files start first), torch on one thread in each: the machine's two cores.
 test: install-transfer
-	$(VENV)/bin/pytest -m "slow or not slow"
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -m "slow or not slow" -n 2 --dist loadfile
 
 # The quick development loop (slow tests skipped).
 test-quick: install-dev

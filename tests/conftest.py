@@ -18,6 +18,12 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("UDR_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first (stable otherwise): under `pytest -n 2 --dist loadfile` (`make test`) their files
+    start on the workers at once instead of one of them ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():

@@ -1,8 +1,7 @@
 """The score against the number of demonstrations (`evaluate.shots`): metrics/plots/shots.png, with 95%
 Wilson bands where the metric is a proportion, and one CSV per task for `dvc plots show`.
 
-Imports of matplotlib are inside the functions that use them, to keep the start of `udr` and of its commands light;
-matplotlib is in the `pipeline` extra.
+matplotlib (the `pipeline` extra's) is imported only when a figure is drawn (:mod:`udr.util.figures`).
 """
 
 from __future__ import annotations

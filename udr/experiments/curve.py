@@ -5,8 +5,7 @@ A point is ``RECIPE:QUERIES=NAME``: the recipe's line on the plot, the scored qu
 trained on (the x axis), and the name of its saved evaluation (a method, or a name given with
 ``udr evaluate --save-as``). Every point and the baseline must be evaluated on the same split rows.
 
-Imports of matplotlib are inside the functions that use them, to keep the start of `udr` and of its commands light;
-matplotlib is in the `pipeline` extra.
+matplotlib (the `pipeline` extra's) is imported only when a figure is drawn (:mod:`udr.util.figures`).
 """
 
 from __future__ import annotations

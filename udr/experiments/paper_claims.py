@@ -8,7 +8,7 @@ It gathers what other tables computed and computes nothing itself: the default r
 `udr exp claims` writes it, and metrics/claims.png, the same rows as a picture (each difference, its interval,
 each seed's difference and the claim margin); `docs/sync_readme.py` copies the table into the README.
 
-Imports of matplotlib are inside the functions that use them, to keep the start of `udr` light.
+matplotlib is imported only when a figure is drawn (:mod:`udr.util.figures`).
 """
 
 from __future__ import annotations

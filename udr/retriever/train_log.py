@@ -1,8 +1,7 @@
 """Training logs: per-step losses in dvclive's file layout (`dvc plots show` reads them), the round's
 summary.json and its loss curve as a PNG.
 
-Imports of matplotlib are inside the functions that use them, to keep `udr`'s start (the CLI) light
-(it is the `pipeline` extra's).
+matplotlib (the `pipeline` extra's) is imported only when a figure is drawn (:mod:`udr.util.figures`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 PNG beside its path, then renamed over it, and closed.
 
 Imports of matplotlib are inside the functions that use them, to keep the start of `udr` and of its commands
-light.
+light; matplotlib is in the `pipeline` extra.
 """
 
 from __future__ import annotations

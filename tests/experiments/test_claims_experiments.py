@@ -159,8 +159,8 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
 
 
 def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli):
-    """metrics/claims.md takes each claim's interval and seeds from metrics/seeds.json and the suite's
-    comparison files, leaves out what is missing, and says whether each is resolved."""
+    """metrics/claims.md takes each claim's interval and seeds from metrics/seeds.json, the suite's table and the
+    folds' tables, leaves out what is missing, and says whether each is resolved."""
     from udr.experiments.paper_claims import claims_rows
 
     metrics = tmp_path / "metrics"
@@ -170,17 +170,14 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     claim = {"a": "udr", "b": "epr", "group": "tasks with signal", "n": 160, "interval": interval}
     seeds = {"claims": [claim | {"per_seed": [1.0, 2.5, 2.5]}], "groups": {"tasks with signal": ["sst2", "trec"]}}
     (metrics / "seeds.json").write_text(json.dumps(seeds))
-    below = {"difference": -1.0, "low": -2.0, "high": 0.1, "resolved": False}
-    suite = {"subj": {"n": 300}, "cola": {"n": 300}, "average": below}
-    (metrics / "suite" / "compare-sbert-held-out.json").write_text(json.dumps(suite))
     code, _, err = run_cli(["exp", "claims"], tmp_path)
     assert code == 0, err
     text = (metrics / "claims.md").read_text()
     assert "| default run, tasks with signal (sst2, trec): UDR − per-task EPR | 160 | **+2.0 [+0.6, +3.4]** |" in text
     assert "+1.0 / +2.5 / +2.5 | resolved above |" in text
-    assert "| suite: three held-out families, UDR − SBERT | 600 | -1.0 [-2.0, +0.1] | one seed | not resolved |" in text
-    assert "multi-task EPR" not in text  # no source for it
+    assert "multi-task EPR" not in text and "suite" not in text  # no source for them
     # the suite by DVC: its table's claims, in the groups that answer the seed table's
+    below = {"difference": -1.0, "low": -2.0, "high": 0.1, "resolved": False}
     unseen = {"a": "udr", "b": "sbert", "group": "unseen families", "n": 900, "interval": below, "per_seed": [-1.0]}
     by_dvc = {"claims": [claim | {"per_seed": [2.0]}, unseen], "groups": {"tasks with signal": ["sst2", "trec"]}}
     by_dvc["groups"]["unseen families"] = ["subj", "cola", "commongen"]
@@ -188,7 +185,7 @@ def test_the_claims_table_gathers_the_seed_table_and_the_suite(tmp_path, run_cli
     assert run_cli(["exp", "claims"], tmp_path)[0] == 0
     text = (metrics / "claims.md").read_text()
     assert (
-        "| suite by DVC, tasks with signal (sst2, trec): UDR − per-task EPR | 160 | **+2.0 [+0.6, +3.4]** | +2.0 |"
+        "| suite by DVC, tasks with signal (sst2, trec): UDR − per-task EPR | 160 | **+2.0 [+0.6, +3.4]** | one seed |"
         in text
     )
     assert "| suite by DVC, unseen families (subj, cola, commongen): UDR − SBERT | 900 |" in text

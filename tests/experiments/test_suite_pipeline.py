@@ -105,6 +105,8 @@ def test_the_suite_runs_by_dvc_in_its_worktree_and_is_saved_as_an_experiment(rep
             assert (table["tasks"][t][m][1] is None) != signal[t]["signal"], (t, m)
     shown = (repo / "metrics" / "suite" / "pipeline.md").read_text()
     assert "| **average: all trained tasks** |" in shown and "| all trained tasks | UDR − BM25 |" in shown
+    headline = (repo / "metrics" / "suite" / "headline.md").read_text()  # the README's view of it
+    assert "| UDR − BM25 |" in headline and "| test examples |" in headline
     # one family held out at a time, where it has a task with signal: a fold experiment kept in the worktree
     families = {"sst2": "sentiment", "e2e": "data-to-text"}
     held = {t: f for t, f in families.items() if signal[t]["signal"]}
@@ -385,3 +387,32 @@ def test_a_step_a_session_cut_off_goes_on_where_it_was(tmp_path):
         (saved / f"{t}.json").write_text("{}")
     assert step_args(evaluation, tmp_path, settings) == [*evaluation.args, "-t", tasks[-2], "-t", tasks[-1]]
     assert step_args(train, tmp_path, settings) == list(train.args)
+
+
+def test_the_headline_gives_each_groups_averages_and_udrs_intervals():
+    """Per group: its rows, a seeded retriever's mean ± sd over the seeds evaluated on all of it (one seed said
+    so), a fixed one's single run, and UDR − each other retriever's seed-averaged interval, bold where resolved."""
+    from udr.experiments.suite import suite_headline
+
+    interval = {"difference": 2.0, "low": 0.6, "high": 3.5}
+    table = {
+        "tasks": {
+            "sst2": {"n": 80, "udr": [60.0, 64.0], "epr": [58.0, 56.0], "bm25": [50.0]},
+            "e2e": {"n": 30, "udr": [30.0, None], "epr": [28.0, None], "bm25": [20.0]},
+            "cr": {"n": 60, "udr": [70.0, 72.0], "bm25": [65.0]},
+        },
+        "groups": {"tasks with signal": ["sst2"], "all trained tasks": ["sst2", "e2e"], "unseen families": ["cr"]},
+        "claims": [
+            {"a": "udr", "b": "epr", "group": "tasks with signal", "interval": interval},
+            {"a": "udr", "b": "bm25", "group": "unseen families", "interval": dict(interval, low=0.4)},
+            {"a": "epr", "b": "bm25", "group": "tasks with signal", "interval": interval},
+        ],
+    }
+    lines = suite_headline(table).splitlines()
+    assert lines[0] == "|  | tasks with signal (sst2) | all trained tasks (sst2, e2e) | unseen families (cr) |"
+    assert "| test examples | 80 | 110 | 60 |" in lines
+    assert "| UDR | 62.0 ± 2.8 | 45.0 (one seed) | 71.0 ± 1.4 |" in lines
+    assert "| EPR (per task) | 57.0 ± 1.4 | 43.0 (one seed) |  |" in lines and "| BM25 | 50.0 | 35.0 | 65.0 |" in lines
+    assert "| UDR − EPR (per task) | **+2.0 [+0.6, +3.5]** |  |  |" in lines
+    assert "| UDR − BM25 |  |  | +2.0 [+0.4, +3.5] |" in lines  # 0.4 does not clear the 0.5-point margin
+    assert not any(line.startswith("| EPR (per task) − ") for line in lines)

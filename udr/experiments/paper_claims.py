@@ -3,8 +3,9 @@ interval and, where the retrievers were trained with several seeds, each seed's 
 
 It gathers what other tables computed and computes nothing itself: the default run's seed table
 (metrics/seeds.json, :mod:`udr.experiments.seeds`), the leave-one-family-out folds (metrics/lofo.json,
-:mod:`udr.experiments.lofo`) and, where it was run, the offline suite's comparisons
-(metrics/suite/compare-<baseline>-<group>.json: one seed). A missing source leaves its rows out.
+:mod:`udr.experiments.lofo`) and, where it was run, the offline suite's by DVC (its seed-shaped table
+metrics/suite/pipeline.json and its folds metrics/suite/lofo.json, :mod:`udr.experiments.suite`). A missing source
+leaves its rows out.
 `udr exp claims` writes it, and metrics/claims.png, the same rows as a picture (each difference, its interval,
 each seed's difference and the claim margin); `docs/sync_readme.py` copies the table into the README.
 
@@ -25,32 +26,27 @@ from udr.util.figures import pyplot, save_png
 from udr.util.files import write_text_atomic
 from udr.util.readers import read_json
 
-# (the paper's claim, [(seed-table claim (a, b), its group), ...], [(suite baseline, suite group, label)])
+# (the paper's claim, [(seed-table claim (a, b), its group), ...])
 PAPER_CLAIMS = (
     (
         "one multi-task UDR beats task-specific EPRs (Tables 1-2)",
         [(("udr", "epr"), "tasks with signal"), (("udr", "epr"), "all trained tasks")],
-        [],
     ),
     (
         "UDR beats DR-Target, trained per task on its targets' similarity (Tables 1-2)",
         [(("udr", "dr-target"), "tasks with signal"), (("udr", "dr-target"), "all trained tasks")],
-        [],
     ),
     (
         "list-wise ranking beats EPR's loss, both multi-task (Table 3)",
-        [(("udr", "epr-multitask"), "tasks with signal")],
-        [("epr", "trained", "suite: 16 trained tasks, UDR − multi-task EPR")],
+        [(("udr", "epr-multitask"), "tasks with signal"), (("udr", "epr-multitask"), "all trained tasks")],
     ),
     (
         "multi-task training is at least single-task (Table 3)",
         [(("epr-multitask", "epr"), "tasks with signal")],
-        [],
     ),
     (
         "UDR transfers to unseen tasks, above SBERT (Table 5)",
         [(("udr", "sbert"), "unseen tasks")],
-        [("sbert", "held-out", "suite: three held-out families, UDR − SBERT")],
     ),
 )
 # The suite's groups (metrics/suite/pipeline.json, udr.experiments.suite.suite_groups) that answer a seed-table group.
@@ -72,7 +68,7 @@ def finding(interval: Interval) -> str:
 @dataclass(frozen=True)
 class ClaimRow:
     """One measurement of a paper's claim: what was compared where, over n rows, with its interval and,
-    where the retrievers were trained with several seeds, each seed's difference (None: one seed)."""
+    where the retrievers were trained with several seeds, each seed's difference (None or one value: one seed)."""
 
     claim: str
     evidence: str
@@ -81,12 +77,13 @@ class ClaimRow:
     per_seed: tuple[float, ...] | None = None
 
     def cells(self) -> list[str]:
-        seeds = " / ".join(f"{d:+.1f}" for d in self.per_seed) if self.per_seed is not None else "one seed"
+        several = self.per_seed is not None and len(self.per_seed) > 1
+        seeds = " / ".join(f"{d:+.1f}" for d in self.per_seed) if several else "one seed"
         return [self.claim, self.evidence, str(self.n), self.interval.markdown(), seeds, finding(self.interval)]
 
 
 def claims_rows(root: Path) -> list[ClaimRow]:
-    """The table's rows from the seed table, the suite's table and comparisons, and the folds found under `root`."""
+    """The table's rows from the seed table, the suite's table and the folds found under `root`."""
     metrics = Path(root) / "metrics"
     seeds = (
         read_json(metrics / "seeds.json", "seed table", "run `udr exp seeds --table`")
@@ -96,7 +93,7 @@ def claims_rows(root: Path) -> list[ClaimRow]:
     pipeline = metrics / EXPERIMENT / Path(TABLE).with_suffix(".json")
     by_dvc = read_json(pipeline, "suite table", "run `udr exp suite --table`") if pipeline.is_file() else None
     rows = []
-    for claim, seeded, suite in PAPER_CLAIMS:
+    for claim, seeded in PAPER_CLAIMS:
         for (a, b), group in seeded:
             rows += _seeded_rows(claim, seeds, (a, b), [group], "default run")
         for (a, b), group in seeded:
@@ -112,13 +109,6 @@ def claims_rows(root: Path) -> list[ClaimRow]:
             ):
                 if folds.is_file():
                     rows += _lofo_rows(claim, read_json(folds, "fold table", again), source)
-        for baseline, group, label in suite:
-            path = metrics / "suite" / f"compare-{baseline}-{group}.json"
-            if not path.is_file():
-                continue
-            compared = read_json(path, "suite comparison")
-            n = sum(v["n"] for k, v in compared.items() if k != "average")
-            rows.append(ClaimRow(claim, label, n, Interval.of(compared["average"])))
     return rows
 
 

@@ -253,14 +253,15 @@ def keep_seed_evaluations(root: Path, seeds=SEEDS) -> list[str]:
     return written
 
 
-def _seeded_cells(values: list[float | None]) -> list[str]:
+def seeded_cells(values: list[float | None]) -> list[str]:
     """Each seed's value ("–" for a seed not evaluated there) and the mean ± sd of those there."""
     mean, sd = _mean_sd([v for v in values if v is not None])
     each = " / ".join("–" if v is None else f"{v:.1f}" for v in values)
     return [each, f"{mean:.1f}" + (f" ± {sd:.1f}" if sd is not None else "")]
 
 
-def _group_mean(values: list[float | None]) -> float | None:
+def group_mean(values: list[float | None]) -> float | None:
+    """One seed's mean over a group's tasks; None where a task has no value of that seed."""
     return None if None in values else statistics.fmean(values)
 
 
@@ -296,7 +297,7 @@ def seed_tables_markdown(table: dict) -> str:
         paper = table["paper"].get(t, {})
         cells.append(
             [t, str(row["n"]), *(f"{row[m][0]:.1f}" if m in row else "" for m in fixed)]
-            + [c for m in SEEDED for c in (_seeded_cells(row[m]) if m in row else ["", ""])]
+            + [c for m in SEEDED for c in (seeded_cells(row[m]) if m in row else ["", ""])]
             + [f"{paper[m]:.1f}" if m in paper else "" for m in PAPER_COLUMNS]
         )
     for group, members in table["groups"].items():
@@ -304,8 +305,8 @@ def seed_tables_markdown(table: dict) -> str:
         once = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" if all(m in r for r in rows) else "" for m in fixed]
         seeded = []
         for m in SEEDED:
-            each = [_group_mean([r[m][i] for r in rows]) for i in range(seeds)] if all(m in r for r in rows) else []
-            seeded += _seeded_cells(each) if each else ["", ""]
+            each = [group_mean([r[m][i] for r in rows]) for i in range(seeds)] if all(m in r for r in rows) else []
+            seeded += seeded_cells(each) if each else ["", ""]
         cells.append(
             [f"**average: {group}**", str(sum(r["n"] for r in rows)), *once, *seeded, *[""] * len(PAPER_COLUMNS)]
         )

@@ -33,7 +33,8 @@ is the seed table's shape read from the saved experiment at its commit: per task
 each retriever's score, and the claims with paired 95% intervals over the same test rows; the folds' table,
 metrics/<name>/lofo.md, is :mod:`udr.experiments.lofo`'s read there too.
 
-Imports of udr.config are inside the functions that use them, to keep the start of `udr` light.
+Imports of udr.config and udr.evaluation.bootstrap are inside the functions that use them, to keep the start of
+`udr` light.
 """
 
 from __future__ import annotations
@@ -54,14 +55,17 @@ from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queu
 from udr.experiments.labels import label_tasks
 from udr.experiments.lofo import fold_experiment, lofo_experiments, lofo_markdown, lofo_table, signal_folds
 from udr.experiments.lofo import kept_name as fold_kept_name
+from udr.experiments.seeds import LABELS as METHOD_LABELS
 from udr.experiments.seeds import (
     MULTITASK,
     SEED_GROUPS,
     SEEDS,
     experiment_name,
+    group_mean,
     kept_name,
     seed_table,
     seed_tables_markdown,
+    seeded_cells,
     task_groups,
 )
 from udr.experiments.signal import SIGNAL_METHODS, signal_file, tasks_with_signal
@@ -78,6 +82,7 @@ WORK = Path("build/suite")
 EXPERIMENT = "suite"
 TABLE = "pipeline.md"  # in metrics/<the experiment's name>/: metrics/suite/ beside the suite's other results
 LOFO_TABLE = "lofo.md"  # beside it: the folds, one family held out at a time
+HEADLINE = "headline.md"  # beside it: the README's view of the table
 SAVED = ("metrics", "data/predictions")  # what the experiment's commit keeps beside dvc.lock and params
 STATE = "state"  # metrics/<name>/state/: the run's dvc.lock and git-kept outputs, committed as they come
 LOCK = "dvc.lock"
@@ -605,12 +610,56 @@ def suite_markdown(table: dict) -> str:
     )
 
 
+# The headline's columns (the suite's groups, those the table has) and rows: each retriever's average, then UDR − each
+HEADLINE_GROUPS = (
+    "tasks with signal",
+    "all trained tasks",
+    "unseen families",
+    "unseen tasks of a trained family",
+)
+HEADLINE_METHODS = ("udr", "epr", "dr-target", MULTITASK, "bm25", "sbert", "random")
+
+
+def suite_headline(table: dict) -> str:
+    """metrics/<name>/headline.md, the README's view of :func:`suite_table`'s numbers: per group of
+    :data:`HEADLINE_GROUPS`, its test rows, each retriever's average (a seeded one's mean over the seeds evaluated
+    on the whole group, ± their standard deviation), and UDR − each other retriever, seed-averaged with its paired
+    95% interval (bold: resolved). A seeded retriever evaluated on the group with one seed only says so."""
+    from udr.evaluation.bootstrap import Interval
+
+    groups = [g for g in HEADLINE_GROUPS if g in table["groups"]]
+    tasks = {g: [table["tasks"][t] for t in table["groups"][g]] for g in groups}
+
+    def average(m: str, g: str) -> str:
+        if not all(m in row for row in tasks[g]):
+            return ""
+        runs = len(tasks[g][0][m])
+        each = [group_mean([row[m][i] for row in tasks[g]]) for i in range(runs)]
+        there = sum(v is not None for v in each)
+        return seeded_cells(each)[1] + (" (one seed)" if runs > 1 and there == 1 else "") if there else ""
+
+    claims = {(c["b"], c["group"]): c for c in table["claims"] if c["a"] == "udr"}
+    methods = [m for m in HEADLINE_METHODS if any(average(m, g) for g in groups)]
+    header = ["", *(f"{g} ({', '.join(table['groups'][g])})" if len(table["groups"][g]) <= 4 else g for g in groups)]
+    cells = [["test examples", *(str(sum(row["n"] for row in tasks[g])) for g in groups)]]
+    cells += [[METHOD_LABELS[m], *(average(m, g) for g in groups)] for m in methods]
+    cells += [
+        [f"UDR − {METHOD_LABELS[b]}"]
+        + [Interval.of(claims[b, g]["interval"]).markdown() if (b, g) in claims else "" for g in groups]
+        for b in methods
+        if b != "udr" and any((b, g) in claims for g in groups)
+    ]
+    return markdown_table(header, cells)
+
+
 def write_suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK, seeds=SEEDS) -> Path:
-    """metrics/<name>/pipeline.md (and .json), and metrics/<name>/lofo.md (and .json) where a fold ran."""
+    """metrics/<name>/pipeline.md (and .json) with its headline.md, and metrics/<name>/lofo.md (and .json) where
+    a fold ran."""
     table = suite_table(root, name, work, seeds)
     out = Path(root) / "metrics" / name / TABLE
     write_json_atomic(out.with_suffix(".json"), table)
     write_text_atomic(out, suite_markdown(table))
+    write_text_atomic(out.with_name(HEADLINE), suite_headline(table))
     folds = lofo_table(Path(root) / work, table["commit"], experiments=False)  # the folds kept in the worktree
     if folds["groups"]:
         lofo = out.with_name(LOFO_TABLE)

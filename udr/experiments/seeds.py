@@ -260,9 +260,16 @@ def seeded_cells(values: list[float | None]) -> list[str]:
     return [each, f"{mean:.1f}" + (f" ± {sd:.1f}" if sd is not None else "")]
 
 
-def group_mean(values: list[float | None]) -> float | None:
-    """One seed's mean over a group's tasks; None where a task has no value of that seed."""
+def _group_mean(values: list[float | None]) -> float | None:
     return None if None in values else statistics.fmean(values)
+
+
+def group_averages(rows: list[dict], method: str) -> list[float | None]:
+    """Each run's (seed's) mean of `method` over a group's task rows of :func:`seed_table` (None for a run not
+    evaluated on every task of the group); [] where some task has no value of `method`."""
+    if not all(method in row for row in rows):
+        return []
+    return [_group_mean([row[method][i] for row in rows]) for i in range(len(rows[0][method]))]
 
 
 def seeds_markdown(table: dict) -> str:
@@ -286,7 +293,6 @@ def seed_tables_markdown(table: dict) -> str:
     """The tables of :func:`seed_table`'s numbers (per task and group, then the claims), for any heading."""
     from udr.evaluation.bootstrap import Interval
 
-    seeds = len(table["seeds"])
     fixed = table["fixed"]
     header = ["task", "n", *(LABELS[m] for m in fixed)]
     for m in SEEDED:
@@ -305,7 +311,7 @@ def seed_tables_markdown(table: dict) -> str:
         once = [f"{statistics.fmean(r[m][0] for r in rows):.1f}" if all(m in r for r in rows) else "" for m in fixed]
         seeded = []
         for m in SEEDED:
-            each = [group_mean([r[m][i] for r in rows]) for i in range(seeds)] if all(m in r for r in rows) else []
+            each = group_averages(rows, m)
             seeded += seeded_cells(each) if each else ["", ""]
         cells.append(
             [f"**average: {group}**", str(sum(r["n"] for r in rows)), *once, *seeded, *[""] * len(PAPER_COLUMNS)]

@@ -31,7 +31,8 @@ The table, metrics/<name>/pipeline.md (and .json; the suite's beside its other r
 is the seed table's shape read from the saved experiment at its commit: per task and per group of tasks
 (trained, split as the paper's Tables 1-2 and by signal; unseen tasks of a trained family; unseen families)
 each retriever's score, and the claims with paired 95% intervals over the same test rows; the folds' table,
-metrics/<name>/lofo.md, is :mod:`udr.experiments.lofo`'s read there too.
+metrics/<name>/lofo.md, is :mod:`udr.experiments.lofo`'s read there too; metrics/<name>/headline.md is the
+README's view of the table, per group of tasks.
 
 Imports of udr.config and udr.evaluation.bootstrap are inside the functions that use them, to keep the start of
 `udr` light.
@@ -55,13 +56,13 @@ from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queu
 from udr.experiments.labels import label_tasks
 from udr.experiments.lofo import fold_experiment, lofo_experiments, lofo_markdown, lofo_table, signal_folds
 from udr.experiments.lofo import kept_name as fold_kept_name
-from udr.experiments.seeds import LABELS as METHOD_LABELS
 from udr.experiments.seeds import (
+    LABELS,
     MULTITASK,
     SEED_GROUPS,
     SEEDS,
     experiment_name,
-    group_mean,
+    group_averages,
     kept_name,
     seed_table,
     seed_tables_markdown,
@@ -631,20 +632,18 @@ def suite_headline(table: dict) -> str:
     tasks = {g: [table["tasks"][t] for t in table["groups"][g]] for g in groups}
 
     def average(m: str, g: str) -> str:
-        if not all(m in row for row in tasks[g]):
-            return ""
-        runs = len(tasks[g][0][m])
-        each = [group_mean([row[m][i] for row in tasks[g]]) for i in range(runs)]
+        each = group_averages(tasks[g], m)
         there = sum(v is not None for v in each)
-        return seeded_cells(each)[1] + (" (one seed)" if runs > 1 and there == 1 else "") if there else ""
+        return seeded_cells(each)[1] + (" (one seed)" if len(each) > 1 and there == 1 else "") if there else ""
 
+    averages = {m: [average(m, g) for g in groups] for m in HEADLINE_METHODS}
     claims = {(c["b"], c["group"]): c for c in table["claims"] if c["a"] == "udr"}
-    methods = [m for m in HEADLINE_METHODS if any(average(m, g) for g in groups)]
+    methods = [m for m in HEADLINE_METHODS if any(averages[m])]
     header = ["", *(f"{g} ({', '.join(table['groups'][g])})" if len(table["groups"][g]) <= 4 else g for g in groups)]
     cells = [["test examples", *(str(sum(row["n"] for row in tasks[g])) for g in groups)]]
-    cells += [[METHOD_LABELS[m], *(average(m, g) for g in groups)] for m in methods]
+    cells += [[LABELS[m], *averages[m]] for m in methods]
     cells += [
-        [f"UDR − {METHOD_LABELS[b]}"]
+        [f"UDR − {LABELS[b]}"]
         + [Interval.of(claims[b, g]["interval"]).markdown() if (b, g) in claims else "" for g in groups]
         for b in methods
         if b != "udr" and any((b, g) in claims for g in groups)

@@ -10,6 +10,7 @@ import copy
 import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,15 @@ import yaml
 
 from tests.conftest import REPO
 from tests.tiny_pipeline import tiny_pipeline_project
-from tools.dvc_deps import generate, is_code_dep, required_code_deps, stage_command
+from tools.dvc_deps import (
+    closure,
+    command_imports,
+    generate,
+    is_code_dep,
+    module_file,
+    required_code_deps,
+    stage_command,
+)
 
 
 def _stages() -> dict[str, dict]:
@@ -78,6 +87,46 @@ def test_training_does_not_depend_on_the_lm_engine():
         deps = required_code_deps(command)
         assert not {"udr/lm", "udr/lm/scorer.py", "udr/lm/ragged.py", "udr/feedback/scoring.py"} & deps
         assert "udr/lm/loading.py" in deps
+
+
+def _precision_sections(command: str) -> set[str]:
+    """The settings sections whose precision a command's code resolves (`resolve_lm_precision(device, dtype,
+    "<section>")` in a module it imports)."""
+    import ast
+
+    found = set()
+    for name in closure(command_imports(command)):
+        path = module_file(name)
+        for node in ast.walk(ast.parse(path.read_text())) if path else ():
+            callee = getattr(node, "func", None)
+            if getattr(callee, "id", getattr(callee, "attr", None)) == "resolve_lm_precision" and len(node.args) == 3:
+                section = node.args[2]
+                if isinstance(section, ast.Constant) and isinstance(section.value, str):
+                    found.add(section.value)
+    return found
+
+
+@pytest.mark.parametrize("stage", sorted(_stages()))
+def test_a_stage_computing_in_a_resolved_precision_depends_on_its_file(stage):
+    """`dtype: auto` resolves per CPU kind: a stage computing in a section's precision must depend on the file
+    `udr precision` writes for it, else a machine resolving otherwise reuses outputs made in another one."""
+    from udr.stages.precision import SECTIONS
+
+    body = _stages()[stage].get("do", _stages()[stage])
+    sections = _precision_sections(stage_command(body["cmd"]))
+    assert sections <= set(SECTIONS), f"{stage}: `udr precision` writes no file for {sections - set(SECTIONS)}"
+    declared = {d for d in body["deps"] if isinstance(d, str) and d.startswith("data/precision/")}
+    assert declared == {f"data/precision/{s}.json" for s in sections}, stage
+
+
+def test_the_precision_stage_runs_every_time_and_writes_a_file_per_section():
+    from udr.stages.precision import SECTIONS
+
+    stage = _stages()["precision"]
+    assert stage["always_changed"] is True
+    assert [next(iter(o)) for o in stage["outs"]] == [f"data/precision/{s}.json" for s in SECTIONS]
+    assert set(stage["params"]) == {f"{s}.{key}" for s in SECTIONS for key in ("device", "dtype")}
+    assert {_precision_sections(c) != set() for c in ("score", "train", "evaluate")} == {True}
 
 
 def test_dvc_yaml_evaluates_every_method_of_the_config():
@@ -201,7 +250,9 @@ def _changed_stages(root: Path, env: dict) -> set[str]:
     out = subprocess.run(
         [dvc, "status", "--json"], cwd=root, env=env, capture_output=True, text=True, check=True
     ).stdout
-    return set(json.loads(out))
+    status = json.loads(out)
+    assert "always changed" in status.get("precision", []), status.get("precision")  # run every time
+    return {stage for stage, changes in status.items() if changes != ["always changed"]}
 
 
 @pytest.mark.slow
@@ -235,6 +286,23 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     assert with_change("train", "lr", 1e-3) == {"train", "retrain@round1", *baselines}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert _changed_stages(root, env) == set()
+
+    # A machine whose `dtype: auto` resolves to another precision (its file as `udr precision` writes it
+    # there): the stages computing in it, and only those; `dvc repro` here writes this machine's back.
+    computing = {
+        "score": {"score@sst2", "score@e2e", "rescore@round1"},
+        "train": {"train", "retrain@round1", *baselines},
+        "evaluate": evaluations,
+    }
+    for section, stages in computing.items():
+        path = root / "data" / "precision" / f"{section}.json"
+        here = json.loads(path.read_text())
+        path.write_text(json.dumps({**here, "dtype": "bf16" if here["dtype"] == "fp32" else "fp32"}, indent=2) + "\n")
+        assert _changed_stages(root, env) == {"precision", *stages}, section  # its output, and who reads it
+        done = subprocess.run([dvc, "repro"], cwd=root, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert re.findall(r"Running stage '([^']+)'", done.stdout) == ["precision"]
+        assert json.loads(path.read_text()) == here and _changed_stages(root, env) == set()
 
     # A task's template, then its instruction: the code and the prepared data's meta.json carry the
     # change to scoring, training and evaluation.

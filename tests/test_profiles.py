@@ -75,5 +75,5 @@ def test_dvc_plans_every_stage_of_the_paper_profile(tmp_path):
     }
     want |= {f"{stage}@round{r}" for stage in ("mine", "rescore", "retrain") for r in (1, 2)}
     want |= {f"evaluate@{m}" for m in ("random", "bm25", "sbert", "dr-target", "epr", "udr")}
-    want |= {"models", "train", "index", "report"}
+    want |= {"models", "precision", "train", "index", "report"}
     assert stages == want

@@ -3,6 +3,7 @@
 data/prepared/<task>/{train,test}.parquet, meta.json        udr prepare
 data/candidates/round<N>/<task>.parquet (+ .json)            udr candidates (N = 0), udr mine (N > 0)
 data/scores/round<N>/<task>.parquet (+ .json)                udr score
+data/precision/{score,train,evaluate}.json                   udr precision
 models/base/{lm,encoder,eval_lm}/                            udr models (eval_lm: udr evaluate)
 models/rounds/round<N>/, metrics/train/round<N>/             udr train --round N
 <DIR>/, metrics/train/runs/<DIR's name>/                     udr train --out DIR (a named run)
@@ -111,6 +112,10 @@ class Paths:
         """How a round's scoring of a task went (counts, time, throughput, the shipped sample's check); the
         scores' manifest, which later stages read, is the .json beside the scores."""
         return self.root / "metrics" / "score" / round_label(round_) / f"{task}.json"
+
+    def precision(self, section: str) -> Path:
+        """The device and precision a settings section's `device` and `dtype` resolve to on this machine."""
+        return self.root / "data" / "precision" / f"{section}.json"
 
     def oracle(self, task: str) -> Path:
         """The oracle instruments' LM scores of a task's validation queries and their candidates (a

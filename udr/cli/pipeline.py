@@ -114,6 +114,17 @@ def models_cmd(
         console().print(f"model {name}: {spec} -> {path} ({seconds:.1f}s)")
 
 
+@app.command("precision")
+def precision_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+    """Write the device and precision each of score, train and evaluate resolves to on this machine
+    (data/precision/<section>.json): DVC re-runs the stages that compute in one where it changes."""
+    from udr.stages.precision import run_precision
+
+    settings = load(params, set_)
+    for section, facts in run_precision(settings).items():
+        console().print(f"{section}: {facts['dtype']} on {facts['device']}")
+
+
 @app.command("candidates")
 def candidates_cmd(task: TaskOpt = None, params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
     """Round 0: BM25 top-K candidates for every train query -> data/candidates/round0/<task>.parquet."""

@@ -6,6 +6,7 @@ after a change, on a real tiny pipeline (slow)."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
 import json
@@ -92,8 +93,6 @@ def test_training_does_not_depend_on_the_lm_engine():
 def _precision_sections(command: str) -> set[str]:
     """The settings sections whose precision a command's code resolves (`resolve_lm_precision(device, dtype,
     "<section>")` in a module it imports)."""
-    import ast
-
     found = set()
     for name in closure(command_imports(command)):
         path = module_file(name)

@@ -64,3 +64,13 @@ def test_the_committed_files_are_the_committed_results_kinds(settings, bf16_kern
     for section in SECTIONS:
         committed = REPO / "data" / "precision" / f"{section}.json"
         assert settings.paths.precision(section).read_bytes() == committed.read_bytes(), section
+
+
+def test_the_command_prints_each_sections_resolution_and_refuses_a_bad_dtype(settings, bf16_kernels, run_cli):
+    code, _, err = run_cli(["precision", "-S", "evaluate.dtype=fp32", "-S", "train.dtype=bf16"], settings.root)
+    assert code == 0 and "evaluate: fp32 on cpu" in err and "train: bf16 on cpu" in err  # messages: stderr
+    assert _files(settings)["evaluate"] == {"device": "cpu", "dtype": "fp32"}
+    before = settings.paths.precision("evaluate").read_bytes()
+    code, _, err = run_cli(["precision", "-S", "evaluate.dtype=fp16"], settings.root)
+    assert code != 0 and "evaluate.dtype" in err and len(err.strip().splitlines()) == 1
+    assert settings.paths.precision("evaluate").read_bytes() == before  # nothing written

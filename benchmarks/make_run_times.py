@@ -65,7 +65,7 @@ def table(rows, total: float, skipped: list[str]) -> str:
     out += [f"| {name} | {count or ''} | {seconds / 60:.1f} |" for name, count, seconds in rows]
     out.append(f"| total | {sum(count for _, count, _ in rows)} | {total / 60:.1f} |")
     if skipped:
-        out += ["", f"{len(skipped)} stages unchanged and skipped (not a whole run's time): {', '.join(skipped)}"]
+        out += ["", f"Skipped as unchanged, so not a whole run's time ({len(skipped)}): {', '.join(skipped)}"]
     return "\n".join(out)
 
 

@@ -47,7 +47,7 @@ def test_each_stage_runs_until_the_next_one_starts(tmp_path):
     assert rows["evaluate@udr"] == ["1", "5.0"]
     assert rows["evaluate@bm25"] == ["1", "5.0"]  # until the log's last line
     assert rows["total"] == ["6", "18.5"]  # /usr/bin/time's elapsed, not the stamps' span
-    assert "skipped" not in out.stdout
+    assert "Skipped" not in out.stdout
 
 
 def test_skipped_stages_are_named(tmp_path):
@@ -61,7 +61,7 @@ def test_skipped_stages_are_named(tmp_path):
     out = _times(log)
     assert out.returncode == 0, out.stderr
     assert _rows(out.stdout)["total"] == ["2", "2.0"]  # no elapsed line: the stamps' span
-    assert out.stdout.rstrip().endswith("1 stages unchanged and skipped (not a whole run's time): evaluate@random")
+    assert out.stdout.rstrip().endswith("Skipped as unchanged, so not a whole run's time (1): evaluate@random")
 
 
 @pytest.mark.parametrize(

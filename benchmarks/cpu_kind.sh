@@ -19,8 +19,8 @@ THREADS=${2:-2}
 PY=${PYTHON:-$REPO/.venv/bin/python}
 export OMP_NUM_THREADS=$THREADS HF_HUB_OFFLINE=1
 
-flags=$(grep -o -w -E 'avx512_bf16|amx_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')
-echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs), model $(grep -m1 -E '^model\s' /proc/cpuinfo | cut -d: -f2 | xargs)); flags: $flags; $THREADS threads"
+source "$REPO/benchmarks/cpu_line.sh"
+echo "# CPU: $(cpu_line); $THREADS threads"
 echo
 echo "## Forwards: fp32 against bf16 autocast"
 "$PY" "$REPO/benchmarks/precision.py" --model "$PROJECT/models/base/lm" --markdown

@@ -16,8 +16,8 @@ if [ -e "$CLONE" ]; then
 fi
 [ -x /usr/bin/time ] || { echo "benchmarks/make_run.sh: error: /usr/bin/time is missing (apt install time)" >&2; exit 1; }
 git clone -q "$REPO" "$CLONE"
-flags=$(grep -o -w -E 'avx512_bf16|amx_bf16|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')
-echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs), model $(grep -m1 -E '^model\s' /proc/cpuinfo | cut -d: -f2 | xargs)); flags: $flags; $(nproc) cores; commit $(git -C "$CLONE" rev-parse --short HEAD)"
+source "$REPO/benchmarks/cpu_line.sh"
+echo "# CPU: $(cpu_line); $(nproc) cores; commit $(git -C "$CLONE" rev-parse --short HEAD)"
 echo
 cd "$CLONE"
 set +e

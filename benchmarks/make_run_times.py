@@ -26,7 +26,7 @@ def parse(lines: list[str]) -> tuple[list[tuple[int, str]], list[tuple[int, str]
     /usr/bin/time's elapsed seconds where the log has them."""
     stamped, started, skipped, elapsed = [], [], [], None
     for number, line in enumerate(lines, 1):
-        stamp, _, text = line.rstrip("\n").partition(" ")
+        stamp, _, text = line.partition(" ")
         if not stamp.isdigit():
             raise ValueError(f"line {number} does not start with a stamp in epoch seconds: {line[:60]!r}")
         stamped.append((int(stamp), text))
@@ -42,7 +42,7 @@ def parse(lines: list[str]) -> tuple[list[tuple[int, str]], list[tuple[int, str]
 
 def row_of(stage: str) -> str:
     """The table row a stage's time adds to: its `foreach` group, the evaluations one per method."""
-    group, _, key = stage.partition("@")
+    group = stage.partition("@")[0]
     return stage if group == "evaluate" else group
 
 

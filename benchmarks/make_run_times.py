@@ -3,8 +3,9 @@ came (``<epoch seconds> <line>``, as benchmarks/make_run.sh writes it).
 
 The install is the time before DVC's first stage; each stage runs until the next one starts, the last until
 the log ends. Stages of one `foreach` share a row (``train_epr``: six tasks), except the evaluations, one row
-per method; rows keep the order they first ran in. Stages DVC skipped as unchanged are counted: a run that
-skipped any is not a whole run's time.
+per method; rows keep the order they first ran in. Stages DVC skipped as unchanged are named: their outputs
+were current already (in git, as the committed results are on the CPU kind that made them, or from an
+earlier run), so the table times only what this run made.
 
     python benchmarks/make_run_times.py make-run.log
 """
@@ -65,7 +66,7 @@ def table(rows, total: float, skipped: list[str]) -> str:
     out += [f"| {name} | {count or ''} | {seconds / 60:.1f} |" for name, count, seconds in rows]
     out.append(f"| total | {sum(count for _, count, _ in rows)} | {total / 60:.1f} |")
     if skipped:
-        out += ["", f"Skipped as unchanged, so not a whole run's time ({len(skipped)}): {', '.join(skipped)}"]
+        out += ["", f"Skipped as unchanged, their outputs current ({len(skipped)}): {', '.join(skipped)}"]
     return "\n".join(out)
 
 

@@ -61,7 +61,7 @@ def test_skipped_stages_are_named(tmp_path):
     out = _times(log)
     assert out.returncode == 0, out.stderr
     assert _rows(out.stdout)["total"] == ["2", "2.0"]  # no elapsed line: the stamps' span
-    assert out.stdout.rstrip().endswith("Skipped as unchanged, so not a whole run's time (1): evaluate@random")
+    assert out.stdout.rstrip().endswith("Skipped as unchanged, their outputs current (1): evaluate@random")
 
 
 @pytest.mark.parametrize(

@@ -462,3 +462,24 @@ def test_a_pool_smaller_than_the_queries_asked_for_is_scored_and_trained_whole(t
     assert manifest.chosen_queries(2, 42, tmp_path / "s.parquet", pool=3).tolist() == [3, 5]
     with pytest.raises(UdrError, match="holds the scores of 3 queries"):
         manifest.chosen_queries(500, 42, tmp_path / "s.parquet", pool=4)
+
+
+def test_indexing_the_same_model_twice_writes_the_same_bytes(looped, tmp_path):
+    """models/final is a dependency of `evaluate@udr`: DVC keeps that evaluation only while the folder's bytes stay
+    the same, so `udr index` of the same model writes the same files, its report with no timing in it."""
+    from udr.config import load_settings
+    from udr.stages.index import run_index
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root, ignore=shutil.ignore_patterns("final"))
+    settings = load_settings(root / "params.yaml", ["train.later_rounds={}"])
+    final = root / "models/final"
+
+    def folder_bytes() -> dict:
+        return {p.relative_to(final).as_posix(): p.read_bytes() for p in sorted(final.rglob("*")) if p.is_file()}
+
+    run_index(settings, progress=False)
+    first = folder_bytes()
+    run_index(settings, replace=True, progress=False)
+    assert folder_bytes() == first
+    assert all(set(entry) == {"pool"} for entry in json.loads(first["index/report.json"])["tasks"].values())

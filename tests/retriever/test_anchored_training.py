@@ -96,7 +96,7 @@ def test_anchored_training_runs_records_and_resumes_exactly(looped, tmp_path, mo
     root2, settings2 = _project(looped, other, *overrides)
     out2 = root2 / "models/rounds/round0"
     assert _train(settings2, root2, out2, stop_after_steps=3) is None
-    assert (out2.parent / ".round0.partial" / "state.json").is_file()
+    assert (out2.parent / ".round0.partial" / "checkpoint" / "state.json").is_file()
     resumed = _train(settings2, root2, out2)
     assert (resumed.loss_start, resumed.loss_end) == (summary.loss_start, summary.loss_end)
     for side in ("query", "demo"):

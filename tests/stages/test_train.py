@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -63,8 +64,9 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     out = root / "models/rounds/round0"
     assert run_train(settings, 0, out=out, stop_after_steps=4, **kw) is None
     partial = out.parent / ".round0.partial"
-    assert (partial / "state.json").is_file() and (partial / "manifest.json").is_file() and not out.exists()
-    assert json.loads((partial / "state.json").read_text())["step"] == 3  # checkpoint_steps
+    state = partial / "checkpoint/state.json"
+    assert state.is_file() and (partial / "manifest.json").is_file() and not out.exists()
+    assert json.loads(state.read_text())["step"] == 3  # checkpoint_steps
     summary = run_train(settings, 0, out=out, **kw)
     texts = ["some query text", "another one"]
     for side in ("query", "demo"):
@@ -75,6 +77,43 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     assert summary.loss_start == reference["loss_start"] and summary.loss_end == reference["loss_end"]
     tsv = "plots/metrics/train/loss.tsv"
     assert (root / "metrics/train/round0" / tsv).read_text() == (looped / "metrics/train/round0" / tsv).read_text()
+
+
+def test_a_kill_while_a_checkpoint_is_written_keeps_the_one_before(looped, tmp_path, monkeypatch):
+    """Killed while the second checkpoint is saved (the optimiser's file half-way), the first stays whole
+    and resumable, and the resumed run ends with the uninterrupted run's weights."""
+    import torch
+
+    from udr.config import load_settings
+    from udr.project.training import run_train
+    from udr.retriever.encoder import BiEncoder
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
+    settings = load_settings(root / "params.yaml", ["train.checkpoint_steps=2"])
+    kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
+    out = root / "models/rounds/round0"
+    saves, real_save = [], torch.save
+
+    def killed_on_the_second(obj, path, *args, **kwargs):
+        saves.append(path)
+        if len(saves) == 2:
+            Path(path).write_bytes(b"half")
+            raise KeyboardInterrupt
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", killed_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_train(settings, 0, out=out, **kw)
+    monkeypatch.setattr(torch, "save", real_save)
+    checkpoint = out.parent / ".round0.partial/checkpoint"
+    assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
+    assert len(torch.load(checkpoint / "optimizer.pt", weights_only=True)["optimizer"]["state"]) > 0
+    run_train(settings, 0, out=out, **kw)
+    texts = ["some query text", "another one"]
+    reference = BiEncoder.load(looped / "models/rounds/round0")
+    for side in ("query", "demo"):
+        assert np.array_equal(BiEncoder.load(out).encode(texts, side), reference.encode(texts, side))
 
 
 def test_a_checkpoint_resumes_only_in_the_precision_it_was_made_in(looped, tmp_path, monkeypatch):
@@ -89,7 +128,7 @@ def test_a_checkpoint_resumes_only_in_the_precision_it_was_made_in(looped, tmp_p
     settings = load_settings(root / "params.yaml", ["train.dtype=auto", "train.checkpoint_steps=2"])
     kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
     out = root / "models/rounds/round0"
-    manifest, state = out.parent / ".round0.partial/manifest.json", out.parent / ".round0.partial/state.json"
+    manifest, state = out.parent / ".round0.partial/manifest.json", out.parent / ".round0.partial/checkpoint/state.json"
     monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: True)
     assert run_train(settings, 0, out=out, stop_after_steps=4, **kw) is None
     assert json.loads(manifest.read_text())["precision"] == "bf16" and json.loads(state.read_text())["step"] == 4

@@ -45,8 +45,10 @@ from udr.retriever.encoder import BiEncoder, demo_texts, query_text
 from udr.retriever.losses import LossParts
 from udr.retriever.recipes import CandidateLayout, Recipe, recipe_for
 from udr.retriever.sampling import TaskSampler, step_rng
-from udr.util.files import write_atomic, write_text_atomic
+from udr.util.files import building_dir
 from udr.util.progress import progress_bar
+
+CHECKPOINT = "checkpoint"  # the folder, in a run's partial directory, that resume reads
 
 
 @dataclass(frozen=True)
@@ -351,9 +353,10 @@ def resume_trainer(
     run), else for `initial()` (:mod:`udr.retriever.initial`). Before any step, the recipe prepares what its
     loss needs from the encoder training starts from and `queries` ({task: its ScoredQuery list};
     :meth:`udr.retriever.recipes.Recipe.prepare`: loss anchored's reference similarities)."""
-    state_file = partial / "state.json"
+    checkpoint = partial / CHECKPOINT
+    state_file = checkpoint / "state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else None
-    encoder = BiEncoder.load(partial / "encoder") if state is not None else initial()
+    encoder = BiEncoder.load(checkpoint / "encoder") if state is not None else initial()
     trainer = build_trainer(encoder, cfg, **options)
 
     def initial_encoder():  # fresh: the encoder has taken no step yet; resumed: the initial one again
@@ -362,7 +365,7 @@ def resume_trainer(
     with trainer.autocast():
         trainer.recipe.prepare(initial_encoder, queries, trainer.demos, options.get("pool_batch_size", 64))
     if state is not None:
-        opt_state = torch.load(partial / "optimizer.pt", map_location=trainer.device, weights_only=True)
+        opt_state = torch.load(checkpoint / "optimizer.pt", map_location=trainer.device, weights_only=True)
         trainer.optimizer.load_state_dict(opt_state["optimizer"])
         trainer.scheduler.load_state_dict(opt_state["scheduler"])
         trainer.history = state["history"]
@@ -370,14 +373,13 @@ def resume_trainer(
 
 
 def write_checkpoint(partial: Path, trainer: Trainer, step: int) -> None:
-    """Weights, optimiser and scheduler state, and the loss history; state.json is written last, so a
-    checkpoint without it (killed while saving) is not resumed from."""
-
-    (partial / "state.json").unlink(missing_ok=True)
-    trainer.encoder.save(partial / "encoder")
+    """Weights, optimiser and scheduler state, and the loss history, in one folder (`partial/checkpoint`)
+    built beside the last one and swapped in for it: a kill at any instant leaves a whole checkpoint."""
     state = {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict()}
-    write_atomic(partial / "optimizer.pt", lambda tmp: torch.save(state, tmp))
-    write_text_atomic(partial / "state.json", json.dumps({"step": step, "history": trainer.history}))
+    with building_dir(partial / CHECKPOINT) as tmp:
+        trainer.encoder.save(tmp / "encoder")
+        torch.save(state, tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, "history": trainer.history}))
 
 
 def finish(trainer: Trainer, out: Path, round_, steps, data, sampler, start, world, device_type) -> TrainSummary:

@@ -232,6 +232,35 @@ def test_resume_after_interruption_gives_identical_output(project, scored, tmp_p
     assert not partial.exists()
 
 
+def test_a_kill_between_the_scores_and_their_manifest_loses_no_scores(project, scored, tmp_path, monkeypatch):
+    """A run that reuses an earlier output, killed after its new scores file is in place but before their
+    manifest is: the next run finishes the move and reuses every pair, scoring none again."""
+    import json
+
+    from udr.stages.score import run_score
+    from udr.util import resume
+
+    root, reference = _copy(project, tmp_path / "a"), _copy(project, tmp_path / "b")
+    grown = run_score(_settings(reference, "score.queries_per_task=7"), "sst2", 0, progress=False)
+    real_replace = os.replace
+
+    def killed_before_the_manifest(src, dst):
+        if Path(src).name == "output.json":
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(resume.os, "replace", killed_before_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        run_score(_settings(root, "score.queries_per_task=7"), "sst2", 0, progress=False)
+    monkeypatch.setattr(resume.os, "replace", real_replace)
+    out = root / "data/scores/round0/sst2.parquet"
+    assert len(pl.read_parquet(out)) == grown.pairs != json.loads(out.with_suffix(".json").read_text())["pairs"]
+    again = run_score(_settings(root, "score.queries_per_task=7"), "sst2", 0, progress=False)
+    assert again.scored == 0 and again.reused == grown.pairs
+    assert pl.read_parquet(out).equals(pl.read_parquet(reference / "data/scores/round0/sst2.parquet"))
+    assert not (root / "data/scores/round0/.sst2.partial").exists()
+
+
 def test_the_report_names_every_engine_a_resumed_run_used(project, tmp_path):
     """score.engine is no input of the scores (a resumed run keeps the shards another engine wrote): the
     report names both engines then."""

@@ -35,6 +35,7 @@ from udr.project.saved_evaluations import saved_comparison
 from udr.retriever.search import Ranking
 from udr.util.distributed import resolve_lm_precision
 from udr.util.files import file_sha256, write_json_atomic, write_parquet_atomic, write_text_atomic
+from udr.util.resume import finish_publishing, partial_dir
 
 if TYPE_CHECKING:
     from udr.config import Settings
@@ -130,11 +131,12 @@ def oracle_scores(settings: Settings, task_name: str, pool, rows, n: int = CANDI
     setup = scoring_setup(settings)
     wanted = {"inputs": score_inputs(work, setup.score, setup.lm_dir, dtype), **depends_on}
     manifest = out.with_suffix(".manifest.json")
+    finish_publishing(partial_dir(out))
     if out.is_file() and manifest.is_file() and json.loads(manifest.read_text()) == wanted:
         return pl.read_parquet(out)
-    if score_work(setup, work, out, depends_on=depends_on, progress=progress) is None:
+    companions = {manifest: wanted}
+    if score_work(setup, work, out, depends_on=depends_on, progress=progress, companions=companions) is None:
         raise UdrError("oracle scoring runs in one process (not under torchrun)")
-    write_json_atomic(manifest, wanted)
     return pl.read_parquet(out)
 
 

@@ -32,12 +32,12 @@ from udr.lm.loading import load_causal_lm, read_provenance
 from udr.lm.packed import make_scorer
 from udr.lm.prompt import PromptBuilder
 from udr.lm.scorer import BatchStats
-from udr.paths import round_label
+from udr.paths import round_label, summary_file
 from udr.util.distributed import Distributed, resolve_lm_precision
-from udr.util.files import check_output_path, file_sha256, remove, write_json_atomic, write_parquet_atomic
+from udr.util.files import check_output_path, file_sha256, write_json_atomic, write_parquet_atomic
 from udr.util.machine import machine_kind
 from udr.util.progress import progress_bar
-from udr.util.resume import open_partial, partial_dir
+from udr.util.resume import finish_publishing, open_partial, partial_dir, publish
 
 SCORE_COLUMNS = ("query_id", "candidate_id", "score", "rank", "scored_in")
 
@@ -102,12 +102,14 @@ def score_work(
     progress: bool = True,
     stop_after_shards: int | None = None,
     sample=None,
+    companions: dict[Path, dict] | None = None,
 ) -> ScoreSummary | None:
     """Score `work` (the stage's, or an instrument's pairs) in resumable shards and write `out` with its
-    manifest, and the run's summary to `report` (where given). `depends_on` adds to what the shards'
-    fingerprint records; `sample` (a :class:`udr.feedback.shipped.ShippedSample`) checks this run's scores
-    of the shipped sample before anything is written. Returns the summary (None on ranks other than 0, or
-    when `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
+        manifest, and the run's summary to `report` (where given). `depends_on` adds to what the shards'
+        fingerprint records; `sample` (a :class:`udr.feedback.shipped.ShippedSample`) checks this run's scores
+        of the shipped sample before anything is written; `companions` ({path: JSON object}) are files published with
+    the output, all or none (:func:`udr.util.resume.publish`). Returns the summary (None on ranks other than 0, or
+        when `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
     start = time.perf_counter() if start is None else start
     for target in (out, report) if report is not None else (out,):
         check_output_path(target, "scores file")  # before the LM loads: a read-only folder is one line
@@ -115,6 +117,7 @@ def score_work(
     dist = Distributed(device_type)
     partial = partial_dir(out)
     if dist.rank == 0:
+        finish_publishing(partial)
         open_partial(partial, {**_fingerprint(setup, work, dtype), **(depends_on or {})})
     dist.barrier()
     n_shards = -(-len(work.todo) // setup.score.shard_pairs)
@@ -127,7 +130,9 @@ def score_work(
         dist.close()
         return None
     inputs = pair_inputs(work, setup.score, setup.lm_dir, dtype)
-    summary = finish(work, n_shards, partial, out, report, start, dist.world, device_type, dtype, inputs, sample)
+    summary = finish(
+        work, n_shards, partial, out, report, start, dist.world, device_type, dtype, inputs, sample, companions or {}
+    )
     dist.close()
     return summary
 
@@ -240,11 +245,12 @@ def finish(
     device_type,
     dtype,
     inputs: dict,
-    sample=None,
+    sample,
+    companions: dict[Path, dict],
 ):
     """Step 3 (rank 0): merge the shards with the reused pairs (the shipped sample's checked and replaced
-    by the shipped scores, where there is one), rank, write the output with its manifest, and the run's
-    summary to `report` (where given)."""
+    by the shipped scores, where there is one), rank, stage the output with its manifest and `companions` in
+    `partial` and publish them together, then write the run's summary to `report` (where given)."""
     import polars as pl
 
     shard_files = [_shard_file(partial, s) for s in range(n_shards)]
@@ -260,10 +266,10 @@ def finish(
     if sample is not None:
         new, shipped = sample.verify(new)
     merged = rank_within_query(pl.concat([work.reused, new])).select(SCORE_COLUMNS)
-    write_parquet_atomic(merged, out)
+    staged = partial / "output.parquet"
+    write_parquet_atomic(merged, staged)
     pad = _padding_from_stats(partial)
     engine = _engine_from_stats(partial)
-    remove(partial)
     seconds = time.perf_counter() - start
     summary = ScoreSummary(
         work.task.name,
@@ -293,10 +299,15 @@ def finish(
         len(merged),
         inputs,
         inputs_hash(inputs),
-        file_sha256(out),
+        file_sha256(staged),
         machine_kind(device_type),
         shipped["source"] if shipped else work.taken_from,
-    ).write(out)
+    ).write(staged)
+    files = {staged.name: out, summary_file(staged).name: summary_file(out)}
+    for i, (path, content) in enumerate(companions.items()):
+        write_json_atomic(partial / f"companion-{i}.json", content)
+        files[f"companion-{i}.json"] = path
+    publish(partial, files)
     if report is not None:
         write_json_atomic(report, asdict(summary))
     return summary

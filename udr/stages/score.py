@@ -28,6 +28,7 @@ from udr.feedback.shipped import take_shipped
 from udr.project.scoring import load_work, scoring_setup
 from udr.util.distributed import resolve_lm_precision
 from udr.util.notice import notice
+from udr.util.resume import finish_publishing, partial_dir
 
 if TYPE_CHECKING:
     from udr.config import Settings
@@ -45,6 +46,7 @@ def run_score(
     setup = scoring_setup(settings)
     work = load_work(settings, task_name, round_)
     out = settings.paths.scores(round_, task_name)
+    finish_publishing(partial_dir(out))  # the output a kill left staged: reused below like any earlier run's
     # Shipped feedback first, so that its sample is checked on every run; the rest from an earlier run.
     label = (Path(settings.score.shipped) / f"{task_name}.parquet").as_posix()
     work, sample, not_taken = take_shipped(work, shipped_file(settings, task_name), label, setup)

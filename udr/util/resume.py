@@ -1,10 +1,12 @@
 """Resumable work: a hidden directory beside a stage's output holds what a run finished so far, and a
 manifest of everything that work depends on. A run started again with the same inputs picks it up;
-with other inputs it is discarded."""
+with other inputs it is discarded. A finished run's outputs are staged there too and moved out together
+(:func:`publish`)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from udr.util.files import json_text, remove, write_text_atomic
@@ -31,3 +33,28 @@ def open_partial(partial: Path, fingerprint: dict) -> bool:
     partial.mkdir(parents=True)
     write_text_atomic(manifest, json_text(fingerprint, sort_keys=True))
     return False
+
+
+PUBLISH = "publish.json"
+
+
+def publish(partial: Path, staged: dict[str, Path]) -> None:
+    """Move the finished files `staged` ({a file's name in `partial`: where it goes}) out of `partial`, then
+    remove it. Their list is written first, so that a kill at any instant leaves the old outputs with the new
+    ones still staged, which the next :func:`finish_publishing` moves out, or the new outputs: never a new
+    file beside an old one it belongs with (a scores file and its manifest)."""
+    where = {name: os.path.relpath(dest, partial) for name, dest in staged.items()}
+    write_text_atomic(partial / PUBLISH, json_text(where))
+    finish_publishing(partial)
+
+
+def finish_publishing(partial: Path) -> bool:
+    """Complete the :func:`publish` from `partial` that a kill interrupted, if any (True where there was one)."""
+    log = partial / PUBLISH
+    if not log.is_file():
+        return False
+    for name, dest in json.loads(log.read_text()).items():
+        if (partial / name).is_file():
+            os.replace(partial / name, partial / dest)
+    remove(partial)
+    return True

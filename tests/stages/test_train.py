@@ -116,6 +116,36 @@ def test_a_kill_while_a_checkpoint_is_written_keeps_the_one_before(looped, tmp_p
         assert np.array_equal(BiEncoder.load(out).encode(texts, side), reference.encode(texts, side))
 
 
+def test_a_kill_before_the_record_is_written_keeps_the_old_model_with_its_record(looped, tmp_path, monkeypatch):
+    """The trained model and its record enter the output folder together: killed between the two, the old
+    model stays, with its own record, and the next run writes the new one."""
+    from udr.config import load_settings
+    from udr.project.training import run_train
+    from udr.retriever import training
+    from udr.retriever.encoder import BiEncoder
+    from udr.retriever.record import read_record
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root)
+    settings = load_settings(root / "params.yaml", ["train.seed=7"])
+    kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
+    out = root / "models/rounds/round0"
+    texts = ["some query text", "another one"]
+    before, record = BiEncoder.load(out).encode(texts, "query"), read_record(out)
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "write_record", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_train(settings, 0, out=out, **kw)
+    assert np.array_equal(BiEncoder.load(out).encode(texts, "query"), before) and read_record(out) == record
+    monkeypatch.undo()
+    run_train(settings, 0, out=out, **kw)
+    assert not np.array_equal(BiEncoder.load(out).encode(texts, "query"), before)
+    assert read_record(out)["train"]["seed"] == 7
+
+
 def test_a_checkpoint_resumes_only_in_the_precision_it_was_made_in(looped, tmp_path, monkeypatch):
     """train.dtype auto resolves per CPU kind: a checkpoint made in bf16 is not resumed in fp32 (another kind
     of machine picking up the run), the partial is started again."""

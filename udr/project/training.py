@@ -23,7 +23,7 @@ from udr.data.prepare import read_prepared
 from udr.feedback.scores_file import load_scores
 from udr.paths import TRAINED_BASELINES
 from udr.retriever.initial import describe_init, initial_encoder
-from udr.retriever.record import recorded_train_settings, trained_model_record, write_record
+from udr.retriever.record import recorded_train_settings, trained_model_record
 from udr.retriever.train_log import TrainLog
 from udr.retriever.training import (
     ScoredQuery,
@@ -154,8 +154,11 @@ def run_train(
     if dp.rank != 0:
         dp.close()
         return None
-    summary = finish(trainer, out, round_, steps, data, sampler, start, dp.world, device_type)
-    write_record(out, training_record(settings, out, method=method, round_=round_, init=Path(init), summary=summary))
+
+    def record(summary: TrainSummary) -> dict:
+        return training_record(settings, out, method=method, round_=round_, init=Path(init), summary=summary)
+
+    summary = finish(trainer, out, round_, steps, data, sampler, start, dp.world, device_type, record)
     what = f"training the {method} baseline" if method in TRAINED_BASELINES else f"training round {round_}"
     live.finish(summary, what)
     remove(partial)

@@ -41,9 +41,10 @@ from udr.config import TrainSettings
 from udr.errors import UdrError
 from udr.retriever.backward import GradCacheBackward, PlainBackward
 from udr.retriever.demo_encoders import FrozenDemoEncoder, TrainedDemoEncoder
-from udr.retriever.encoder import BiEncoder, demo_texts, query_text
+from udr.retriever.encoder import MADE, SETTINGS_NAME, BiEncoder, demo_texts, query_text
 from udr.retriever.losses import LossParts
 from udr.retriever.recipes import CandidateLayout, Recipe, recipe_for
+from udr.retriever.record import write_record
 from udr.retriever.sampling import TaskSampler, step_rng
 from udr.util.files import building_dir
 from udr.util.progress import progress_bar
@@ -382,13 +383,24 @@ def write_checkpoint(partial: Path, trainer: Trainer, step: int) -> None:
         (tmp / "state.json").write_text(json.dumps({"step": step, "history": trainer.history}))
 
 
-def finish(trainer: Trainer, out: Path, round_, steps, data, sampler, start, world, device_type) -> TrainSummary:
-    """Step 4 (rank 0): save the model and summarise the round."""
-    trainer.encoder.to("cpu").train(False)
-    trainer.encoder.save(out)
+def finish(
+    trainer: Trainer,
+    out: Path,
+    round_,
+    steps,
+    data,
+    sampler,
+    start,
+    world,
+    device_type,
+    record: Callable[[TrainSummary], dict],
+) -> TrainSummary:
+    """Step 4 (rank 0): summarise the round and save the model with its record (`record(summary)`) in one
+    folder swapped in for `out`: a kill at any instant leaves the old model with its record, or the new one
+    with its own."""
     losses = [h["loss"] for h in trainer.history]
     window = max(1, min(10, len(losses) // 5))
-    return TrainSummary(
+    summary = TrainSummary(
         round_,
         steps,
         {t: len(q) for t, q in data.items()},
@@ -399,6 +411,11 @@ def finish(trainer: Trainer, out: Path, round_, steps, data, sampler, start, wor
         world,
         device_type,
     )
+    trainer.encoder.to("cpu").train(False)
+    with building_dir(out, (SETTINGS_NAME,), MADE) as folder:
+        trainer.encoder.save(folder)
+        write_record(folder, record(summary))
+    return summary
 
 
 def _mean(xs: Sequence[float]) -> float:

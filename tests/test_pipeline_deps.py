@@ -128,6 +128,21 @@ def test_the_precision_stage_runs_every_time_and_writes_a_file_per_section():
     assert {_precision_sections(c) != set() for c in ("score", "train", "evaluate")} == {True}
 
 
+@pytest.mark.parametrize(
+    ("stage", "key", "scores"), [("score", "sst2", "round0/sst2"), ("rescore", "round1", "round1/sst2")]
+)
+def test_a_scoring_stage_keeps_a_killed_runs_shards_from_dvc(stage, key, scores):
+    """DVC deletes a stage's outputs before it runs, persistent ones excepted; a scoring run's finished shards
+    wait in the partial folder beside its scores file (udr.util.resume): an output holding it must persist."""
+    from udr.util.resume import partial_dir
+
+    partial = partial_dir(Path(f"data/scores/{scores}.parquet"))
+    for out in _stages()[stage]["do"]["outs"]:
+        path, options = next(iter(out.items())) if isinstance(out, dict) else (out, {})
+        if partial.is_relative_to(path.replace("${key}", key)):
+            assert options.get("persist"), f"{stage}'s output {path} holds {partial} but is not persist"
+
+
 def test_dvc_yaml_evaluates_every_method_of_the_config():
     from udr.config import METHODS
 

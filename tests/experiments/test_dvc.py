@@ -166,3 +166,37 @@ def test_a_dvc_failure_names_dvcs_error_line_not_its_banner():
     )
     assert _dvc_error_line(stderr) == "ERROR: unexpected error - [Errno 2] No such file or directory: 'x.json'"
     assert _dvc_error_line("a\nlast words\n") == "last words"
+
+
+def test_a_kept_evaluation_copies_its_results_last(tmp_path, monkeypatch):
+    """keep_evaluation copies a revision's predictions before its results: killed between, no result is there
+    to mark the saved evaluation done without its predictions; not killed, both are the revision's bytes."""
+    from udr.experiments import dvc
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    for path, text in {"metrics/udr/sst2.json": "{}", "data/predictions/udr/sst2.parquet": "rows"}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    head = git("rev-parse", "HEAD")
+    written, real = [], dvc.write_atomic
+
+    def killed_after_the_first(path, write):
+        if written:
+            raise KeyboardInterrupt
+        written.append(Path(path).relative_to(tmp_path).as_posix())
+        real(path, write)
+
+    monkeypatch.setattr(dvc, "write_atomic", killed_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        dvc.keep_evaluation(tmp_path, head, "udr", "udr-seed-1")
+    assert written == ["data/predictions/udr-seed-1/sst2.parquet"]
+    assert not (tmp_path / "metrics/udr-seed-1").exists()
+    monkeypatch.undo()
+    dvc.keep_evaluation(tmp_path, head, "udr", "udr-seed-1")
+    assert (tmp_path / "metrics/udr-seed-1/sst2.json").read_text() == "{}"
+    assert (tmp_path / "data/predictions/udr-seed-1/sst2.parquet").read_text() == "rows"

@@ -233,9 +233,11 @@ def keep_evaluation(root: Path, rev: str, method: str, name: str) -> None:
     as the saved evaluation `name`, which a clone reads at HEAD once committed (experiment refs do not travel
     with a clone; `dvc exp push` sends them)."""
     paths = Paths(root)
+    # the predictions first: a saved evaluation whose results are there is taken as whole (a kill between
+    # the two leaves predictions alone, which the next run copies again)
     for source, target in (
-        (paths.method_metrics(method, "x").parent, paths.method_metrics(name, "x").parent),
         (paths.predictions(method, "x").parent, paths.predictions(name, "x").parent),
+        (paths.method_metrics(method, "x").parent, paths.method_metrics(name, "x").parent),
     ):
         folder = source.relative_to(root).as_posix()
         for file in git_tree(root, rev, folder):

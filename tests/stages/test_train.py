@@ -552,3 +552,42 @@ def test_indexing_the_same_model_twice_writes_the_same_bytes(looped, tmp_path):
     run_index(settings, replace=True, progress=False)
     assert folder_bytes() == first
     assert all(set(entry) == {"pool"} for entry in json.loads(first["index/report.json"])["tasks"].values())
+
+
+def test_a_kill_while_tasks_are_added_to_an_index_leaves_it_as_it_was(looped, tmp_path, monkeypatch):
+    """`udr index -t` adds tasks to an indexed folder through a copy swapped in whole: killed after the first
+    task's embeddings, the folder keeps every byte it had; run again, it holds the tasks' new indexes."""
+    from udr.config import load_settings
+    from udr.stages import index
+    from udr.stages.index import run_index
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root, ignore=shutil.ignore_patterns("final"))
+    settings = load_settings(root / "params.yaml", ["train.later_rounds={}"])
+    final = root / "models/final"
+    run_index(settings, progress=False)
+    before = {p.relative_to(final).as_posix(): p.read_bytes() for p in sorted(final.rglob("*")) if p.is_file()}
+    for task in TASKS:  # pools grown since: every task's index changes
+        pool = settings.paths.prepared(task, "train")
+        frame = pl.read_parquet(pool)
+        frame.vstack(frame.tail(1).with_columns(pl.col("id") + 100_000)).write_parquet(pool)
+    real, saved = index.save_embeddings, []
+
+    def killed_after_the_first(path, *args):
+        if saved:
+            raise KeyboardInterrupt
+        saved.append(path)
+        real(path, *args)
+
+    monkeypatch.setattr(index, "save_embeddings", killed_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        run_index(settings, tasks=list(TASKS), progress=False)
+    assert (
+        saved
+        and {p.relative_to(final).as_posix(): p.read_bytes() for p in sorted(final.rglob("*")) if p.is_file()} == before
+    )
+    assert [p.name for p in final.parent.iterdir() if p.name.startswith(".final.")] == []
+    monkeypatch.undo()
+    run_index(settings, tasks=list(TASKS), progress=False)
+    after = {p.relative_to(final).as_posix(): p.read_bytes() for p in sorted(final.rglob("*")) if p.is_file()}
+    assert set(after) == set(before) and all(after[f"index/{t}.npy"] != before[f"index/{t}.npy"] for t in TASKS)

@@ -99,7 +99,9 @@ def _write_index(
             "run `udr index` (every task) first, then -t for the tasks you add"
         )
     report = json.loads(report_file.read_text())
-    _index_tasks(settings, BiEncoder.load(dst).to(device), dst, tasks, report, progress)
+    with building_dir(dst) as tmp:  # a copy, swapped in whole: a kill leaves the folder as it was
+        shutil.copytree(dst, tmp, dirs_exist_ok=True)
+        _index_tasks(settings, BiEncoder.load(tmp).to(device), tmp, tasks, report, progress)
     return report
 
 

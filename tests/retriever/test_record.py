@@ -238,6 +238,19 @@ def test_two_model_folders_of_one_name_never_share_a_log(project, run_cli, tmp_p
     assert (log / "model.txt").read_text().strip() == str((tmp_path / "x" / "run1").resolve())
 
 
+def test_a_named_run_refused_before_training_claims_no_name(project, run_cli, tmp_path):
+    """A named run that fails on its inputs (scores of another seed) leaves no log claiming its name: another
+    model folder of that name trains afterwards."""
+    args = ["train", "-r", "0", "-p", "params-news.yaml", "--out"]
+    code, _, err = run_cli([*args, str(tmp_path / "x" / "run3"), "--set", "seed=43"], project)
+    assert code == 1 and "seed" in err and len(err.strip().splitlines()) == 1, err
+    assert not (project / "metrics/train/runs/run3").exists()
+    code, _, err = run_cli([*args, str(tmp_path / "y" / "run3")], project)
+    assert code == 0, err
+    log = project / "metrics/train/runs/run3"
+    assert (log / "model.txt").read_text().strip() == str((tmp_path / "y" / "run3").resolve())
+
+
 @pytest.mark.parametrize("held", ["model", "log"])
 def test_a_named_run_another_process_writes_is_refused_naming_its_pid(project, run_cli, tmp_path, held):
     from tests.locking import another_process_holding

@@ -31,7 +31,8 @@ def test_the_log_equals_dvclives_files(tmp_path):
         live.next_step()
     live.end()
 
-    log = TrainLog(tmp_path / "ours", history[:5])  # five replayed from a checkpoint, the rest logged
+    # five replayed from a checkpoint, the rest logged
+    log = TrainLog(tmp_path / "ours", history[:5], tmp_path / "model")
     for record in history[5:]:
         log.log(record)
     assert _files(tmp_path / "ours") == _files(tmp_path / "dvclive")
@@ -42,7 +43,7 @@ def test_the_log_does_not_import_dvc(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m.split(".")[0] in {"dvc", "dvclive", "scmrepo"}]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "meta_path", [_Refuse({"dvc", "dvclive", "scmrepo"}), *sys.meta_path])
-    TrainLog(tmp_path / "log", _history(2))
+    TrainLog(tmp_path / "log", _history(2), tmp_path / "model")
     assert (tmp_path / "log" / "metrics.json").is_file()
 
 

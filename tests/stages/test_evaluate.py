@@ -74,9 +74,9 @@ def test_per_task_epr_evaluates_each_task_with_its_own_model(evaluated):
 
 def test_per_task_epr_errors(evaluated, run_cli):
     code, _, err = run_cli(["train", "--task", "sst2"], evaluated)
-    assert code == 1 and "--task 'sst2': with a baseline" in err
+    assert code == 1 and "--task 'sst2' names a baseline's task: add --epr or --dr-target" in err
     code, _, err = run_cli(["train", "--epr", "--task", "nosuch"], evaluated)
-    assert code == 1 and "--task 'nosuch': with a baseline, a task of prepare.tasks (sst2, break)" in err
+    assert code == 1 and "--task 'nosuch': not a task of prepare.tasks (sst2, break)" in err
     code, _, err = run_cli(["train", "--epr", "--dr-target"], evaluated)
     assert code == 1 and "--epr and --dr-target exclude each other" in err
     code, _, err = run_cli(["evaluate", "-m", "epr", "-t", UNSEEN_TASK, "--limit", "1"], evaluated)

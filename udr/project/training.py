@@ -146,7 +146,7 @@ def run_train(
     trainer = build_trainer(
         settings, round_, Path(init), partial, device_type, dp.local_rank, steps, data, world=dp.world, dtype=dtype
     )
-    live = TrainLog(log_dir, trainer.history) if dp.rank == 0 else None
+    live = TrainLog(log_dir, trainer.history, out) if dp.rank == 0 else None
     log = live.log if live else None
     if not train_steps(trainer, data, sampler, steps, dp, partial, log, stop_after_steps, progress=progress):
         return None

@@ -33,7 +33,8 @@ def writing_run(out: Path, log_dir: Path, params_file: str, root: Path, replace:
     """Hold the locks of the resolved model folder `out` and of its training log `log_dir` (only on the
     process that writes, rank 0 under torchrun), then check them: `out` as `writing_model` does, and
     a named run's log (under metrics/train/runs/) must be no other model folder's of the same name (a log
-    naming none, an older one, is anyone's). Yields `out`, whose log then records it (:data:`LOGGED_MODEL`)."""
+    naming none, an older one, is anyone's). Yields `out`, which the log records once training starts
+    (:class:`TrainLog`), so that a run refused before it claims no name."""
     named = Path(log_dir).parent.name == NAMED_RUNS
     writes = int(os.environ.get("RANK", "0")) == 0
     with (
@@ -47,8 +48,6 @@ def writing_run(out: Path, log_dir: Path, params_file: str, root: Path, replace:
                 f"{shown} is the training log of the model folder {owner}, not {out}: "
                 f"give --out a folder of another name, or remove {shown}"
             )
-        if named and writes:
-            write_text_atomic(Path(log_dir) / LOGGED_MODEL, f"{out}\n")
         yield out
 
 
@@ -66,15 +65,14 @@ class TrainLog:
 
     Written here rather than through dvclive, whose logger imports most of DVC (scmrepo, dulwich, dvc-data):
     training runs where DVC is not installed, e.g. under torchrun on a GPU machine. The history is replayed
-    from the checkpoint on resume, so a resumed run's log equals an uninterrupted run's. The model folder a
-    named run's log records (:func:`writing_run`) is kept."""
+    from the checkpoint on resume, so a resumed run's log equals an uninterrupted run's. A named run's log
+    (under metrics/train/runs/) records the model folder `out` it logs (:data:`LOGGED_MODEL`)."""
 
-    def __init__(self, log_dir: Path, history: list[dict]):
-        model = _logged_model(log_dir)
+    def __init__(self, log_dir: Path, history: list[dict], out: Path):
         remove(log_dir)
         self.dir = log_dir
-        if model is not None:
-            write_text_atomic(log_dir / LOGGED_MODEL, f"{model}\n")
+        if Path(log_dir).parent.name == NAMED_RUNS:
+            write_text_atomic(log_dir / LOGGED_MODEL, f"{out}\n")
         self.plots = log_dir / "plots" / "metrics" / "train"
         for record in history:
             self.log(record)

@@ -40,10 +40,10 @@ def run_train_stage(
     settings.train.check_round(round_)
     if baseline is not None and round_ != 0:
         raise UdrError(f"the {baseline} baseline trains on round 0's scores only: drop --round")
-    if task is not None and not (baseline and task in settings.task_names()):
-        raise UdrError(
-            f"--task {task!r}: with a baseline, a task of prepare.tasks ({', '.join(settings.task_names())})"
-        )
+    if task is not None and baseline is None:
+        raise UdrError(f"--task {task!r} names a baseline's task: add --epr or --dr-target (train.tasks sets UDR's)")
+    if task is not None and task not in settings.task_names():
+        raise UdrError(f"--task {task!r}: not a task of prepare.tasks ({', '.join(settings.task_names())})")
     if init is None:
         init = paths.base_model("encoder") if round_ == 0 else paths.round_model(round_ - 1)
     elif not (Path(init) / SETTINGS_NAME).is_file():

@@ -100,6 +100,10 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
 
     code, out, err = run_cli(["exp", "seeds", "--table", "--seed", "1"], project)
     assert code == 0, err
+    written = (project / "metrics" / "seeds.md").read_text()
+    code, out, err = run_cli(["exp", "seeds", "--table", "--seed", "1", "--seed", "99"], project)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "no saved run of training seed 99" in err, err
+    assert (project / "metrics" / "seeds.md").read_text() == written
     table = seed_table(project, (1,))
     assert table["seeds"] == ["seed 42 (HEAD)", "seed 1"] and table["read_from"][1]["udr"].startswith("udr at ")
     for t in TASKS:

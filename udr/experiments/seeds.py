@@ -23,6 +23,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from udr.errors import UdrError
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
 from udr.experiments.dvc import (
@@ -350,8 +351,15 @@ def seed_tables_markdown(table: dict) -> str:
 
 
 def write_seeds(root: Path, seeds=SEEDS) -> Path:
-    """Write metrics/seeds.json and metrics/seeds.md from HEAD's run and the saved seed experiments."""
+    """Write metrics/seeds.json and metrics/seeds.md from HEAD's run and the saved seed experiments; a seed
+    of `seeds` with nothing saved is a one-line UdrError, the files as they were."""
     table = seed_table(root, seeds)
+    unsaved = [str(s) for s in seeds if f"seed {s}" not in table["seeds"]]
+    if unsaved:
+        raise UdrError(
+            f"no saved run of training seed {', '.join(unsaved)} (no DVC experiment, no kept evaluation): run "
+            f"`udr exp seeds --seed {' --seed '.join(unsaved)}` first; metrics/seeds.md is unchanged"
+        )
     out = Path(root) / "metrics" / "seeds.md"
     write_json_atomic(out.with_suffix(".json"), table)
     write_text_atomic(out, seeds_markdown(table))

@@ -155,6 +155,18 @@ def test_pools_without_labels_and_impossible_quotas_are_refused_in_one_line(real
         assert "\n" not in str(err.value)
 
 
+def test_a_pool_without_labels_is_refused_before_it_is_embedded(real_retriever, monkeypatch):
+    from udr.serving import api
+
+    def embedded(*args, **kwargs):
+        raise AssertionError("the pool was embedded")
+
+    monkeypatch.setattr(real_retriever, "_served", {})
+    monkeypatch.setattr(api, "serve_pool", embedded)
+    with pytest.raises(UdrError, match="break is a generation pool"):
+        real_retriever.retrieve(QUERY, task="break", label_weight=1.0)
+
+
 # ---------------------------------------------------------------- udr retrieve
 
 

@@ -336,6 +336,11 @@ class Retriever:
                 per_label=per_label,
                 filter=filter,
             )
+        own_shape = self._read_as.get(name, "") is None
+        if selection.active:  # a pool without labels is refused before it is embedded
+            from udr.serving.selection import pool_labels
+
+            pool_labels(self._pools[name], own_shape=own_shape)
         served = self._served_pool(name)  # one reference: pool and searcher together
         pool = served.pool
         self.model.note_untrained(pool.name, *self._reading(pool.name), served.base)
@@ -345,7 +350,7 @@ class Retriever:
             diversity=diversity,
             selection=selection,
             where=where,
-            own_shape=self._read_as.get(pool.name, "") is None,
+            own_shape=own_shape,
             batch_size=self.batch_size,
         )
         rows = pool.positions

@@ -200,3 +200,25 @@ def test_a_kept_evaluation_copies_its_results_last(tmp_path, monkeypatch):
     dvc.keep_evaluation(tmp_path, head, "udr", "udr-seed-1")
     assert (tmp_path / "metrics/udr-seed-1/sst2.json").read_text() == "{}"
     assert (tmp_path / "data/predictions/udr-seed-1/sst2.parquet").read_text() == "rows"
+
+
+@pytest.mark.parametrize("name", ["../x", "bad name", "a..b", "-flag", "x.lock", "dot.", ""])
+def test_a_bad_experiment_name_is_refused_before_anything_runs(name, tmp_path):
+    """DVC takes an experiment name as a git ref, and the suite a folder under metrics/: a name neither takes is
+    one line, before any work (no folder made)."""
+    from udr.experiments.suite import run_suite, state_progress, write_suite_table
+
+    with pytest.raises(UdrError, match="bad experiment name"):
+        exp_run_args(name or "x y", ["a=1"])
+    for call in (run_suite, state_progress, write_suite_table):
+        with pytest.raises(UdrError, match="bad experiment name") as err:
+            call(tmp_path, name=name or "x y")
+        assert "\n" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_good_experiment_names_pass():
+    from udr.experiments.dvc import check_experiment_name
+
+    for name in ("suite", "abl-no-instruction", "seed-1", "udr_v2.1", "A1"):
+        assert check_experiment_name(name) == name

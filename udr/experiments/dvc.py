@@ -100,11 +100,23 @@ def check_overrides(params: Path, overrides, *, sweep: bool = False) -> None:
             load_settings(params, [*firsts[:i], f"{key}={choice}", *firsts[i + 1 :]])
 
 
+EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.))*")
+
+
+def check_experiment_name(name: str) -> str:
+    """`name` if DVC (a git ref) and a folder under metrics/ take it as it is, else a one-line UdrError."""
+    if not EXPERIMENT_NAME.fullmatch(name) or name.endswith((".", ".lock")) or len(name) > 100:
+        raise UdrError(
+            f"bad experiment name {name!r}: letters, digits, '_', '-' and single '.', starting with a letter or digit"
+        )
+    return name
+
+
 def exp_run_args(name: str | None, overrides, targets=(), queue: bool = False, copy_paths=()) -> list[str]:
     """`dvc exp run`'s arguments; `copy_paths`: untracked paths a queued run's temporary folder needs."""
     args = ["exp", "run"]
     if name:
-        args += ["-n", name]
+        args += ["-n", check_experiment_name(name)]
     for o in overrides:
         if "=" not in o and not o.startswith("~"):
             raise UdrError(f"bad parameter override {o!r}: expected key.path=value (or ~key.path to delete it)")

@@ -52,7 +52,14 @@ from typing import TYPE_CHECKING
 import yaml
 
 from udr.errors import UdrError
-from udr.experiments.dvc import exp_run_args, keep_evaluation, run_dvc, run_queued, saved_experiments
+from udr.experiments.dvc import (
+    check_experiment_name,
+    exp_run_args,
+    keep_evaluation,
+    run_dvc,
+    run_queued,
+    saved_experiments,
+)
 from udr.experiments.labels import label_tasks
 from udr.experiments.lofo import fold_experiment, lofo_experiments, lofo_markdown, lofo_table, signal_folds
 from udr.experiments.lofo import kept_name as fold_kept_name
@@ -436,6 +443,11 @@ def run_udr(args: list[str], work: Path, env: dict) -> None:
         raise UdrError(f"`udr {' '.join(args)}` failed with exit {done.returncode} in {work}")
 
 
+def suite_folder(root: Path, name: str) -> Path:
+    """metrics/<name>/, where run `name` keeps its state and tables (a one-line UdrError for a bad name)."""
+    return Path(root) / "metrics" / check_experiment_name(name)
+
+
 def run_suite(
     root: Path,
     *,
@@ -452,10 +464,10 @@ def run_suite(
     from udr.config import load_settings
 
     root = Path(root)
+    state = suite_folder(root, name) / STATE
     params = suite_params(root, root / profile, work)
     # the results and predictions are git's in this pipeline (cache: false); a new task's are untracked
     save = ["exp", "save", "-n", name, "-f", *(a for f in SAVED for a in ("-I", f))]
-    state = root / "metrics" / name / STATE
     steps = suite_steps(seeds, suite_families(load_settings(root / profile)))
     if dry:
         rev = state_commit(state) or "HEAD"
@@ -520,7 +532,7 @@ def state_progress(root: Path, name: str = EXPERIMENT, seeds=SEEDS, profile: Pat
     DVC)."""
     from udr.config import METHODS, load_settings
 
-    state = Path(root) / "metrics" / name / STATE
+    state = suite_folder(root, name) / STATE
     if not (state / LOCK).is_file():
         raise UdrError(f"no saved state in {state}: `udr exp suite` has not finished a step here yet")
     settings = load_settings(Path(root) / profile)
@@ -654,8 +666,8 @@ def suite_headline(table: dict) -> str:
 def write_suite_table(root: Path, name: str = EXPERIMENT, work: Path = WORK, seeds=SEEDS) -> Path:
     """metrics/<name>/pipeline.md (and .json) with its headline.md, and metrics/<name>/lofo.md (and .json) where
     a fold ran."""
+    out = suite_folder(root, name) / TABLE
     table = suite_table(root, name, work, seeds)
-    out = Path(root) / "metrics" / name / TABLE
     write_json_atomic(out.with_suffix(".json"), table)
     write_text_atomic(out, suite_markdown(table))
     write_text_atomic(out.with_name(HEADLINE), suite_headline(table))

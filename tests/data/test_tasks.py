@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from udr.data.sources import normalize_rows, read_jsonl
-from udr.data.tasks import TASK_KINDS, BuiltinSource, MirrorSource, RowError, builtin_tasks, get_task
+from udr.data.tasks import TASK_KINDS, BuiltinSource, Classification, MirrorSource, RowError, builtin_tasks, get_task
 from udr.errors import UdrError
 
 REGISTRY = builtin_tasks()
@@ -53,6 +53,16 @@ def test_unknown_label_and_missing_field_are_row_errors():
         sst2.normalize({"text": "fine", "label": "meh"})
     with pytest.raises(RowError, match="missing field 'text'"):
         sst2.normalize({"label": "positive"})
+    with pytest.raises(RowError, match="field 'text' is empty"):  # an empty CSV cell
+        sst2.normalize({"text": None, "label": "positive"})
+    with pytest.raises(RowError, match="missing field 'label'"):
+        sst2.normalize({"text": "fine"})
+    with pytest.raises(RowError, match="field 'label' is empty"):
+        sst2.normalize({"text": "fine", "label": None})
+    own = Classification((), ())  # labels read from the data: a list or mapping is no label
+    for raw in (["positive", "negative"], {"a": 1}):
+        with pytest.raises(RowError, match="field 'label' must be one value"):
+            own({"text": "fine", "label": raw})
     with pytest.raises(RowError, match="choices"):
         get_task("copa").normalize({"question": "q", "asks_for": "cause", "choices": ["a"], "label": 0})
     with pytest.raises(RowError, match="label"):

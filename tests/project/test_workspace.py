@@ -267,3 +267,54 @@ def test_a_workspace_request_holds_paths_and_the_tasks_caps():
     assert (request.source, request.folder, request.test) == (Path("rows.csv"), Path("ws"), Path("test.csv"))
     assert request.caps == {"max_train": 50, "max_test": 9}
     assert WorkspaceRequest("opinions", "rows.csv", "ws", validation=30).caps["validation"] == 30
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ("sentiment", "reviews.csv:7: malformed row for task opinions: field 'sentiment' is empty"),
+        ("review", "reviews.csv:7: malformed row for task opinions: field 'review' is empty"),
+    ],
+)
+def test_a_row_with_an_empty_cell_is_refused_naming_its_line_before_anything_is_written(
+    project, run_cli, column, message
+):
+    """Every row is read as `udr prepare` reads it, not only the first: an empty label is no label 'None'."""
+    root, csv = project
+    rows = pl.read_csv(csv)
+    empty = pl.when(pl.int_range(pl.len()) == 5).then(None).otherwise(pl.col(column))
+    rows.with_columns(empty.alias(column)).write_csv(csv)  # the 6th row, line 7
+    code, _, err = run_cli(["init-task", "opinions", "--from", str(csv), "--label", "sentiment"], root)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (root / "workspaces").exists()
+
+
+@pytest.mark.parametrize("where", ["--from", "--test"])
+def test_a_jsonl_row_without_the_label_is_refused_naming_its_file_and_line(project, run_cli, tmp_path, where):
+    root, csv = project
+    rows = pl.read_csv(csv).to_dicts()
+    del rows[2]["sentiment"]  # the third row: line 3
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = ["--from", str(bad)] if where == "--from" else ["--from", str(csv), "--test", str(bad)]
+    code, _, err = run_cli(["init-task", "opinions", *files, "--label", "sentiment"], root)
+    assert code == 1 and "bad.jsonl:3: malformed row for task opinions: missing field 'sentiment'" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (root / "workspaces").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"review,sentiment\ngood,1\nbad, really,0\n", "bad.csv:3: malformed row: 3 cells, the header has 2"),
+        (b"review,sentiment\ngood,1\nb\xe9d,0\n", "bad.csv:3: malformed row: not valid UTF-8"),
+        ("review,sentiment\ngood,1\nbad,0\n".encode("utf-16"), "bad.csv: not UTF-8 text: it looks like UTF-16"),
+    ],
+    ids=["extra-cell", "latin-1", "utf-16"],
+)
+def test_a_csv_polars_cannot_read_is_one_line_naming_where(project, run_cli, tmp_path, data, message):
+    root, _ = project
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(data)
+    code, _, err = run_cli(["init-task", "opinions", "--from", str(bad), "--label", "sentiment"], root)
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1 and "\x00" not in err, err
+    assert not (root / "workspaces").exists()

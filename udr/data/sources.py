@@ -12,6 +12,7 @@ commands light; datasets (the `hub` extra) is needed only for a task read from t
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
 import platform
@@ -75,25 +76,53 @@ def seeded_split(n: int, test_fraction: float, seed: int, task: str) -> tuple[np
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
-def read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    """(0-based line number, record) for each non-blank line; a bad line fails with file:line."""
-    out = []
+# Byte-order marks of text that is not UTF-8 (UTF-32's first: UTF-32 LE starts with UTF-16 LE's mark).
+NOT_UTF8_MARKS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+def check_utf8_text(path: Path) -> None:
+    """A one-line error where the text file `path` is UTF-16 / UTF-32 (a byte-order mark, or NUL bytes in
+    its first 4 KB), as Excel and Windows tools save it, rather than UTF-8."""
+    with path.open("rb") as fh:
+        head = fh.read(4096)
+    kind = next((f"{name} (byte-order mark)" for mark, name in NOT_UTF8_MARKS if head.startswith(mark)), None)
+    if kind is None and b"\x00" in head:
+        kind = "UTF-16 (NUL bytes)"
+    if kind is not None:
+        raise UdrError(f"{path}: not UTF-8 text: it looks like {kind}; re-save it as UTF-8")
+
+
+def _text_lines(path: Path):
+    """(0-based line number, text) of each line of `path` (a UTF-8 byte-order mark dropped); a line that is
+    not UTF-8 fails with file:line."""
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh):
             try:
-                line = raw.decode("utf-8")
+                yield lineno, raw.decode("utf-8-sig" if lineno == 0 else "utf-8")
             except UnicodeDecodeError as exc:
                 raise UdrError(f"{path}:{lineno + 1}: malformed row: not valid UTF-8 (byte {exc.start + 1})") from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-                raise UdrError(f"{path}:{lineno + 1}: malformed row: invalid JSON ({why})") from None
-            if not isinstance(record, dict):
-                raise UdrError(f"{path}:{lineno + 1}: malformed row: expected a JSON object")
-            out.append((lineno, record))
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(0-based line number, record) for each non-blank line; a bad line fails with file:line."""
+    check_utf8_text(path)
+    out = []
+    for lineno, line in _text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise UdrError(f"{path}:{lineno + 1}: malformed row: invalid JSON ({why})") from None
+        if not isinstance(record, dict):
+            raise UdrError(f"{path}:{lineno + 1}: malformed row: expected a JSON object")
+        out.append((lineno, record))
     return out
 
 
@@ -111,13 +140,34 @@ def read_records(path: Path, task: str) -> list[tuple[int, dict]]:
         raise UdrError(f"task {task}: data file not found: {path}")
     if suffix == ".jsonl":
         return read_jsonl(path)
+    separator = "\t" if suffix == ".tsv" else ","
+    if suffix != ".parquet":
+        check_utf8_text(path)
     try:
         if suffix == ".parquet":
             return list(enumerate(pl.read_parquet(path).to_dicts()))
-        frame = pl.read_csv(path, separator="\t" if suffix == ".tsv" else ",", infer_schema=False)
+        frame = pl.read_csv(path, separator=separator, infer_schema=False)
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise UdrError(f"task {task}: unreadable data file {path} ({first_line(exc)})") from None
+        where = None if suffix == ".parquet" else _csv_problem(path, separator)
+        raise UdrError(where or f"task {task}: unreadable data file {path} ({first_line(exc)})") from None
     return [(i + 1, row) for i, row in enumerate(frame.to_dicts())]  # line 0 is the header
+
+
+def _csv_problem(path: Path, separator: str) -> str | None:
+    """Where a CSV / TSV file polars cannot read goes wrong, as `file:line: reason` (1-based line): its first
+    line that is not UTF-8 (raised), or its first row with more cells than its header; None if neither."""
+    reader = csv.reader((line for _, line in _text_lines(path)), delimiter=separator)
+    try:
+        width = len(next(reader, []))
+        for row in reader:
+            if len(row) > width:
+                return (
+                    f"{path}:{reader.line_num}: malformed row: {len(row)} cells, the header has {width} "
+                    f"(quote a cell that holds {separator!r})"
+                )
+    except csv.Error as exc:
+        return f"{path}:{reader.line_num}: malformed row: {first_line(exc)}"
+    return None
 
 
 def check_columns(task: Task, records: list[tuple[int, dict]], where: str) -> None:

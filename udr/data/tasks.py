@@ -179,6 +179,8 @@ def _text(row: dict, key: str) -> str:
     if key not in row:
         raise RowError(f"missing field '{key}'")
     value = row[key]
+    if value is None:  # an empty CSV cell, or JSON null
+        raise RowError(f"field '{key}' is empty")
     if not isinstance(value, str):
         raise RowError(f"field '{key}' must be a string, got {type(value).__name__}")
     value = " ".join(value.split())
@@ -211,9 +213,13 @@ class Classification:
 
     def __call__(self, row: dict) -> Example:
         fields = {k: _text(row, k) for k in format_fields(self.input_format)}
-        raw = row.get(self.label_field)
-        if raw is None:
+        if self.label_field not in row:
             raise RowError(f"missing field '{self.label_field}'")
+        raw = row[self.label_field]
+        if raw is None:
+            raise RowError(f"field '{self.label_field}' is empty")
+        if isinstance(raw, (list, dict)):
+            raise RowError(f"field '{self.label_field}' must be one value, got a {type(raw).__name__}")
         if not self.labels:
             key = _label_key(raw)
             if not key:

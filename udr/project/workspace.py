@@ -177,59 +177,22 @@ def _write_workspace(
     import yaml
 
     from udr.config import settings_from_mapping
-    from udr.data.declarations import parse_declarations
-    from udr.data.sources import check_columns, read_records
     from udr.util.safe_yaml import load_yaml
 
-    name, source, test_source, caps = request.name, request.source, request.test, request.caps
-    records = read_records(source, name)
-    if not records:
-        raise UdrError(f"task {name}: data file {source} has no rows")
-    columns = [str(c) for c in records[0][1]]
-    input_column = _pick(columns, request.input_column, INPUT_COLUMNS, "--input", source)
-    label_column = _pick(columns, request.label_column, LABEL_COLUMNS, "--label", source)
-    labels = {str(r.get(label_column)).strip() for _, r in records}
-    if len(labels) < 2:
-        raise UdrError(
-            f"--label: column '{label_column}' of {source} holds {len(labels)} value: a task needs 2 or more"
-        )
-    if input_column == label_column:
-        raise UdrError(f"--input and --label are both column '{input_column}': the label must be another column")
-    if test_source is not None and _same_file(source, test_source):
-        raise UdrError(
-            f"--test {test_source} holds the rows of --from {source}: a test file must be rows apart "
-            "(leave --test out to carve test rows from --from)"
-        )
-    test_records = _test_records(test_source, name, input_column, label_column, labels) if test_source else None
-    check_rows(records, input_column, caps, test_records is not None, settings.prepare.test_fraction, source)
-    data_file = f"{name}{source.suffix.lower()}"
-    files = {"train": data_file}
-    if test_source is not None:
-        files["test"] = f"{name}-test{test_source.suffix.lower()}"
-    declaration = {
-        "kind": "classification",
-        "instruction": request.instruction or f"{label_column.replace('_', ' ').capitalize()} of the text: ",
-        "data": files,
-        "input": input_column,
-        "label": label_column,
-        **({"metric": request.metric} if request.metric else {}),
-    }
+    name, source, test_source = request.name, request.source, request.test
+    declaration, counts = _declared(settings, request, folder)
     project_raw = load_yaml((settings.root / settings.params_file).read_text(encoding="utf-8"), "params file") or {}
     folder.parent.mkdir(parents=True, exist_ok=True)
     with building_dir(folder) as tmp:
         tasks_dir = tmp / "data" / "tasks"
         tasks_dir.mkdir(parents=True)
-        shutil.copyfile(source, tasks_dir / data_file)
+        shutil.copyfile(source, tasks_dir / declaration["data"]["train"])
         over = source.name + (f" (test: {test_source.name})" if test_source is not None else "")
         if test_source is not None:
-            shutil.copyfile(test_source, tasks_dir / files["test"])
+            shutil.copyfile(test_source, tasks_dir / declaration["data"]["test"])
         text = f"# Declared by `udr init-task {name}` over {over}; see docs/tasks.md.\n"
         write_text_atomic(tasks_dir / f"{name}.yaml", text + yaml.safe_dump({name: declaration}, sort_keys=False))
-        task = parse_declarations({name: declaration}, tasks_dir, f"{name}.yaml")[name]
-        check_columns(task, records, str(source))
-        if test_records is not None:
-            check_columns(task, test_records, str(test_source))
-        raw = workspace_params(project_raw, settings.root, folder, name, caps)
+        raw = workspace_params(project_raw, settings.root, folder, name, request.caps)
         settings_from_mapping(raw, root=tmp)  # a params file that loads, before anything is in place
         header = f"# The workspace of task {name} (`udr init-task`), from {settings.params_file}.\n"
         write_text_atomic(tmp / "params.yaml", header + yaml.safe_dump(raw, sort_keys=False))
@@ -240,30 +203,71 @@ def _write_workspace(
             )
         for file_name, text in extra_files.items():
             write_text_atomic(tmp / file_name, text)
-    return Workspace(
-        folder,
-        folder / "params.yaml",
-        folder / "data" / "tasks" / f"{name}.yaml",
-        input_column,
-        label_column,
-        len(records),
-        len(labels),
-        len(test_records) if test_records is not None else None,
-    )
+    params, declared = folder / "params.yaml", folder / "data" / "tasks" / f"{name}.yaml"
+    return Workspace(folder, params, declared, declaration["input"], declaration["label"], *counts)
 
 
-def check_rows(records: list, input_column: str, caps: dict, test_given: bool, test_fraction: float, source) -> None:
-    """A one-line UdrError, before anything is written, where the rows of `source` cannot make a task with
-    the caps `caps` (validation): one distinct input, or validation rows that leave fewer than 2 train rows
-    (as `udr prepare` would find after the workspace is written)."""
+def _declared(settings: Settings, request: WorkspaceRequest, folder: Path) -> tuple[dict, tuple]:
+    """The task's declaration and (rows, labels, test rows or None) of its file(s), every row read as `udr
+    prepare` reads it (:func:`udr.data.sources.normalize_rows`): a bad row is a one-line error naming its
+    file and line, before anything is written."""
+    from udr.data.declarations import parse_declarations
+    from udr.data.sources import normalize_rows, read_records
+
+    name, source, test_source = request.name, request.source, request.test
+    records = read_records(source, name)
+    if not records:
+        raise UdrError(f"task {name}: data file {source} has no rows")
+    columns = [str(c) for c in records[0][1]]
+    input_column = _pick(columns, request.input_column, INPUT_COLUMNS, "--input", source)
+    label_column = _pick(columns, request.label_column, LABEL_COLUMNS, "--label", source)
+    if input_column == label_column:
+        raise UdrError(f"--input and --label are both column '{input_column}': the label must be another column")
+    if test_source is not None and _same_file(source, test_source):
+        raise UdrError(
+            f"--test {test_source} holds the rows of --from {source}: a test file must be rows apart "
+            "(leave --test out to carve test rows from --from)"
+        )
+    declaration = _declaration(request, input_column, label_column)
+    task = parse_declarations({name: declaration}, folder / "data" / "tasks", f"{name}.yaml")[name]
+    rows = normalize_rows(task, records, str(source))
+    labels = {e.target for e in rows.examples}
+    if len(labels) < 2:
+        raise UdrError(
+            f"--label: column '{label_column}' of {source} holds {len(labels)} value: a task needs 2 or more"
+        )
+    test_rows = _test_rows(task, test_source, labels) if test_source is not None else None
+    check_rows(rows, input_column, request.caps, test_rows is not None, settings.prepare.test_fraction, source)
+    return declaration, (len(rows), len(labels), len(test_rows) if test_rows is not None else None)
+
+
+def _declaration(request: WorkspaceRequest, input_column: str, label_column: str) -> dict:
+    """The declaration of the classification task `request` asks for, over the columns chosen."""
+    files = {"train": f"{request.name}{request.source.suffix.lower()}"}
+    if request.test is not None:
+        files["test"] = f"{request.name}-test{request.test.suffix.lower()}"
+    return {
+        "kind": "classification",
+        "instruction": request.instruction or f"{label_column.replace('_', ' ').capitalize()} of the text: ",
+        "data": files,
+        "input": input_column,
+        "label": label_column,
+        **({"metric": request.metric} if request.metric else {}),
+    }
+
+
+def check_rows(rows, input_column: str, caps: dict, test_given: bool, test_fraction: float, source) -> None:
+    """A one-line UdrError, before anything is written, where the rows (normalised) of `source` cannot make a
+    task with the caps `caps` (validation): one distinct input, or validation rows that leave fewer than 2
+    train rows (as `udr prepare` would find after the workspace is written)."""
     from udr.data.sources import carved_test_rows
 
-    inputs = {str(r.get(input_column)).strip() for _, r in records}
+    inputs = {e.input for e in rows.examples}
     if len(inputs) < 2:
         raise UdrError(
             f"--input: column '{input_column}' of {source} holds {len(inputs)} distinct value: need 2 or more"
         )
-    n = len(records)
+    n = len(rows)
     train = n if test_given else n - carved_test_rows(n, test_fraction)
     validation = caps.get("validation") or 0
     if train - validation < 2:
@@ -286,23 +290,23 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _test_records(
-    path: Path, name: str, input_column: str, label_column: str, labels: set[str]
-) -> list[tuple[int, dict]]:
-    """The rows of the test file `path`, which must have the main file's input and label columns and no
-    label the main file lacks (the task answers with the train split's labels)."""
-    from udr.data.sources import read_records
+def _test_rows(task, path: Path, labels: set[str]):
+    """The rows of the test file `path`, read as the task reads the main file's (its input and label
+    columns, every row checked), with no label the main file lacks (the task answers with its labels)."""
+    from udr.data.sources import normalize_rows, read_records
 
-    records = read_records(path, name)
+    records = read_records(path, task.name)
     if not records:
         raise UdrError(f"--test: data file {path} has no rows")
     columns = [str(c) for c in records[0][1]]
-    for option, column in (("--input", input_column), ("--label", label_column)):
+    for field, column in task.normalize.columns:
         if column not in columns:
-            raise UdrError(f"--test: no column '{column}' ({option}) in {path} (its columns: {listed(columns)})")
-    unseen = sorted({str(r.get(label_column)).strip() for _, r in records} - labels)
+            raise UdrError(f"--test: no column '{column}' (--{field}) in {path} (its columns: {listed(columns)})")
+    rows = normalize_rows(task, records, str(path))
+    unseen = sorted({e.target for e in rows.examples} - labels)
     if unseen:
         raise UdrError(
-            f"--test: label(s) {listed(map(repr, unseen))} of {path} never occur in {label_column!r} of the --from file"
+            f"--test: label(s) {listed(map(repr, unseen))} of {path} never occur in "
+            f"{task.normalize.label_field!r} of the --from file"
         )
-    return records
+    return rows

@@ -64,6 +64,31 @@ def test_batch_line_without_task_is_an_error_naming_it(cli, tmp_path):
     assert f"{src}:2: no task given" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_batch_reads_stdin_and_writes_stdout_with_a_dash(cli, served, tmp_path, monkeypatch):
+    """`--input -` reads the queries from standard input and `--output -` writes to standard output (no file
+    named "-"), as the same queries from a file do; a bad stdin line is named as <stdin>:line."""
+    import io
+    import sys
+
+    lines = "".join(json.dumps({"query": q, "task": "sst2"}) + "\n" for q in (QUERY, "a dull film"))
+    src = tmp_path / "queries.jsonl"
+    src.write_text(lines)
+    code, from_file, err = cli("retrieve", "--input", str(src), "-k", "2")
+    assert code == 0, err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode())))
+    code, out, err = cli("retrieve", "--input", "-", "--output", "-", "-k", "2")
+    assert code == 0 and out == from_file, err
+    assert not (served / "-").exists()  # where the command ran
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"query": "x", "task": "sst2"}\nnot json\n')))
+    code, out, err = cli("retrieve", "--input", "-")
+    assert code == 1 and "<stdin>:2: malformed row: invalid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_as_the_query_file_is_named_as_one(cli, tmp_path):
+    code, _, err = cli("retrieve", "--input", str(tmp_path))
+    assert code == 1 and "is a folder: give a JSON-lines file, or - for standard input" in err, err
+
+
 def test_a_bad_output_fails_before_any_work(run_cli, tmp_path):
     """An --output that cannot be written is refused first: here no model exists, and the error is
     still about --output."""

@@ -52,6 +52,7 @@ def test_a_good_request_keeps_its_output_resolved(tmp_path, queries, monkeypatch
     assert request.output_file == tmp_path / "out.jsonl" and request.batch
     own = RetrieveRequest(query=QUERY, pool=tmp_path / "mine.csv", instruction="I: ", input_column="text")
     assert not own.batch and own.output_file is None
+    assert RetrieveRequest(input_file=queries, output_file="-").output_file is None  # stdout, no file named "-"
 
 
 def test_the_answer_is_the_python_apis(served, tmp_path, queries, monkeypatch):

@@ -62,11 +62,12 @@ def retrieve_cmd(
         bool, typer.Option("--json", help="JSON lines (one per demonstration) instead of a table.")
     ] = False,
     input_file: Annotated[
-        Path | None, typer.Option("--input", help='Batch: a JSON-lines file of {"query": ..., "task": optional}.')
+        Path | None,
+        typer.Option("--input", help='Batch: a JSON-lines file of {"query": ..., "task": optional}; - reads stdin.'),
     ] = None,
     output_file: Annotated[
         Path | None,
-        typer.Option("--output", help="Batch results, one JSON line per query in input order (default: stdout)."),
+        typer.Option("--output", help="Batch results, one JSON line per query in input order (default, or -: stdout)."),
     ] = None,
     model: Annotated[
         Path | None,

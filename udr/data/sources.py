@@ -16,6 +16,7 @@ import csv
 import importlib
 import json
 import platform
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,42 +87,51 @@ NOT_UTF8_MARKS = (
 
 
 def check_utf8_text(path: Path) -> None:
-    """A one-line error where the text file `path` is UTF-16 / UTF-32 (a byte-order mark, or NUL bytes in
-    its first 4 KB), as Excel and Windows tools save it, rather than UTF-8."""
+    """A one-line error where the text file `path` is UTF-16 / UTF-32 (:func:`check_utf8_head`)."""
     with path.open("rb") as fh:
-        head = fh.read(4096)
+        check_utf8_head(fh.read(4096), str(path))
+
+
+def check_utf8_head(head: bytes, shown: str) -> None:
+    """A one-line error naming `shown` where text starting with the bytes `head` is UTF-16 / UTF-32 (a
+    byte-order mark, or NUL bytes in its first 4 KB), as Excel and Windows tools save it, rather than UTF-8."""
     kind = next((f"{name} (byte-order mark)" for mark, name in NOT_UTF8_MARKS if head.startswith(mark)), None)
-    if kind is None and b"\x00" in head:
+    if kind is None and b"\x00" in head[:4096]:
         kind = "UTF-16 (NUL bytes)"
     if kind is not None:
-        raise UdrError(f"{path}: not UTF-8 text: it looks like {kind}; re-save it as UTF-8")
+        raise UdrError(f"{shown}: not UTF-8 text: it looks like {kind}; re-save it as UTF-8")
 
 
-def _text_lines(path: Path):
-    """(0-based line number, text) of each line of `path` (a UTF-8 byte-order mark dropped); a line that is
-    not UTF-8 fails with file:line."""
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh):
-            try:
-                yield lineno, raw.decode("utf-8-sig" if lineno == 0 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise UdrError(f"{path}:{lineno + 1}: malformed row: not valid UTF-8 (byte {exc.start + 1})") from None
+def _text_lines(lines: Iterable[bytes], shown: str):
+    """(0-based line number, text) of each of `lines` (a UTF-8 byte-order mark dropped); a line that is not
+    UTF-8 fails with `shown`:line."""
+    for lineno, raw in enumerate(lines):
+        try:
+            yield lineno, raw.decode("utf-8-sig" if lineno == 0 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise UdrError(f"{shown}:{lineno + 1}: malformed row: not valid UTF-8 (byte {exc.start + 1})") from None
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict]]:
     """(0-based line number, record) for each non-blank line; a bad line fails with file:line."""
     check_utf8_text(path)
+    with path.open("rb") as fh:
+        return parse_jsonl(fh, str(path))
+
+
+def parse_jsonl(lines: Iterable[bytes], shown: str) -> list[tuple[int, dict]]:
+    """:func:`read_jsonl` of JSON lines read elsewhere (e.g. stdin), named `shown` in its errors."""
     out = []
-    for lineno, line in _text_lines(path):
+    for lineno, line in _text_lines(lines, shown):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise UdrError(f"{path}:{lineno + 1}: malformed row: invalid JSON ({why})") from None
+            raise UdrError(f"{shown}:{lineno + 1}: malformed row: invalid JSON ({why})") from None
         if not isinstance(record, dict):
-            raise UdrError(f"{path}:{lineno + 1}: malformed row: expected a JSON object")
+            raise UdrError(f"{shown}:{lineno + 1}: malformed row: expected a JSON object")
         out.append((lineno, record))
     return out
 
@@ -156,17 +166,18 @@ def read_records(path: Path, task: str) -> list[tuple[int, dict]]:
 def _csv_problem(path: Path, separator: str) -> str | None:
     """Where a CSV / TSV file polars cannot read goes wrong, as `file:line: reason` (1-based line): its first
     line that is not UTF-8 (raised), or its first row with more cells than its header; None if neither."""
-    reader = csv.reader((line for _, line in _text_lines(path)), delimiter=separator)
-    try:
-        width = len(next(reader, []))
-        for row in reader:
-            if len(row) > width:
-                return (
-                    f"{path}:{reader.line_num}: malformed row: {len(row)} cells, the header has {width} "
-                    f"(quote a cell that holds {separator!r})"
-                )
-    except csv.Error as exc:
-        return f"{path}:{reader.line_num}: malformed row: {first_line(exc)}"
+    with path.open("rb") as fh:
+        reader = csv.reader((line for _, line in _text_lines(fh, str(path))), delimiter=separator)
+        try:
+            width = len(next(reader, []))
+            for row in reader:
+                if len(row) > width:
+                    return (
+                        f"{path}:{reader.line_num}: malformed row: {len(row)} cells, the header has {width} "
+                        f"(quote a cell that holds {separator!r})"
+                    )
+        except csv.Error as exc:
+            return f"{path}:{reader.line_num}: malformed row: {first_line(exc)}"
     return None
 
 

@@ -11,7 +11,9 @@ Imports of udr.data.sources (numpy) are inside the functions that use them, to k
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,15 +30,26 @@ class QueryLine:
     task: str | None
 
 
+STDIN = "-"  # the --input that reads the queries from standard input
+
+
 def read_queries(path: Path, default_task: str | None) -> list[QueryLine]:
-    """The queries of a JSON-lines file; a malformed line fails with file:line."""
-    from udr.data.sources import read_jsonl
+    """The queries of a JSON-lines file (`-`: standard input); a malformed line fails with file:line."""
+    from udr.data.sources import check_utf8_head, parse_jsonl, read_jsonl
 
     path = Path(path)
-    if not path.is_file():
+    if str(path) == STDIN:
+        data, path = sys.stdin.buffer.read(), "<stdin>"
+        check_utf8_head(data, path)
+        records = parse_jsonl(io.BytesIO(data), path)
+    elif path.is_dir():
+        raise UdrError(f"query file {path} is a folder: give a JSON-lines file, or - for standard input")
+    elif not path.is_file():
         raise UdrError(f"query file not found: {path}")
+    else:
+        records = read_jsonl(path)
     lines = []
-    for lineno, record in read_jsonl(path):
+    for lineno, record in records:
         where = f"{path}:{lineno + 1}"
         if "query" not in record:
             raise UdrError(f'{where}: malformed query line: expected an object with a "query" string')

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RetrieveRequest:
     """What the user asked `udr retrieve` for (the command's options, named as they are): one `query`, or
-    a batch (`input_file`, its results to `output_file` or stdout), from a task's pool or an own `pool`.
+    a batch (`input_file`, its results to `output_file` or stdout: none, or "-"), from a task's pool or an own `pool`.
     Made, it is checked: a combination of options that does not go together, an empty query, a diversity
     or a label-aware selection option out of range or an unknown encoder is a one-line UdrError.
     `output_file` is kept resolved."""
@@ -57,6 +57,8 @@ class RetrieveRequest:
             raise UdrError("give one QUERY or --input FILE (not both)")
         if self.output_file is not None and self.input_file is None:
             raise UdrError("--output goes with --input (a batch); a single query prints to the terminal")
+        if self.output_file is not None and str(self.output_file) == "-":  # stdout, as without --output
+            object.__setattr__(self, "output_file", None)
         for option, value in (
             ("--instruction", self.instruction),
             ("--input-column", self.input_column),

@@ -39,6 +39,16 @@ def test_the_fingerprint_names_the_data_by_its_bytes_and_leaves_out_the_workspac
     assert request_fingerprint(again)["source"] != fp["source"]
 
 
+@pytest.mark.parametrize(
+    ("option", "path", "what"), [("source", "none.csv", "does not exist"), ("test", ".", "is a folder")]
+)
+def test_a_data_file_that_is_not_there_is_one_line_naming_its_option(request_, tmp_path, option, path, what):
+    request = AdaptRequest(**{**asdict(request_), option: tmp_path / path})
+    with pytest.raises(UdrError, match=f"^--{'from' if option == 'source' else 'test'} .* {what}") as err:
+        request_fingerprint(request)
+    assert "\n" not in str(err.value)
+
+
 def test_steps_are_recorded_as_they_finish_and_skipped_when_resumed(request_, tmp_path):
     folder = tmp_path / "ws"
     folder.mkdir()

@@ -405,6 +405,9 @@ def request_fingerprint(request: AdaptRequest) -> dict[str, str | None]:
     for name in OPTIONS:
         value = getattr(request, name)
         if value is not None and name in ("source", "test"):
+            if not Path(value).is_file():
+                what = "is a folder, not a data file" if Path(value).is_dir() else "does not exist"
+                raise UdrError(f"{OPTIONS[name]} {value} {what}: give a CSV, TSV, JSON-lines or parquet file")
             value = f"sha256:{file_sha256(value)}"
         elif value is not None and name == "export":
             value = Path(value).resolve()

@@ -261,6 +261,20 @@ def test_a_kill_between_the_scores_and_their_manifest_loses_no_scores(project, s
     assert not (root / "data/scores/round0/.sst2.partial").exists()
 
 
+def test_a_stats_line_a_crash_tore_does_not_stop_the_resumed_run(project, scored, tmp_path):
+    """The stats are appended shard by shard: a power loss can leave the last line half-written. The resumed
+    run reads the others and writes the same scores."""
+    root = _copy(project, tmp_path)
+    shutil.rmtree(root / "data/scores")
+    assert _run(root, "sst2", stop_after_shards=2) is None
+    (stats,) = (root / "data/scores/round0/.sst2.partial").glob("stats-rank*.jsonl")
+    with stats.open("a") as fh:
+        fh.write('{"shard": 2, "tok')
+    summary = _run(root, "sst2")
+    assert summary.scored == 30 and summary.engine == "padded" and 0 <= summary.padding_fraction < 1
+    assert pl.read_parquet(root / "data/scores/round0/sst2.parquet").equals(scored["sst2"][1])
+
+
 def test_the_report_names_every_engine_a_resumed_run_used(project, tmp_path):
     """score.engine is no input of the scores (a resumed run keeps the shards another engine wrote): the
     report names both engines then."""

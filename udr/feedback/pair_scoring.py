@@ -318,21 +318,32 @@ def _append_stats(partial: Path, rank: int, shard: int, stats: dict) -> None:
         fh.write(json.dumps({"shard": shard, **stats}) + "\n")
 
 
+def _stats_records(partial: Path) -> dict[str, list[dict]]:
+    """Each process's stats records ({file name: records in order}); a line a crash tore (the last one a
+    process appended) is skipped: the stats are a report's, and the shards are whole without them."""
+    out = {}
+    for f in sorted(partial.glob("stats-rank*.jsonl")):
+        records = []
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+        out[f.name] = [r for r in records if isinstance(r, dict)]
+    return out
+
+
 def _engine_from_stats(partial: Path) -> str | None:
     """The engine(s) that scored this run's shards, "+"-joined; None where no shard was scored."""
-    engines = set()
-    for f in partial.glob("stats-rank*.jsonl"):
-        engines |= {json.loads(line).get("engine") for line in f.read_text().splitlines()}
-    return "+".join(sorted(e for e in engines if e)) or None
+    engines = {r.get("engine") for records in _stats_records(partial).values() for r in records}
+    return "+".join(sorted(e for e in engines if isinstance(e, str) and e)) or None
 
 
 def _padding_from_stats(partial: Path) -> float:
     """Padding fraction over this run's batches (the last cumulative record of each process)."""
     tokens = padded = 0
-    for f in partial.glob("stats-rank*.jsonl"):
-        lines = f.read_text().splitlines()
-        if lines:
-            last = json.loads(lines[-1])
-            tokens += last["tokens"]
-            padded += last["padded"]
+    for records in _stats_records(partial).values():
+        if records:
+            tokens += records[-1].get("tokens", 0)
+            padded += records[-1].get("padded", 0)
     return round(padded / (tokens + padded), 4) if tokens + padded else 0.0

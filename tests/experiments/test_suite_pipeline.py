@@ -236,6 +236,42 @@ def test_the_state_keeps_the_lock_and_what_git_keeps_and_is_swapped_in_whole(tmp
     assert not restore_state(tmp_path / "none", fresh)
 
 
+def test_a_worktree_a_kill_left_while_its_state_was_copied_in_is_restored_again(tmp_path, monkeypatch):
+    """The saved state is copied into a new worktree before any step: killed half-way, the next run restores it
+    again (it used to take the half-restored worktree as ready, and its next save dropped what was missing)."""
+    from udr.experiments import suite
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    _git(root, "init", "-q")
+    _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x")
+    state = root / "metrics" / "suite" / "state"
+    for name in ("dvc.lock", "metrics/udr/sst2.json", "metrics/udr-seed-1/sst2.json"):
+        (state / name).parent.mkdir(parents=True, exist_ok=True)
+        (state / name).write_text(name)
+    (state / "COMMIT").write_text(_git(root, "rev-parse", "HEAD") + "\n")
+    copied, real = [], suite._copy
+
+    def killed_after_one(source, target):
+        if copied:
+            raise KeyboardInterrupt
+        copied.append(source.name)
+        real(source, target)
+
+    monkeypatch.setattr(suite, "_copy", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        suite.restored_worktree(root, Path("build/suite"), state, [])
+    work = root / "build" / "suite"
+    assert work.is_dir() and not (work / suite.RESTORED).exists()
+    monkeypatch.undo()
+    assert suite.restored_worktree(root, Path("build/suite"), state, []) == work.resolve()
+    for name in ("dvc.lock", "metrics/udr/sst2.json", "metrics/udr-seed-1/sst2.json"):
+        assert (work / name).read_text() == name
+    (work / "metrics" / "udr" / "sst2.json").write_text("a step's new result")
+    suite.restored_worktree(root, Path("build/suite"), state, [])  # ready: not restored over a run's own work
+    assert (work / "metrics" / "udr" / "sst2.json").read_text() == "a step's new result"
+
+
 def test_a_folder_that_is_no_worktree_or_a_missing_profile_is_a_one_line_error(tmp_path, run_cli):
     from udr.experiments.suite import suite_params, suite_worktree
 

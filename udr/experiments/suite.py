@@ -250,6 +250,10 @@ def state_commit(state: Path) -> str | None:
     return (state / COMMIT).read_text().strip() if (state / COMMIT).is_file() else None
 
 
+# In the worktree, once its saved state is copied in: until then (a kill while copying) it is restored again.
+RESTORED = ".udr-suite-restored"
+
+
 def restore_state(state: Path, work: Path) -> bool:
     """Copy a saved state (dvc.lock and outputs) into a worktree made anew; False where there is none."""
     if not (state / LOCK).is_file():
@@ -258,6 +262,21 @@ def restore_state(state: Path, work: Path) -> bool:
         if item.name != COMMIT:
             _copy(item, work / item.name)
     return True
+
+
+def restored_worktree(root: Path, work: Path, state: Path, steps: list[Step]) -> Path:
+    """The run's worktree (:func:`suite_worktree`: a run another machine began goes on with that commit's code,
+    so its finished stages still count) with the saved `state` copied in once, before any step: the outputs of
+    `steps` outside the pipeline that came with the commit (the default run's) removed first. A worktree a kill
+    left before it was ready is restored again. Returns its resolved path."""
+    work = suite_worktree(root, work, state_commit(state) or "HEAD")
+    if not (work / RESTORED).is_file():
+        for p in outputs_in(work, [p for step in steps for p in step.outputs]):
+            remove(work / p)
+        if restore_state(state, work):
+            print(f"resuming from {state.relative_to(root)}")
+        write_text_atomic(work / RESTORED, "the saved state is restored here; steps run from it\n")
+    return work
 
 
 def suite_families(settings: Settings) -> list[str]:
@@ -494,14 +513,7 @@ def run_suite(
         return root / work
     if commit:  # a commit that fails hours into the run would stop it: no identity stops it now, in one line
         _git(root, "var", "GIT_COMMITTER_IDENT")
-    fresh = not (root / work).exists()
-    # a run another machine began goes on with that commit's code, so its finished stages still count
-    work = suite_worktree(root, work, state_commit(state) or "HEAD")
-    if fresh:  # the parts outside the pipeline that came with the commit are the default run's, not this one's
-        for p in outputs_in(work, [p for step in steps for p in step.outputs]):
-            remove(work / p)
-        if restore_state(state, work):
-            print(f"resuming from {state.relative_to(root)}")
+    work = restored_worktree(root, work, state, steps)
     write_text_atomic(work / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     settings = load_settings(work / "params.yaml")  # a profile udr cannot read stops here, in one line
     # the stages' `udr` runs the worktree's code, the commit the run began with

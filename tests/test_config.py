@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -233,3 +235,57 @@ def test_a_retrievers_own_label_selection_replaces_the_shared_one(tmp_path):
     with pytest.raises(UdrError, match="labels_by_method") as info:
         load_settings(tmp_path / "params.yaml")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "seed: 1\ntrain: {lr: 0.1}\nprepare: {tasks: {sst2: {}}}\ntrain: {epochs_first: 2}\n",
+            r":4: duplicate key 'train'$",
+        ),
+        ("seed: 1\nprepare:\n  tasks:\n    sst2: {}\n    sst2: {max_train: 5}\n", r":5: duplicate key 'sst2'$"),
+        ("seed: 1\nevaluate: {shots: [1], shots: [2]}\n", r":2: duplicate key 'shots'$"),
+    ],
+)
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path, text, message):
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(UdrError, match=r"^params file .*params\.yaml" + message) as info:
+        load_settings(tmp_path / "params.yaml")
+    assert "\n" not in str(info.value)
+
+
+def test_duplicate_keys_are_refused_in_overrides_and_task_files_but_a_merge_may_be_overridden(tmp_path):
+    from udr.data.declarations import read_declarations
+    from udr.util.safe_yaml import load_yaml
+
+    with pytest.raises(UdrError, match=r"^override 'candidates':1: duplicate key 'k'$"):
+        parse_override("candidates={k: 5, k: 6}")
+    tasks = tmp_path / "mine.yaml"
+    task = "  kind: classification\n  data: {train: a.csv}\n  input: text\n  label: label\n"
+    tasks.write_text(f"news:\n{task}other:\n{task}news:\n{task}")
+    with pytest.raises(UdrError, match=r"^task declarations .*mine\.yaml:11: duplicate key 'news'$"):
+        read_declarations(tasks)
+    assert load_yaml("base: &b {a: 1, b: 2}\nmine:\n  <<: *b\n  a: 3\n", "x")["mine"] == {"a": 3, "b": 2}
+
+
+@pytest.mark.parametrize(("text", "holds"), [("- seed\n- 1\n", "list"), ("root:x:0:0:root:/root:/bin/bash\n", "str")])
+def test_a_params_file_that_is_no_mapping_is_named_in_the_error(tmp_path, text, holds):
+    path = tmp_path / "mine.yml"
+    path.write_text(text)
+    message = (
+        f"^bad parameters: params file {re.escape(str(path))} must hold a mapping at the top level .it holds a {holds}"
+    )
+    for overrides in ([], ["seed=1"]):
+        with pytest.raises(UdrError, match=message):
+            load_settings(path, overrides)
+    with pytest.raises(UdrError, match=r"bad parameters: other\.yaml must hold a mapping"):
+        settings_from_mapping([1], params_file="other.yaml")
+
+
+@pytest.mark.parametrize("override", ["seed=true", "train.seed=false", "train.lr=true", "candidates.k=yes"])
+def test_a_boolean_is_no_number(override):
+    key = override.split("=")[0]
+    with pytest.raises(UdrError, match=f"^bad parameter {key}: expected a number, not true or false"):
+        load_settings(REPO / "params.yaml", [override])
+    assert load_settings(REPO / "params.yaml", ["seed=1", "train.lr=1"]).seed == 1

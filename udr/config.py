@@ -48,6 +48,16 @@ ORDERS: tuple[str, ...] = get_args(Order)
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info) -> Any:
+        """`seed: true` is an error, not seed 1 (pydantic reads a bool as a number)."""
+        annotation = cls.model_fields[info.field_name].annotation
+        types = {annotation, *get_args(annotation)}
+        if isinstance(value, bool) and bool not in types and types & {int, float}:
+            raise ValueError("expected a number, not true or false")
+        return value
+
 
 # Every default below equals params.yaml's value (tested): one set of defaults, the CPU profile.
 # The paper's values are in the descriptions and in the README's paper profile.
@@ -559,7 +569,7 @@ def _format_validation_error(exc: ValidationError) -> str:
 def settings_from_mapping(raw: Any, root: Path = Path("."), params_file: str = "params.yaml") -> Settings:
     """Validate a raw mapping (as read from params.yaml) into :class:`Settings`."""
     if not isinstance(raw, dict):
-        raise UdrError("bad parameters: params.yaml must hold a mapping at the top level")
+        raise UdrError(f"bad parameters: {params_file} must hold a mapping at the top level")
     try:
         settings = Settings.model_validate({**raw, "root": root, "params_file": params_file})
     except ValidationError as exc:
@@ -593,8 +603,10 @@ def load_settings(path: Path | str | None = None, overrides: list[str] | None = 
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         raise UdrError(f"params file {path}{where} is not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise UdrError(
+            f"bad parameters: params file {path} must hold a mapping at the top level (it holds a {type(raw).__name__})"
+        )
     if overrides:
-        if not isinstance(raw, dict):
-            raise UdrError("bad parameters: params.yaml must hold a mapping at the top level")
         raw = apply_overrides(raw, overrides)
     return settings_from_mapping(raw, root=path.resolve().parent, params_file=path.name)

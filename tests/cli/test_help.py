@@ -34,3 +34,22 @@ def test_the_command_list_wraps_at_the_terminal_only(run_cli, tmp_path, monkeypa
         if following.startswith("│" + " " * 12):
             word = following.strip("│ ").split()[0]
             assert len(row.rstrip("│").rstrip()) + 1 + len(word) > len(row) - 2, f"broken line: {row!r}"
+
+
+def test_a_bad_option_is_one_line_naming_the_command_and_help_stays_help(run_cli, tmp_path):
+    for args, line in [
+        (["score", "-r", "abc"], "udr score: invalid value for '--round' / '-r': bad round 'abc': expected a number"),
+        (["evaluate", "--limit", "0"], "udr evaluate: invalid value for '--limit': "),
+        (["interpolate", "M", "--alpha", "abc", "--out", "o"], "udr interpolate: invalid value for '--alpha': "),
+        (["exp", "seeds", "--seed", "-1"], "udr exp seeds: invalid value for '--seed': "),
+        (["adapt", "a", "--from", "x.csv", "--queries", "0"], "udr adapt: invalid value for '--queries': "),
+        (["score", "--bogus"], "udr score: no such option: --bogus"),
+        (["nosuch"], "udr: no such command 'nosuch'"),
+    ]:
+        code, out, err = run_cli(args, tmp_path)
+        assert (code, out) == (2, ""), args
+        assert len(err.splitlines()) == 1 and err.startswith(line), err
+    # while --help, and a group without its command, still show the help
+    for args, status in [(["score", "--help"], 0), (["exp", "seeds", "--help"], 0), ([], 2), (["exp"], 2)]:
+        code, out, err = run_cli(args, tmp_path)
+        assert code == status and "Usage: udr" in out and err == "", args

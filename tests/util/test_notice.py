@@ -35,7 +35,7 @@ def test_from_the_command_a_notice_is_one_line_on_stderr(run_cli, monkeypatch, t
 
     cli_app = importlib.import_module("udr.cli.app")  # the module (udr.cli's `app` is the Typer app)
 
-    def command():
+    def command(**_options):  # main() passes standalone_mode
         notice("evaluate.beside: no other.json here;\nthis run alone")
         warnings.warn("a plain warning", UserWarning, stacklevel=1)
         print("results")

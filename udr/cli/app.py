@@ -153,13 +153,32 @@ PIPELINE_MODULES = frozenset(
     {"dvc", "matplotlib", "bm25s", "rank_bm25", "sacrebleu", "rouge_score", "gguf", "accelerate", "pyarrow"}
 )
 
+# click's exception classes as this Typer has them (Typer 0.2x vendors click), found from its public BadParameter.
+USAGE_ERROR, CLICK_EXCEPTION = (
+    next(c for c in typer.BadParameter.__mro__ if c.__name__ == name) for name in ("UsageError", "ClickException")
+)
+
 
 def main() -> None:
-    """Console entry point: UdrError becomes one line on stderr and exit status 1; a notice
+    """Console entry point: UdrError becomes one line on stderr and exit status 1; a bad option or argument
+    one line, ``udr score: invalid value for ...``, and exit status 2; a notice
     (:class:`udr.util.notice.UdrNotice`) one line on stderr, ``udr: note: ...``."""
     try:
         with notices_on_stderr():
-            app()
+            code = app(standalone_mode=False)  # click's errors come here, not as its boxed usage text
+    except USAGE_ERROR as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `udr`, `udr exp`: the help (Typer printed it already)
+            if exc.format_message().strip():
+                print(exc.format_message(), file=sys.stderr)
+        else:
+            print(f"{exc.ctx.command_path if exc.ctx else 'udr'}: {_one_line(exc.format_message())}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except CLICK_EXCEPTION as exc:
+        print(f"udr: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:  # EOF or Ctrl-C at a prompt
+        print("udr: aborted", file=sys.stderr)
+        sys.exit(1)
     except UdrError as exc:
         print(f"udr: error: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -176,11 +195,17 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(1)
-    except SystemExit as exc:
-        # Typer turns Ctrl-C into a silent exit 130 (an Exit caused by the KeyboardInterrupt).
-        if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):
-            print("udr: interrupted", file=sys.stderr)
-        raise
+    # `--help` returns 0; Ctrl-C in a command returns 130 (Typer turns it into an Exit, which it returns).
+    if code == 130:
+        print("udr: interrupted", file=sys.stderr)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+def _one_line(message: str) -> str:
+    """A click message as the rest of one line, in udr's style (``No such option: -x.`` -> ``no such option: -x``)."""
+    text = " ".join(line.strip() for line in message.splitlines() if line.strip()).removesuffix(".")
+    return text[:1].lower() + text[1:]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """YAML for files a user hands udr (params, task declarations, `-S` values), read with bounds: aliases that
 expand past a number of values ("billion laughs"), recursive aliases and deep nesting are one-line
-errors instead of a hang, a memory blow-up or a RecursionError."""
+errors instead of a hang, a memory blow-up or a RecursionError. A key given twice in one mapping is an
+error too (plain YAML keeps the last, silently dropping the first: a second `train:` block)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from udr.errors import UdrError, first_line
+from udr.errors import UdrError, first_line, quoted
 
 MAX_VALUES = 100_000  # scalars, lists and mappings after expanding every alias
 MAX_DEPTH = 64  # nesting of lists and mappings
@@ -27,6 +28,7 @@ def load_yaml(text: str, what: str) -> Any:
             return None
         _check_size(node, what)
         try:
+            _check_keys(loader, node, what)
             return loader.construct_document(node)  # the checked node: the text is parsed once
         except ValueError as exc:  # an integer past Python's limit of digits, a date of month 13
             raise UdrError(f"{what}: a value YAML cannot read ({first_line(exc, 70)})") from None
@@ -61,6 +63,28 @@ def _check_size(root: yaml.Node, what: str) -> None:
         open_.add(key)
         stack.append((node, True))
         stack.extend((c, False) for c in children if id(c) not in size)
+
+
+def _check_keys(loader: yaml.SafeLoader, root: yaml.Node, what: str) -> None:
+    """Refuse a key given twice in one mapping, at any depth: ``{what}:LINE: duplicate key 'train'`` (keys
+    compared as YAML reads them: `1` and `1.0` are one key; a merge, `<<: *base`, may be overridden)."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue  # a merge; a list or mapping as a key is an error of its own when read
+                key = loader.construct_object(key_node)
+                if key in keys:
+                    raise UdrError(f"{what}:{key_node.start_mark.line + 1}: duplicate key {quoted(key)}")
+                keys.add(key)
+        stack.extend(reversed(_children(node)))
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

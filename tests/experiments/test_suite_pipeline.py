@@ -281,6 +281,10 @@ def test_a_folder_that_is_no_worktree_or_a_missing_profile_is_a_one_line_error(t
         suite_worktree(tmp_path, Path("build/suite"))
     with pytest.raises(UdrError, match="missing profile"):
         suite_params(tmp_path, tmp_path / "profiles" / "none.yaml")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("data:\n  source_dir: ../shared/data\ntrain:\n  lr: 1.0e-4\ntrain:\n  seed: 1\n")
+    with pytest.raises(UdrError, match=r"twice.yaml:5: duplicate key 'train'"):  # read as params files are
+        suite_params(tmp_path, twice)
     code, _, err = run_cli(["exp", "suite", "--profile", "profiles/none.yaml"], tmp_path)
     assert code == 1 and "missing profile" in err and len(err.strip().splitlines()) == 1
 

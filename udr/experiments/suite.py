@@ -151,10 +151,11 @@ def suite_params(root: Path, profile: Path, work: Path = WORK) -> dict:
     is set, else the profile's `data.source_dir` read as params.yaml reads it (relative to the project root).
     Relative, so that the run's lock, and the state saved from it, name no path of this machine."""
     from udr.config import DATA_DIR_ENV
+    from udr.util.safe_yaml import load_yaml
 
     if not profile.is_file():
         raise UdrError(f"missing profile {profile}: give a params file (`udr exp suite --profile FILE`)")
-    params = yaml.safe_load(profile.read_text())
+    params = load_yaml(profile.read_text(encoding="utf-8"), f"profile {profile}")
     if not isinstance(params, dict) or not isinstance(params.get("data"), dict):
         raise UdrError(f"bad profile {profile}: not a params file (no data section)")
     source = os.environ.get(DATA_DIR_ENV) or Path(root) / params["data"].get("source_dir", "")

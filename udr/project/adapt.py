@@ -621,7 +621,7 @@ def set_workspace_params(params_file: Path, section: str, values: dict) -> None:
 
     text = params_file.read_text(encoding="utf-8")
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    raw = load_yaml(text, "params file") or {}
+    raw = load_yaml(text, f"params file {params_file}") or {}
     raw.setdefault(section, {}).update(values)
     write_text_atomic(params_file, header + yaml.safe_dump(raw, sort_keys=False))
 

@@ -181,7 +181,8 @@ def _write_workspace(
 
     name, source, test_source = request.name, request.source, request.test
     declaration, counts = _declared(settings, request, folder)
-    project_raw = load_yaml((settings.root / settings.params_file).read_text(encoding="utf-8"), "params file") or {}
+    params_file = settings.root / settings.params_file
+    project_raw = load_yaml(params_file.read_text(encoding="utf-8"), f"params file {params_file}") or {}
     folder.parent.mkdir(parents=True, exist_ok=True)
     with building_dir(folder) as tmp:
         tasks_dir = tmp / "data" / "tasks"

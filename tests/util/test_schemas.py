@@ -179,6 +179,16 @@ def test_the_index_metadata_and_the_model_record_name_their_bad_field(tmp_path):
     _one_line(err, tmp_path / "model" / "udr_record.json")
 
 
+def test_a_model_record_whose_tasks_are_null_names_no_task_of_its_own(tmp_path):
+    """The record's schema allows `"tasks": null` (a record that names none): read, it trains the tasks of
+    the rounds before it, and is no error without its file's name (found by the property test below)."""
+    from udr.retriever.record import read_record, trained_tasks
+
+    _write(tmp_path / "model" / "udr_record.json", {**RECORD, "tasks": None})
+    record = read_record(tmp_path / "model")
+    assert trained_tasks(record) == trained_tasks({k: v for k, v in record.items() if k != "tasks"} | {"tasks": {}})
+
+
 # ---------------------------------------------------------------- every reader, any damage
 
 

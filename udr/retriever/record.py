@@ -135,9 +135,10 @@ def trained_tasks(record: dict) -> dict[str, int]:
     """{task: scored queries} of every training round the record holds, the latest round's counts first."""
     out: dict[str, int] = {}
     while isinstance(record, dict) and "tasks" in record:
-        if not isinstance(record["tasks"], dict):
-            raise UdrError(f"malformed model record: its tasks are {quoted(record['tasks'])}, not {{task: queries}}")
-        for task, n in record["tasks"].items():
+        tasks = record["tasks"] if record["tasks"] is not None else {}  # null: a record that names none
+        if not isinstance(tasks, dict):
+            raise UdrError(f"malformed model record: its tasks are {quoted(tasks)}, not {{task: queries}}")
+        for task, n in tasks.items():
             out.setdefault(task, n)
         record = record.get("init")
     return out

@@ -105,11 +105,11 @@ def score_work(
     companions: dict[Path, dict] | None = None,
 ) -> ScoreSummary | None:
     """Score `work` (the stage's, or an instrument's pairs) in resumable shards and write `out` with its
-        manifest, and the run's summary to `report` (where given). `depends_on` adds to what the shards'
-        fingerprint records; `sample` (a :class:`udr.feedback.shipped.ShippedSample`) checks this run's scores
-        of the shipped sample before anything is written; `companions` ({path: JSON object}) are files published with
-    the output, all or none (:func:`udr.util.resume.publish`). Returns the summary (None on ranks other than 0, or
-        when `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
+    manifest, and the run's summary to `report` (where given). `depends_on` adds to what the shards'
+    fingerprint records; `sample` (a :class:`udr.feedback.shipped.ShippedSample`) checks this run's scores
+    of the shipped sample before anything is written; `companions` ({path: JSON object}) are files published
+    with the output, all or none (:func:`udr.util.resume.publish`). Returns the summary (None on ranks other
+    than 0, or when `stop_after_shards` ended the run early, which tests use to simulate a kill)."""
     start = time.perf_counter() if start is None else start
     for target in (out, report) if report is not None else (out,):
         check_output_path(target, "scores file")  # before the LM loads: a read-only folder is one line

@@ -35,7 +35,7 @@ def writing_run(out: Path, log_dir: Path, params_file: str, root: Path, replace:
     a named run's log (under metrics/train/runs/) must be no other model folder's of the same name (a log
     naming none, an older one, is anyone's). Yields `out`, which the log records once training starts
     (:class:`TrainLog`), so that a run refused before it claims no name."""
-    named = Path(log_dir).parent.name == NAMED_RUNS
+    named = is_named_log(log_dir)
     writes = int(os.environ.get("RANK", "0")) == 0
     with (
         writing_model(out, params_file, root, replace, lock=writes) as out,
@@ -49,6 +49,11 @@ def writing_run(out: Path, log_dir: Path, params_file: str, root: Path, replace:
                 f"give --out a folder of another name, or remove {shown}"
             )
         yield out
+
+
+def is_named_log(log_dir: Path) -> bool:
+    """Whether `log_dir` is a named run's training log (under metrics/train/runs/), which records its model folder."""
+    return Path(log_dir).parent.name == NAMED_RUNS
 
 
 def _logged_model(log_dir: Path) -> str | None:
@@ -71,7 +76,7 @@ class TrainLog:
     def __init__(self, log_dir: Path, history: list[dict], out: Path):
         remove(log_dir)
         self.dir = log_dir
-        if Path(log_dir).parent.name == NAMED_RUNS:
+        if is_named_log(log_dir):
             write_text_atomic(log_dir / LOGGED_MODEL, f"{out}\n")
         self.plots = log_dir / "plots" / "metrics" / "train"
         for record in history:

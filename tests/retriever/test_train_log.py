@@ -35,16 +35,16 @@ def test_the_log_equals_dvclives_files(tmp_path):
     log = TrainLog(tmp_path / "ours", history[:5], tmp_path / "model")
     for record in history[5:]:
         log.log(record)
-    assert _files(tmp_path / "ours") == _files(tmp_path / "dvclive")
-    assert len(_files(tmp_path / "ours")) == len(LOGGED) + 1
+    assert _files(log.dir) == _files(tmp_path / "dvclive")
+    assert len(_files(log.dir)) == len(LOGGED) + 1
 
 
 def test_the_log_does_not_import_dvc(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m.split(".")[0] in {"dvc", "dvclive", "scmrepo"}]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "meta_path", [_Refuse({"dvc", "dvclive", "scmrepo"}), *sys.meta_path])
-    TrainLog(tmp_path / "log", _history(2), tmp_path / "model")
-    assert (tmp_path / "log" / "metrics.json").is_file()
+    log = TrainLog(tmp_path / "log", _history(2), tmp_path / "model")
+    assert (log.dir / "metrics.json").is_file()
 
 
 class _Refuse:

@@ -79,6 +79,27 @@ def test_resumed_training_equals_uninterrupted(looped, tmp_path):
     assert (root / "metrics/train/round0" / tsv).read_text() == (looped / "metrics/train/round0" / tsv).read_text()
 
 
+def test_a_killed_run_keeps_the_earlier_log_whole(looped, tmp_path):
+    """A run over an existing model and log, killed after a few steps, leaves the earlier log as it was (its
+    summary.json is what `udr adapt` reads); the resumed run swaps in the whole new log, nothing left beside."""
+    from udr.config import load_settings
+    from udr.project.training import run_train
+
+    root = tmp_path / "proj"
+    shutil.copytree(looped, root)
+    settings = load_settings(root / "params.yaml")
+    log = root / "metrics/train/round0"
+    before = {p.relative_to(log): p.read_bytes() for p in log.rglob("*") if p.is_file()}
+    kw = dict(init=root / "models/base/encoder", log_dir=log, out=root / "models/rounds/round0", progress=False)
+    assert run_train(settings, 0, stop_after_steps=4, **kw) is None
+    assert {p.relative_to(log): p.read_bytes() for p in log.rglob("*") if p.is_file()} == before
+    summary = run_train(settings, 0, **kw)
+    assert json.loads((log / "summary.json").read_text())["steps"] == summary.steps > 4
+    tsv = Path("plots/metrics/train/loss.tsv")
+    assert (log / tsv).read_bytes() == before[tsv]  # the same training, logged whole
+    assert not (log.parent / ".round0.live").exists() and (log / "loss.png").is_file()
+
+
 def test_a_kill_while_a_checkpoint_is_written_keeps_the_one_before(looped, tmp_path, monkeypatch):
     """Killed while the second checkpoint is saved (the optimiser's file half-way), the first stays whole
     and resumable, and the resumed run ends with the uninterrupted run's weights."""

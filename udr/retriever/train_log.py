@@ -20,7 +20,7 @@ from udr.errors import UdrError
 from udr.paths import NAMED_RUNS
 from udr.retriever.record import writing_model
 from udr.util.figures import pyplot, save_png
-from udr.util.files import remove, shown_path, write_json_atomic, write_text_atomic
+from udr.util.files import remove, replace_dir, shown_path, write_json_atomic, write_text_atomic
 from udr.util.locks import holding
 
 LOGGED = ("loss", "rank", "in_batch", "lr")
@@ -71,14 +71,19 @@ class TrainLog:
     Written here rather than through dvclive, whose logger imports most of DVC (scmrepo, dulwich, dvc-data):
     training runs where DVC is not installed, e.g. under torchrun on a GPU machine. The history is replayed
     from the checkpoint on resume, so a resumed run's log equals an uninterrupted run's. A named run's log
-    (under metrics/train/runs/) records the model folder `out` it logs (:data:`LOGGED_MODEL`)."""
+    (under metrics/train/runs/) records the model folder `out` it logs (:data:`LOGGED_MODEL`).
+
+    The run writes in a folder beside `log_dir` (:func:`live_log_dir`), swapped in for `log_dir` by
+    :meth:`finish`: a kill at any instant leaves the earlier run's whole log (its summary.json, which
+    `udr adapt` reads) or the new one."""
 
     def __init__(self, log_dir: Path, history: list[dict], out: Path):
-        remove(log_dir)
-        self.dir = log_dir
+        self.dest = Path(log_dir)
+        self.dir = live_log_dir(self.dest)
+        remove(self.dir)  # a killed run's, replayed from the checkpoint below
         if is_named_log(log_dir):
-            write_text_atomic(log_dir / LOGGED_MODEL, f"{out}\n")
-        self.plots = log_dir / "plots" / "metrics" / "train"
+            write_text_atomic(self.dir / LOGGED_MODEL, f"{out}\n")
+        self.plots = self.dir / "plots" / "metrics" / "train"
         for record in history:
             self.log(record)
 
@@ -93,8 +98,16 @@ class TrainLog:
         write_text_atomic(self.dir / "metrics.json", json.dumps(summary, indent=4) + "\n")
 
     def finish(self, summary, title: str) -> None:
+        """Write the run's summary.json and loss.png, then swap the finished log in for `log_dir`."""
+        self.dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.dir / "summary.json", asdict(summary))
         plot_losses(self.dir, self.dir / "loss.png", title)
+        replace_dir(self.dir, self.dest)
+
+
+def live_log_dir(log_dir: Path) -> Path:
+    """Where a running training writes the log that replaces `log_dir` when it ends: `.<name>.live` beside it."""
+    return log_dir.with_name(f".{log_dir.name}.live")
 
 
 def plot_losses(log_dir: Path, png: Path, title: str) -> None:

@@ -27,6 +27,12 @@ def _answer(path, prediction):
     frame.with_columns(prediction=new).write_parquet(path)
 
 
+def _graded(path, score: float) -> None:
+    """Give the result in `path` the graded score its rewritten predictions give (a comparison checks the two)."""
+    result = json.loads(path.read_text())
+    path.write_text(json.dumps(result | {"graded": result["graded"] | {"score": score}}))
+
+
 @pytest.fixture
 def with_signal(evaluated, tmp_path):
     """The evaluated project with random, BM25 and SBERT on a validation split (the test rows), where on
@@ -43,7 +49,9 @@ def with_signal(evaluated, tmp_path):
     for m in ("random", "bm25", "sbert"):
         run_evaluate(settings, m, tasks=TASKS, split="validation", progress=False)
     _answer(project / "data" / "predictions-validation" / "bm25" / "sst2.parquet", None)
+    _graded(project / "metrics" / "validation" / "bm25" / "sst2.json", 100.0)
     _answer(project / "data" / "predictions-validation" / "random" / "sst2.parquet", "")
+    _graded(project / "metrics" / "validation" / "random" / "sst2.json", 0.0)
     return project
 
 

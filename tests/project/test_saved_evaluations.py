@@ -133,3 +133,20 @@ def test_exp_compare_metric_chooses_what_is_compared(workspace, run_cli):
     code, out, err = run_cli(["exp", "compare", "udr-mine", "bm25", "--metric", "bleu"], ws)
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"unknown --metric 'bleu' for {TASK} (available: macro_f1, accuracy" in err
+
+
+def test_predictions_beside_an_older_result_are_a_one_line_error(workspace, run_cli):
+    """An evaluation killed between its two writes leaves its new predictions beside the old result: every
+    comparison that pairs them (`udr exp compare`, `udr report`) refuses it in one line naming the file, and
+    writes nothing."""
+    ws, _ = workspace
+    older = (ws / "metrics" / "udr-mine" / f"{TASK}.json").read_text()
+    _evaluation(ws, "udr-mine", RIGHT["udr-mine"] - 2, saved=True)  # the new evaluation's predictions...
+    (ws / "metrics" / "udr-mine" / f"{TASK}.json").write_text(older)  # ...beside the older result
+    for args in (["exp", "compare", "udr-mine", "bm25"], ["report"]):
+        code, out, err = run_cli(args, ws)
+        errors = [line for line in err.splitlines() if not line.startswith("udr: note:")]
+        assert code == 1 and out == "" and len(errors) == 1, (args, err)
+        assert f"data/predictions/udr-mine/{TASK}.parquet give a graded score of" in err, err
+        assert f"evaluate udr-mine on {TASK} (test) again" in err, err
+    assert not (ws / "metrics" / "results.md").exists()

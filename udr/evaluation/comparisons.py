@@ -6,6 +6,7 @@ labels, accuracy shown beside any other). A project's saved evaluations are read
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from udr.errors import UdrError, listed
@@ -36,6 +37,16 @@ def checked_result(result, where: str, again: str) -> dict:
     type), else a one-line UdrError naming it and the field."""
     checked = model_from(EvaluationResult, result, where, "result", again, problem="malformed")
     return checked.model_dump(exclude_none=True)  # a field left out is its default (a newer udr's, say)
+
+
+def check_predictions_give_result(score: float, result: dict, source: str, again: str) -> None:
+    """A saved evaluation's predictions (from `source`; `score`: their graded score on every row, in the
+    result's metric) must give its result's graded score, else a one-line UdrError: an evaluation killed
+    between its two writes leaves new predictions beside the old result, and a comparison would pair
+    rows with a score they did not give."""
+    reported = result["graded"]["score"]
+    if not math.isclose(score, reported, rel_tol=0.0, abs_tol=1e-6):
+        raise UdrError(f"{source} give a graded score of {score:.4f}, its result {reported:.4f}: {again}")
 
 
 def frame_predictions(frame, examples: list[dict], source: str, rows: str) -> list:

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES
-from udr.evaluation.comparisons import checked_result, frame_metric, read_predictions
+from udr.evaluation.comparisons import (
+    check_predictions_give_result,
+    checked_result,
+    frame_metric,
+    read_predictions,
+)
 from udr.paths import Paths
 from udr.util.files import write_atomic
 from udr.util.readers import parse_json
@@ -309,15 +314,19 @@ class SavedScorers:
 
     def scorer(self, task: str, method: str, rev: str):
         if (task, method, rev) not in self._scorers:
+            import numpy as np
+
             root = self.root
-            metric = method_results(root, method, [task], rev)[task]["metric"]
+            result = method_results(root, method, [task], rev)[task]
             path = Paths(root).predictions(method, task).relative_to(root).as_posix()
             where = f"{path} at {rev[:12]}"
             again = f"commit a whole evaluation of {method} on {task}"
             frame = read_predictions(where, again, git_show(root, rev, path))
-            self._scorers[task, method, rev] = frame_metric(
-                frame, self.examples(task), metric, where, f"the prepared test split of {task}"
-            )
+            examples = self.examples(task)
+            score = frame_metric(frame, examples, result["metric"], where, f"the prepared test split of {task}")
+            every_row = score(np.arange(len(examples)))
+            check_predictions_give_result(every_row, result, f"the predictions in {where}", again)
+            self._scorers[task, method, rev] = score
         return self._scorers[task, method, rev]
 
 

@@ -21,6 +21,7 @@ from udr.evaluation.comparisons import (
     BESIDE,
     COMPARED,
     accuracy_beside,
+    check_predictions_give_result,
     check_same_metrics,
     checked_result,
     chosen_metrics,
@@ -82,9 +83,9 @@ def compare_saved(
     metric: str | None = None,
 ) -> dict[tuple[str, str], Versus]:
     """{(a, b): Versus} for each pair of saved evaluations in `results` ({name: {task: result}}, every
-    name with the same tasks), paired bootstrap from their predictions, each read once. `metric` None:
-    each task's own, which both must have used; else that metric (a one-line error where a task cannot
-    use it)."""
+    name with the same tasks), paired bootstrap from their predictions, each read once and checked to give
+    its result's graded score. `metric` None: each task's own, which both must have used; else that metric
+    (a one-line error where a task cannot use it)."""
     import numpy as np
 
     from udr.data.prepare import read_prepared
@@ -114,6 +115,12 @@ def compare_saved(
 
     def whole(m: str, t: str, chosen: str) -> float:
         return scorer(m, t, chosen)(np.arange(len(examples[t])))
+
+    for m in used:
+        for t in tasks:
+            source = f"the predictions in {settings.paths.predictions(m, t, split)}"
+            again = f"evaluate {m} on {t} ({split}) again"
+            check_predictions_give_result(whole(m, t, results[m][t]["metric"]), results[m][t], source, again)
 
     out = {}
     for a, b in pairs:
@@ -172,22 +179,10 @@ def saved_tasks(settings: Settings, names: Sequence[str], split: str = "test") -
 
 def udr_versus_baselines(settings: Settings, results: dict[str, dict[str, dict]]) -> dict[str, Versus]:
     """{baseline: Versus}: UDR's graded score minus the baseline's on the same test examples, paired
-    bootstrap (:mod:`udr.evaluation.bootstrap`) from the saved predictions, with accuracy's beside a
-    label task's other metric. The observed differences are checked against the metrics files."""
-    import numpy as np
-
+    bootstrap (:mod:`udr.evaluation.bootstrap`) from the saved predictions (each checked against its
+    metrics file), with accuracy's beside a label task's other metric."""
     pairs = [(COMPARED, m) for m in results if m != COMPARED]
-    out = {}
-    for (_, baseline), versus in compare_saved(settings, results, pairs).items():
-        for task, interval in versus.per_task.items():
-            reported = results[COMPARED][task]["graded"]["score"] - results[baseline][task]["graded"]["score"]
-            if not np.isclose(interval.difference, reported, atol=1e-6):
-                raise UdrError(
-                    f"predictions of {task} give {interval.difference:.4f} for udr - {baseline}, the metrics "
-                    f"files {reported:.4f}: re-run `udr evaluate`"
-                )
-        out[baseline] = versus
-    return out
+    return {baseline: versus for (_, baseline), versus in compare_saved(settings, results, pairs).items()}
 
 
 def named_runs(settings: Settings, tasks: Sequence[str]) -> dict[str, dict[str, dict]]:

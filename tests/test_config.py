@@ -64,6 +64,14 @@ def test_load_settings_applies_and_validates_overrides(tmp_path):
         load_settings(path, ["candidates.k=-2"])
 
 
+@pytest.mark.parametrize(("text", "overrides"), [('data: {tasks_dir: "  "}\n', []), ("", ["data.tasks_dir="])])
+def test_an_empty_tasks_dir_is_refused_not_read_as_the_project_root(tmp_path, text, overrides):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(BASE) + text)
+    with pytest.raises(UdrError, match=r"^bad parameter data\.tasks_dir: must name a folder of task declarations"):
+        load_settings(path, overrides)
+
+
 def test_data_dir_env_overrides_param(tmp_path, monkeypatch):
     s = settings_from_mapping({**BASE, "data": {"source_dir": "rel/data"}}, root=tmp_path)
     monkeypatch.delenv("UDR_DATA_DIR", raising=False)

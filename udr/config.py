@@ -69,6 +69,13 @@ class DataSettings(_Strict):
         "data/tasks", description="The project's own task declarations: every *.yaml here (and their data)."
     )
 
+    @field_validator("tasks_dir")
+    @classmethod
+    def _names_a_folder(cls, value: str) -> str:
+        if not value.strip():  # Path("") is the project root, whose params.yaml would read as declarations
+            raise ValueError("must name a folder of task declarations, e.g. data/tasks")
+        return value
+
 
 class TaskCaps(_Strict):
     max_train: int = Field(1000, gt=0, description="Seeded sample of at most this many train rows (the pool).")

@@ -180,3 +180,25 @@ def test_adapt_takes_a_csv_and_a_test_file_to_a_recommendation_and_an_export_and
     record = json.loads((tmp_path / "stopped" / "adapt-steps.json").read_text())
     assert record["request"]["queries"] == "7" and record["done"] == {}
     assert not (tmp_path / "stopped" / "models" / "adapted").exists()
+
+
+INSTRUCTION_HINT = "give the text UDR and the LM read before each input, or leave it out"
+
+
+@pytest.mark.parametrize("instruction", ["", "   "])
+def test_a_blank_instruction_is_refused_by_the_request_before_anything_is_written(
+    run_cli, tmp_path, data_dir, instruction
+):
+    """A blank --instruction is an error, not the default instruction."""
+    from udr.project.adapt import AdaptRequest
+
+    with pytest.raises(UdrError, match=f"^--instruction {instruction!r} is blank: {INSTRUCTION_HINT}$"):
+        AdaptRequest(name="opinion", source="rows.csv", folder=tmp_path / "ws", instruction=instruction)
+    root = tmp_path / "project"
+    root.mkdir()
+    write_params(root, {"sst2": {}}, data_dir)
+    rows = tmp_path / "rows.csv"
+    write_user_csv(rows, data_dir, slice(0, 40))
+    code, _, err = run_cli(["adapt", "opinion", "--from", str(rows), "--instruction", instruction], root)
+    assert code == 1 and err == f"udr: error: --instruction {instruction!r} is blank: {INSTRUCTION_HINT}\n", err
+    assert not (root / "workspaces").exists()

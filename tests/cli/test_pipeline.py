@@ -37,6 +37,14 @@ def test_tasks_table_shows_mirrored_tasks_available(run_cli, tmp_path, data_dir,
     assert "hub only" in rows["mnli"]
 
 
+def test_tasks_refuses_a_params_file_given_that_is_missing(run_cli, tmp_path):
+    code, out, err = run_cli(["tasks", "-p", "nosuch.yaml"], tmp_path)
+    _one_line_error(code, err, "params file not found: nosuch.yaml")
+    assert out == ""
+    code, out, err = run_cli(["tasks"], tmp_path)  # no params.yaml here, none given: the registry alone
+    assert code == 0 and "note: params file not found: params.yaml" in err and "sst2" in out
+
+
 def test_unknown_task(run_cli, tmp_path, data_dir):
     write_params(tmp_path, {"sst2": {}}, data_dir)
     code, _, err = run_cli(["prepare", "--task", "nosuchtask"], tmp_path)

@@ -419,3 +419,12 @@ def test_where_searches_only_the_rows_that_pass(cli, served, tmp_path):
     assert code == 1 and "--where goes with --pool" in err and err.count("\n") == 1
     code, _, err = cli("retrieve", "my card", "--pool", str(path), "--where", "lang", *common)
     assert code == 1 and "--where 'lang': expected COLUMN=VALUE" in err
+
+
+def test_a_folder_given_as_pool_is_named_a_folder(cli, tmp_path):
+    """--pool of a folder, even one named like a data file, is not reported as missing."""
+    for folder in (tmp_path / "rows", tmp_path / "rows.csv"):
+        folder.mkdir()
+        code, _, err = cli("retrieve", QUERY, "--pool", str(folder), "--instruction", "I: ")
+        assert code == 1 and err.count("\n") == 1, err
+        assert f"udr: error: pool {folder} is a folder, not a data file (use .jsonl, .csv, .tsv, .parquet)" in err

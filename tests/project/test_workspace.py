@@ -195,6 +195,8 @@ def test_workspace_paths_keep_a_linked_data_folder_as_named(project, run_cli, tm
         (["--label", "sentiment", "--test", "COPY"], "holds the rows of --from"),
         (["--label", "sentiment", "--max-train", "1"], "--max-train 1: the demonstration pool needs 2 rows"),
         (["--label", "sentiment", "--from", "ONE_INPUT"], "holds 1 distinct value"),
+        (["--label", "sentiment", "--from", "FOLDER"], "mine is a folder, not a data file (use .jsonl, .csv, "),
+        (["--label", "sentiment", "--test", "FOLDER.csv"], "rows.csv is a folder, not a data file (use .jsonl, "),
     ],
 )
 def test_what_the_files_alone_decide_is_refused_before_anything_is_written(project, run_cli, tmp_path, args, message):
@@ -203,7 +205,9 @@ def test_what_the_files_alone_decide_is_refused_before_anything_is_written(proje
     copy.write_bytes(csv.read_bytes())
     one = tmp_path / "one.csv"
     pl.read_csv(csv).with_columns(pl.lit("the same review").alias("review")).write_csv(one)
+    (tmp_path / "rows.csv").mkdir()
     files = {"SAME": str(csv), "COPY": str(copy), "ONE_INPUT": str(one)}
+    files |= {"FOLDER": str(csv.parent), "FOLDER.csv": str(tmp_path / "rows.csv")}
     args = [files.get(a, a) for a in args]
     code, _, err = run_cli(["init-task", "opinions", "--from", str(csv), *args], root)
     assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
@@ -248,6 +252,8 @@ def test_a_workspace_another_process_writes_is_refused_naming_its_pid(project, r
         ({"max_train": 1}, "--max-train 1: the demonstration pool needs 2 rows or more"),
         ({"max_test": 0}, "--max-test 0: keep 1 test row or more"),
         ({"validation": 0}, "--validation 0: carve 1 row or more"),
+        ({"instruction": ""}, "--instruction '' is blank: give the text UDR and the LM read before each input"),
+        ({"instruction": " \t"}, "--instruction ' \\t' is blank"),
     ],
 )
 def test_a_workspace_request_with_a_bad_value_is_one_line(tmp_path, fields, message):

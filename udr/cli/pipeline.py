@@ -39,7 +39,13 @@ from udr.util.files import shown_path
 
 
 @app.command("tasks")
-def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
+def tasks_cmd(
+    params: Annotated[
+        Path | None,
+        typer.Option("--params", "-p", help="Parameters file (default: params.yaml here, if any).", show_default=False),
+    ] = None,
+    set_: SetOpt = None,
+) -> None:
     """Print the project's tasks (built-in and declared): kind, family, metric, source, where it was
     declared, whether its data is on this machine, and its role in params."""
     from rich.console import Console
@@ -52,12 +58,12 @@ def tasks_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> N
     roles: dict[str, str] = {}
     registry = None
     try:
-        settings = load(params, set_)
+        settings = load(params or Path("params.yaml"), set_)
         roles = {name: "trained" for name in settings.task_names()}
         roles.update({name: "unseen" for name in settings.unseen_task_names()})
         data_dir, registry = settings.data_dir(), settings.registry
     except UdrError as exc:
-        if params.exists():
+        if params is not None or Path("params.yaml").exists():  # only a missing default falls back
             raise
         from udr.config import DATA_DIR_ENV
 

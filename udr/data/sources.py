@@ -144,6 +144,8 @@ def read_records(path: Path, task: str) -> list[tuple[int, dict]]:
     import polars as pl
 
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise UdrError(f"task {task}: {path} is a folder, not a data file (use {', '.join(FILE_FORMATS)})")
     if suffix not in FILE_FORMATS:
         raise UdrError(f"task {task}: data file {path}: unsupported format '{suffix}' (use {', '.join(FILE_FORMATS)})")
     if not path.is_file():

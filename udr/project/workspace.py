@@ -109,7 +109,7 @@ class WorkspaceRequest:
     """What the user asked `udr init-task` for (the command's options): the classification task `name` over
     the data file `source` (and `test`, its test rows, read with the same columns) in the workspace
     `folder`, its pool and test rows capped (`validation`: rows carved from the train rows to choose settings
-    on). Made, it is checked: a bad task name or cap is a one-line UdrError."""
+    on). Made, it is checked: a bad task name, cap or instruction is a one-line UdrError."""
 
     name: str
     source: Path
@@ -136,6 +136,11 @@ class WorkspaceRequest:
             raise UdrError(f"--max-test {self.max_test}: keep 1 test row or more")
         if self.validation is not None and self.validation < 1:
             raise UdrError(f"--validation {self.validation}: carve 1 row or more, or leave it out")
+        if self.instruction is not None and not self.instruction.strip():
+            raise UdrError(
+                f"--instruction {self.instruction!r} is blank: give the text UDR and the LM read before each input, "
+                "or leave it out"
+            )
         for name in ("source", "folder", "test"):
             value = getattr(self, name)
             object.__setattr__(self, name, Path(value) if value is not None else None)

@@ -279,9 +279,11 @@ def _read_columns(task: Task, columns: Columns) -> set[str]:
 
 
 def checked_pool_file(path: Path | str) -> Path:
-    """`path` as a pool file: a one-line error where it is missing or of a format pools are not read from
+    """`path` as a pool file: a one-line error where it is missing, a folder or of a format pools are not read from
     (checked before anything else about the pool, so a mistyped path is the error a user sees first)."""
     path = Path(path)
+    if path.is_dir():
+        raise UdrError(f"pool {path} is a folder, not a data file (use {', '.join(FILE_FORMATS)})")
     if not path.is_file():
         raise UdrError(f"pool file not found: {path}")
     if path.suffix.lower() not in FILE_FORMATS:

@@ -38,6 +38,17 @@ def test_show_reads_the_predictions_without_the_prepared_data(evaluated, run_cli
     assert "udr on break" in out and "gold" in out and "prediction" in out and "pool " in out
 
 
+def test_show_reads_a_label_aware_evaluation(evaluated, run_cli, tmp_path):
+    """`-m METHOD+labels` (what `udr evaluate -m bm25+labels` saves) is a method, not a bad saved name."""
+    root = tmp_path / "clone"
+    shutil.copytree(evaluated, root, ignore=shutil.ignore_patterns("models"))
+    for folder in ("metrics", "data/predictions"):  # its files, as the label-aware evaluation writes them
+        shutil.copytree(root / folder / "bm25", root / folder / "bm25+labels")
+    code, out, err = run_cli(["show", "-m", "bm25+labels", "-t", "sst2", "-n", "1"], root)
+    assert code == 0, err
+    assert "bm25+labels on sst2" in out
+
+
 def test_show_wrong_keeps_only_the_misses(evaluated, run_cli):
     code, out, err = run_cli(["show", "-m", "random", "-t", "sst2", "-n", "50", "--wrong", "--json"], evaluated)
     assert code == 0, err

@@ -337,7 +337,8 @@ def evaluate_cmd(
         typer.Option(
             "--method",
             "-m",
-            help="random, bm25, sbert, epr, udr, or encoder:FOLDER: any sentence-transformers or Hugging Face "
+            help="random, bm25, sbert, dr-target, epr, udr; METHOD+labels (e.g. udr+labels: with label-aware "
+            "selection, on classification tasks); or encoder:FOLDER: any sentence-transformers or Hugging Face "
             "encoder (a folder of config.json and *.safetensors; a hub id org/name where online) as a dense "
             "retriever with its own pooling and normalisation, saved as --save-as or the folder's name.",
         ),
@@ -433,7 +434,11 @@ def report_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> 
 def show_cmd(
     method: Annotated[
         str,
-        typer.Option("--method", "-m", help="random, bm25, sbert, epr, udr, or a name saved with evaluate --save-as."),
+        typer.Option(
+            "--method",
+            "-m",
+            help="random, bm25, sbert, dr-target, epr, udr, METHOD+labels, or a name saved with evaluate --save-as.",
+        ),
     ],
     task: Annotated[str, typer.Option("--task", "-t", help="The task whose examples to show.")],
     n: Annotated[int, typer.Option("-n", help="How many examples (the first ones).")] = 3,
@@ -446,9 +451,10 @@ def show_cmd(
     """An evaluation's examples: each input, the demonstrations in its prompt, the gold answer and the prediction."""
     from udr.config import METHODS
     from udr.evaluation.saved_names import check_saved_name
+    from udr.paths import split_labelled
     from udr.project.show import read_examples, select_examples
 
-    if method not in METHODS:
+    if split_labelled(method)[0] not in METHODS:  # a method, with or without label-aware selection
         check_saved_name(method)  # a name `udr evaluate --save-as` can write
     if split not in ("test", "validation"):
         raise UdrError(f"bad split {split!r}: expected test or validation")
@@ -556,7 +562,7 @@ def init_task_cmd(
 ) -> None:
     """Make a workspace for your own classification task: a folder with its own params.yaml and the task's
     declaration and data, whose runs write their data, models and metrics there and leave the project's
-    pipeline as it is; its models/base, final and epr link to the project's."""
+    pipeline as it is; its models/base and models/final link to the project's."""
     from udr.project.workspace import WorkspaceRequest, init_workspace
 
     settings = load(params, set_)

@@ -68,6 +68,16 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
+def _key_name(annotation: Any) -> str:
+    """What a mapping's keys name, from their annotation: a retriever method (a Literal of
+    :data:`udr.config.METHODS`), a task name (str), else a key."""
+    from udr.config import METHODS
+
+    if get_origin(annotation) is Literal and set(get_args(annotation)) <= set(METHODS):
+        return "method"
+    return "task" if annotation is str else "key"
+
+
 def _type_name(annotation: Any) -> str:
     origin = get_origin(annotation)
     args = get_args(annotation)
@@ -80,7 +90,11 @@ def _type_name(annotation: Any) -> str:
     if origin is dict:
         value = args[1] if len(args) == 2 else Any
         if _is_model(value):
-            return "mapping: task name → caps (below)"
+            from udr.config import TaskCaps
+
+            key = _key_name(args[0])
+            keys = "task name" if key == "task" else key
+            return f"mapping: {keys} → {'caps' if value is TaskCaps else 'settings'} (below)"
         return "mapping" if value is Any else f"mapping of {_type_name(args[0])} → {_type_name(value)}"
     if annotation is Any:
         return "any"
@@ -130,7 +144,7 @@ def _rows(model, prefix: str) -> list[str]:
         if _is_model(annotation):
             rows += _rows(annotation, key)
         elif get_origin(annotation) is dict and _is_model(get_args(annotation)[-1]):
-            rows += _rows(get_args(annotation)[-1], f"{key}.<task>")
+            rows += _rows(get_args(annotation)[-1], f"{key}.<{_key_name(get_args(annotation)[0])}>")
     return rows
 
 

@@ -43,13 +43,15 @@ Imports of torch and the udr modules that load numpy or pydantic are inside the 
 from __future__ import annotations
 
 import numbers
+import os
+import unicodedata
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from udr.data.tasks import get_task
-from udr.errors import UdrError
+from udr.errors import UdrError, quoted
 from udr.serving.evidence import UntrainedTaskWarning
 from udr.serving.served_model import (
     ENCODERS,
@@ -73,8 +75,11 @@ __all__ = [
     "UntrainedTaskWarning",
     "check_count",
     "check_encoder_choice",
+    "check_instruction",
+    "check_path",
     "check_query",
     "check_search",
+    "check_text",
 ]
 
 
@@ -123,7 +128,7 @@ class Retriever:
         self.model = ServedModel(encoder, model_dir, root=root, params=params, encoder_choice=encoder_choice)
         self.search = check_search(search, encoder.device.type)
         self.cache_dir = cache_dir
-        self.batch_size = batch_size
+        self.batch_size = check_count(batch_size, "batch_size", "queries or rows embedded at once")
         self.progress = progress  # a progress bar while embedding a pool
         self._pools: dict = {}  # task name -> Pool (own pools, and pipeline pools once used)
         # The names add_pool gave, in order (a pipeline pool loaded on use is not one) -> the task their rows
@@ -181,11 +186,16 @@ class Retriever:
         from udr.serving.query_encoder import ServingEncoder
 
         check_encoder_choice(encoder)
+        root = check_path(root, "root")
+        cache_dir = None if cache_dir is None else check_path(cache_dir, "cache_dir")
         if params is not None:
-            if not Path(params).is_file():
+            params = check_path(params, "params")
+            if not params.is_file():
                 raise UdrError(f"params file not found: {params}")
-            root = Path(params).parent
-        model_dir = model_folder(path, Path(root))
+            root = params.parent
+        if path is not None:
+            check_path(path, "model")  # a folder, or a hub id as given
+        model_dir = model_folder(path, root)
         on = torch.device(check_device(device))
         retriever = cls(
             BaseExport(on) if is_base_export(model_dir) else ServingEncoder(model_dir, on),
@@ -218,6 +228,7 @@ class Retriever:
         """A retriever over your own demonstrations (records, or a file), with the model at `model`
         (default: the pipeline's final model); see :meth:`add_pool`. `load_options`: :meth:`load`'s
         (`encoder="udr"` serves the pool with UDR whatever the project's evidence)."""
+        _pool_file(records)  # a mistyped path or a wrong type, before the model loads
         retriever = cls.load(model, **load_options)
         retriever.add_pool(
             records, instruction=instruction, task=task, input_column=input_column, target_column=target_column
@@ -241,12 +252,15 @@ class Retriever:
         by yours) and in the generation shape ``{"input", "target"}`` otherwise. input_column /
         target_column: the columns holding the input and the target (or label) where they have other names.
         instruction: the task instruction UDR reads with every demonstration (and query); required unless
-        `task` is given. name: what to call the pool (default: `task`, or "own"). A row's pool id is its
+        `task` is given. name: what to call the pool (default: `task`, or "own"; a pipeline task's name only with
+        that `task`). A row's pool id is its
         0-based position in `records` (a file's n-th data row: a CSV header is no row).
         """
-        from udr.serving.pools import Columns, checked_pool_file, file_pool, own_task, records_pool
+        from udr.serving.pools import Columns, file_pool, own_task, records_pool
 
-        path = checked_pool_file(records) if isinstance(records, (str, Path)) else None
+        path = _pool_file(records)
+        if name is not None:
+            self._check_pool_name(name, task)
         spec = own_task(instruction, like=task, name=name, registry=self.registry if task else None)
         columns = Columns(input_column, target_column)
         if path is not None:
@@ -259,6 +273,17 @@ class Retriever:
         self._pools[pool.name] = pool
         self._read_as[pool.name] = task
         return pool.name
+
+    def _check_pool_name(self, name, task: str | None) -> None:
+        """A one-line error unless `name` is a non-empty string that names no pipeline pool served here, unless
+        the rows are read as that task (`task`): they would replace its pool, served under its name."""
+        if not isinstance(name, str) or not name.strip():
+            raise UdrError(f"name: expected a non-empty string to call the pool by, got {quoted(name)}")
+        if name != task and name not in self._read_as and name in self.model.pipeline_tasks():
+            raise UdrError(
+                f"name {name!r} is a task's: your pool would replace its pool here; call it another name, or read "
+                f"your rows as that task (task={name!r})"
+            )
 
     # ------------------------------------------------------------ retrieval
 
@@ -317,6 +342,9 @@ class Retriever:
         where = check_filter(filter)
         if isinstance(queries, (str, bytes)):
             raise UdrError("queries: expected a list of strings, got one string (use retrieve() for a single query)")
+        if isinstance(queries, (Mapping, Set)) or not isinstance(queries, Iterable):
+            # a set's order is not the caller's, and a dict's would be its keys: results in query order need a sequence
+            raise UdrError(f"queries: expected a list of strings, got {type(queries).__name__}")
         queries = list(queries)
         for i, query in enumerate(queries):
             check_query(query, f"query {i + 1}" if len(queries) > 1 else "query")
@@ -373,6 +401,8 @@ class Retriever:
         `instruction`: start with the task instruction (the default follows `score.instruction`: none)."""
         from udr.lm.prompt import prompt_text
 
+        check_query(query)
+        pairs = _demonstration_pairs(demonstrations)
         name = self.resolve_task(task)
         spec = self._adapted[name].pool_task(name) if name in self._adapted else self._pools[name].task
         rng = None
@@ -383,7 +413,7 @@ class Retriever:
         return prompt_text(
             spec,
             spec.instruction if instruction else None,
-            [(d.input, d.output) for d in demonstrations],
+            pairs,
             spec.clean_query(query),
             order=order,
             rng=rng,
@@ -409,6 +439,8 @@ class Retriever:
         project's prepared one, or, where neither has it, the retriever `udr adapt` chose for it (see the module
         docstring). None: the only own pool or, with no own pool, the only pipeline task; where several are
         possible it is an error (a pool loaded for an earlier query does not make the choice)."""
+        if task is not None and not isinstance(task, str):
+            raise UdrError(f"task: expected a task's name (a string), got {type(task).__name__}")
         if task is None:
             possible = list(self._read_as) or self.model.pipeline_tasks()
             if len(possible) == 1:
@@ -498,12 +530,71 @@ class Retriever:
         )
 
 
-def check_count(k, what: str = "k") -> int:
-    """A one-line error unless `k` is a whole number (not a bool, float, string or None); the range is
-    checked against the pool (:func:`udr.retriever.search.check_k`)."""
+def check_count(k, what: str = "k", of: str | None = None) -> int:
+    """A one-line error unless `k` is a whole number (not a bool, float, string or None); the range of k is
+    checked against the pool (:func:`udr.retriever.search.check_k`). `of`: a count of these, which must be at
+    least 1 (checked here)."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise UdrError(f"{what}: expected a whole number of demonstrations, got {k!r}")
+        raise UdrError(f"{what}: expected a whole number of {of or 'demonstrations'}, got {quoted(k)}")
+    if of is not None and k < 1:
+        raise UdrError(f"{what}: expected at least 1 {of}, got {k}")
     return int(k)
+
+
+def check_path(value, what: str) -> Path:
+    """`value` as a Path, or a one-line error unless it is a str or an os.PathLike."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise UdrError(f"{what}: expected a path, got {type(value).__name__}")
+    return Path(value)
+
+
+def check_text(text: str, what: str) -> None:
+    """A one-line error where `text` (a string) is no valid Unicode: a lone surrogate, which no encoder can read
+    (e.g. from a JSON "\\ud800" escape, or text decoded with errors="surrogateescape")."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UdrError(
+            f"{what}: not valid Unicode (a lone surrogate {text[exc.start]!r} at character {exc.start + 1})"
+        ) from None
+
+
+def check_instruction(instruction) -> None:
+    """A one-line error unless `instruction` is None or a non-blank string of valid Unicode."""
+    if instruction is None:
+        return
+    if not isinstance(instruction, str):
+        raise UdrError(f"instruction: expected a string, got {type(instruction).__name__}")
+    if not instruction.strip():
+        raise UdrError("empty instruction: give the task instruction UDR reads with every demonstration")
+    check_text(instruction, "instruction")
+
+
+def _pool_file(records) -> Path | None:
+    """The checked path of a pool file (:func:`udr.serving.pools.checked_pool_file`), None for records; a one-line
+    error where `records` is neither a path nor an iterable of rows."""
+    from udr.serving.pools import checked_pool_file
+
+    if isinstance(records, (str, os.PathLike)):
+        return checked_pool_file(records)
+    if isinstance(records, (bytes, Mapping)) or not isinstance(records, Iterable):
+        raise UdrError(f"records: expected a file path or a list of dicts, got {type(records).__name__}")
+    return None
+
+
+def _demonstration_pairs(demonstrations) -> list[tuple[str, str]]:
+    """(input, output) of each demonstration, or a one-line error unless they are Demonstrations of text."""
+    if isinstance(demonstrations, (str, bytes, Mapping, Demonstration)) or not isinstance(demonstrations, Iterable):
+        raise UdrError(f"demonstrations: expected a list of Demonstrations, got {type(demonstrations).__name__}")
+    pairs = []
+    for i, d in enumerate(demonstrations):
+        if not isinstance(d, Demonstration) or not (isinstance(d.input, str) and isinstance(d.output, str)):
+            raise UdrError(
+                f"demonstrations[{i}]: expected a Demonstration with text input and output (as retrieve returns), "
+                f"got {quoted(d)}"
+            )
+        pairs.append((d.input, d.output))
+    return pairs
 
 
 # The longest query accepted: E_q reads at most `max_query_length` tokens of it, and a prompt repeats it.
@@ -511,8 +602,8 @@ MAX_QUERY_CHARS = 100_000
 
 
 def check_query(query, what: str = "query") -> None:
-    """A one-line error for a query that is not a non-empty string of at most MAX_QUERY_CHARS characters
-    (checked before anything is tokenised or copied)."""
+    """A one-line error for a query that is not a string of valid Unicode with a visible character, of at most
+    MAX_QUERY_CHARS characters (checked before anything is tokenised or copied)."""
     if not isinstance(query, str):
         raise UdrError(f"{what}: expected a string, got {type(query).__name__}")
     if len(query) > MAX_QUERY_CHARS:
@@ -520,5 +611,7 @@ def check_query(query, what: str = "query") -> None:
             f"{what} is {len(query):,} characters long: at most {MAX_QUERY_CHARS:,} are accepted "
             "(the query encoder reads only its start); shorten it"
         )
-    if not query.strip():
+    if not query.strip() or all(c.isspace() or unicodedata.category(c) == "Cf" for c in query):
+        # Cf: zero-width spaces and joiners, a byte-order mark: nothing to read
         raise UdrError(f"empty {what}: give the text to find demonstrations for")
+    check_text(query, what)

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +47,19 @@ from udr.retriever.label_selection import DEFAULT_VOTES, LabelSelection
 from udr.serving.filters import check_filter
 
 STATE_KEY = "udr"  # UDRFewShot's own settings in the state `dump_state` writes beside the predictor's
+# The attributes `load_state` sets from them.
+_SETTINGS = (
+    "task",
+    "records",
+    "instruction",
+    "_pool",
+    "k",
+    "diversity",
+    "labels",
+    "filter",
+    "input_field",
+    "output_field",
+)
 
 
 def check_fields(predictor, input_field: str, output_field: str) -> None:
@@ -156,10 +171,12 @@ class UDRFewShot(dspy.Module):
         self.labels.check_with(diversity)
         self.filter = check_filter(filter)
         check_fields(demo_receiver(predictor), input_field, output_field)
-        if isinstance(retriever, (str, Path)):
-            from udr.serving.api import Retriever
+        from udr.serving.api import Retriever
 
+        if isinstance(retriever, (str, os.PathLike)):
             retriever = Retriever.load(retriever)
+        elif not isinstance(retriever, Retriever):
+            raise UdrError(f"UDRFewShot needs a udr.Retriever or a model's path, got a {type(retriever).__name__}")
         self.predictor, self.retriever = predictor, retriever
         self.k, self.diversity = k, diversity
         self.input_field, self.output_field = input_field, output_field
@@ -179,9 +196,13 @@ class UDRFewShot(dspy.Module):
     def _records(self, trainset) -> list[dict]:
         """The trainset's examples as own-pool records {input, target, its metadata: the example's other fields
         with a text, number, boolean or null value}; a one-line error for a bad example."""
+        if isinstance(trainset, (str, bytes, Mapping)) or not isinstance(trainset, Iterable):
+            raise UdrError(f"trainset: expected a list of dspy.Examples, got {type(trainset).__name__}")
         records = []
         fields = (self.input_field, self.output_field)
         for i, example in enumerate(trainset):
+            if not isinstance(example, dspy.Example):
+                raise UdrError(f"trainset example {i}: expected a dspy.Example, got {type(example).__name__}")
             values = {f: getattr(example, f, None) for f in fields}
             if not all(isinstance(v, str) and v.strip() for v in values.values()):
                 raise UdrError(f"trainset example {i} needs non-empty '{self.input_field}' and '{self.output_field}'")
@@ -258,15 +279,22 @@ class UDRFewShot(dspy.Module):
                 f"retriever serves another ({self.retriever.model_dir}): build it with that model"
             )
         check_fields(demo_receiver(self.predictor), settings["input_field"], settings["output_field"])
-        super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
-        self.task, self.records, self.instruction = settings["task"], settings["trainset"], settings["instruction"]
-        self._pool = None  # the saved trainset (with its instruction) is added below
-        self.k, self.diversity = settings["k"], settings["diversity"]
-        self.labels = LabelSelection(settings["label_weight"], settings["label_votes"], settings["per_label"])
-        self.labels.check_with(self.diversity)
-        self.filter = settings["filter"]
-        self.input_field, self.output_field = settings["input_field"], settings["output_field"]
-        self._embed_pool()
+        labels = LabelSelection(settings["label_weight"], settings["label_votes"], settings["per_label"])
+        labels.check_with(settings["diversity"])
+        kept = {name: self.__dict__[name] for name in _SETTINGS}
+        try:  # UDR's settings first, checked against the pool; then the predictor's state
+            self.task, self.records, self.instruction = settings["task"], settings["trainset"], settings["instruction"]
+            self._pool = None  # the saved trainset (with its instruction) is added below
+            self.k, self.diversity, self.labels = settings["k"], settings["diversity"], labels
+            self.filter = settings["filter"]
+            self.input_field, self.output_field = settings["input_field"], settings["output_field"]
+            self._embed_pool()
+            super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        except BaseException:
+            self.__dict__.update(kept)  # a state that fails leaves the module as it was,
+            self._pool = None  # its trainset served again (the failed one may have replaced it under its name)
+            self._embed_pool()
+            raise
         return self
 
     def __getstate__(self):

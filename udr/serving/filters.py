@@ -17,11 +17,11 @@ is built).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from udr.errors import UdrError
+from udr.errors import UdrError, quoted
 from udr.util.notice import notice
 
 # Filtered searchers kept per served pool (the most recent filters): a repeated filter is not rebuilt.
@@ -32,7 +32,12 @@ def parse_where(clauses: Sequence[str]) -> dict[str, str]:
     """The filter of `udr retrieve --where COLUMN=VALUE` clauses (an AND); a clause without "=" or with an empty
     column, or two values for one column, is a one-line error."""
     out: dict[str, str] = {}
-    for clause in clauses:
+    if clauses is None:
+        return out
+    listed = None if isinstance(clauses, (str, bytes)) or not isinstance(clauses, Iterable) else list(clauses)
+    if listed is None or not all(isinstance(clause, str) for clause in listed):
+        raise UdrError(f"--where: expected COLUMN=VALUE clauses (a list of strings), got {quoted(clauses)}")
+    for clause in listed:
         column, sep, value = clause.partition("=")
         column = column.strip()
         if not sep or not column:
@@ -75,17 +80,35 @@ def passing_rows(pool, where: Mapping) -> np.ndarray:
             known = ", ".join(columns) if columns else "none: filters read an own pool's extra columns"
             raise UdrError(f"filter: unknown column '{column}' in pool '{pool.name}' (its metadata columns: {known})")
     wanted = {column: _text(value) for column, value in where.items()}
-    return np.asarray(
-        [
-            row
-            for row, meta in enumerate(pool.metadata)
-            if all(
-                (got := meta.get(column, _ABSENT)) is not _ABSENT and _text(got) == value
-                for column, value in wanted.items()
-            )
-        ],
-        dtype=np.int64,
-    )
+    try:
+        return np.asarray(
+            [
+                row
+                for row, meta in enumerate(pool.metadata)
+                if all(
+                    (got := meta.get(column, _ABSENT)) is not _ABSENT and _text(got) == value
+                    for column, value in wanted.items()
+                )
+            ],
+            dtype=np.int64,
+        )
+    except (TypeError, ValueError):  # a value no JSON writes (a set, an object): say whose
+        _check_json_values(pool, list(wanted))
+        raise
+
+
+def _check_json_values(pool, columns: list[str]) -> None:
+    """A one-line error naming the first row whose value in one of `columns` is no JSON value (which filters
+    compare as JSON text)."""
+    for pid, meta in zip(pool.ids, pool.metadata):
+        for column in columns:
+            try:
+                _text(meta.get(column))
+            except (TypeError, ValueError):
+                raise UdrError(
+                    f"filter: pool '{pool.name}' row {int(pid)}'s value in column '{column}' is of type "
+                    f"{type(meta[column]).__name__}: filters compare text, numbers, booleans, null and JSON values"
+                ) from None
 
 
 def _shown(where: Mapping) -> str:

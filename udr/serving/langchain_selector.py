@@ -25,6 +25,7 @@ reading, a filter's check).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
     raise UdrError("the LangChain selector needs langchain-core: pip install 'udr[langchain]'") from exc
 
-from udr.errors import UdrError
+from udr.errors import UdrError, quoted
 from udr.retriever.label_selection import DEFAULT_VOTES, LabelSelection
 
 
@@ -115,12 +116,24 @@ class UDRExampleSelector(BaseExampleSelector):
         label_weight, label_votes, per_label: label-aware selection, as `udr retrieve --label-weight --label-votes
         --per-label` (a classification task's pool, or your own examples, whose outputs are their labels).
         filter: select among the rows whose metadata have these values only (see the module docstring)."""
+        from udr.serving.api import Retriever, check_count
         from udr.serving.filters import check_filter
 
+        if not isinstance(retriever, Retriever):
+            raise UdrError(
+                f"UDRExampleSelector needs a udr.Retriever (Retriever.load(...)), got a {type(retriever).__name__}"
+            )
+        if check_count(k) < 1:
+            raise UdrError(f"k out of range: asked for {k} examples (at least 1)")
         self.labels = LabelSelection(label_weight, label_votes, per_label)
         self.labels.check_with(diversity)
         self.retriever, self.k, self.diversity, self.ascending = retriever, k, diversity, ascending
         self.filter = check_filter(filter)
+        for option, key in (("input_key", input_key), ("output_key", output_key)):
+            if not isinstance(key, str) or not key.isidentifier():
+                raise UdrError(f"{option}: expected a prompt variable's name (a Python identifier), got {quoted(key)}")
+        if input_key == output_key:
+            raise UdrError(f"input_key and output_key are both {input_key!r}: the input and the answer need two names")
         self.input_key, self.output_key = input_key, output_key
         self.task = task
         self.instruction = instruction
@@ -142,8 +155,8 @@ class UDRExampleSelector(BaseExampleSelector):
             raise UdrError("input_column / target_column name the columns of pool=: give the pool too")
         for example in examples or ():
             self.add_example(example)
-        if self.labels.active and not self._uses_own:  # a pool without labels is refused here, not at first use
-            self.retriever.retrieve_batch([], task=task, **self.labels.options)
+        if not self._uses_own:  # k beyond the pool, or a pool without labels, is refused here, not at first use
+            self.retriever.retrieve_batch([], task=task, k=k, filter=self.filter, **self.labels.options)
 
     def _read_pool(self, pool, input_column: str | None, target_column: str | None) -> list[dict]:
         """`pool=`'s rows as own records {input, target, its metadata}, read as `udr retrieve --pool` reads them."""
@@ -204,6 +217,10 @@ class UDRExampleSelector(BaseExampleSelector):
     def add_example(self, example: dict[str, str]) -> Any:
         """Serve `example` ({input_key, output_key}, its other keys its metadata) too: with `pool=`'s rows, or
         instead of the task's pool."""
+        if not isinstance(example, Mapping):
+            raise UdrError(
+                f"example: expected a dict {{{self.input_key!r}: ..., {self.output_key!r}: ...}}, got {quoted(example)}"
+            )
         for key in (self.input_key, self.output_key):
             if not isinstance(example.get(key), str) or not example[key].strip():
                 raise UdrError(f"example needs a non-empty string '{key}': got {example!r}")
@@ -213,6 +230,8 @@ class UDRExampleSelector(BaseExampleSelector):
 
     def select_examples(self, input_variables: dict[str, str]) -> list[dict]:
         """The k examples UDR retrieves for `input_variables[input_key]`."""
+        if not isinstance(input_variables, Mapping):
+            raise UdrError(f"input_variables: expected a dict with '{self.input_key}', got {quoted(input_variables)}")
         if self.input_key not in input_variables:
             raise UdrError(f"input_variables has no '{self.input_key}' (it has {', '.join(input_variables)})")
         if self._uses_own and self._pool is None:

@@ -155,8 +155,9 @@ def own_task(
     """The task an own pool is read as: task `like` of `registry` (default: the built-in tasks; its row
     shape, template and, unless `instruction` is given, its instruction), or the generation shape with
     `instruction`."""
-    if instruction is not None and not instruction.strip():
-        raise UdrError("empty instruction: give the task instruction UDR reads with every demonstration")
+    from udr.serving.api import check_instruction
+
+    check_instruction(instruction)
     if like is not None:
         task = get_task(like, registry)
         return replace(task, name=name or task.name, instruction=instruction or task.instruction)
@@ -259,6 +260,7 @@ def records_pool(
     rows = distinct_rows(normalize_rows(task, pairs, where))  # ids: positions among the records; a repeat once
     if not rows.examples:
         raise UdrError(f"{where}: no demonstrations (the pool is empty)")
+    _check_unicode(rows, pairs, task, where)
     read = _read_columns(task, columns)
     return Pool(
         task,
@@ -268,6 +270,21 @@ def records_pool(
         where,
         metadata=tuple({c: v for c, v in pairs[i][1].items() if c not in read} for i in rows.ids),
     )
+
+
+def _check_unicode(rows, pairs: list[tuple[int, dict]], task: Task, where: str) -> None:
+    """A one-line error naming the first row whose input or output is no valid Unicode (a lone surrogate, e.g. a JSON
+    "\\ud800" escape), which no encoder reads; one pass over the whole pool where every row is valid."""
+    from udr.serving.api import check_text
+
+    texts = [text for e in rows.examples for text in (e.input, e.target)]
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        for i, e in zip(rows.ids, rows.examples):
+            line = f"{where}:{pairs[i][0] + 1}: malformed row for task {task.name}"
+            check_text(e.input, f"{line}: its input")
+            check_text(e.target, f"{line}: its output")
 
 
 def _read_columns(task: Task, columns: Columns) -> set[str]:

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 class RetrieveRequest:
     """What the user asked `udr retrieve` for (the command's options, named as they are): one `query`, or
     a batch (`input_file`, its results to `output_file` or stdout: none, or "-"), from a task's pool or an own `pool`.
-    Made, it is checked: a combination of options that does not go together, an empty query, a diversity
-    or a label-aware selection option out of range or an unknown encoder is a one-line UdrError.
+    Made, it is checked: a combination of options that does not go together, an option of the wrong type, an
+    empty query or instruction, a k below 1, a diversity or a label-aware selection option out of range or an
+    unknown encoder, device or search is a one-line UdrError.
     `output_file` is kept resolved."""
 
     query: str | None = None
@@ -67,6 +68,19 @@ class RetrieveRequest:
         ):
             if value is not None and self.pool is None:
                 raise UdrError(f"{option} goes with --pool (your own demonstrations)")
+        from udr.serving.api import check_count, check_encoder_choice, check_instruction, check_path, check_query
+        from udr.serving.served_model import check_device_name
+        from udr.serving.served_pool import check_search
+
+        for option, value in (
+            ("--input", self.input_file),
+            ("--output", self.output_file),
+            ("--model", self.model),
+            ("--pool", self.pool),
+            ("--params", self.params),
+        ):
+            if value is not None:
+                check_path(value, option)
         if self.output_file is not None:
             output = check_output_path(Path(self.output_file))  # resolved, before the model loads
             if output.resolve() == Path(self.input_file).resolve():
@@ -74,10 +88,20 @@ class RetrieveRequest:
                     f"--output {output} is the --input file: the results would replace it; give another path"
                 )
             object.__setattr__(self, "output_file", output)
-        from udr.serving.api import check_encoder_choice, check_query
-
+        for option, value in (
+            ("--task", self.task),
+            ("--input-column", self.input_column),
+            ("--target-column", self.target_column),
+        ):
+            if value is not None and not isinstance(value, str):
+                raise UdrError(f"{option}: expected a name (a string), got {type(value).__name__}")
         if self.query is not None:
             check_query(self.query)
+        if check_count(self.k) < 1:  # its upper bound is the pool's size, known once the pool is read
+            raise UdrError(f"k out of range: asked for {self.k} demonstrations (at least 1)")
+        check_instruction(self.instruction)
+        check_device_name(self.device)
+        check_search(self.search, "cuda" if self.device == "cuda" else "cpu")
         check_diversity(self.diversity)
         selection = self.label_selection
         selection.check_with(self.diversity)

@@ -31,16 +31,23 @@ def pool_labels(pool, own_shape: bool) -> Sequence[str]:
     raise UdrError(f"label-aware selection needs a classification pool: {why}")
 
 
+def check_label_k(searcher, pool, labels: Sequence[str], k: int, selection: LabelSelection) -> int:
+    """The number of rows `searcher` searches (the pool's, or those a metadata filter passes), after a one-line
+    error where k is outside 1..that number or a quota their labels cannot fill."""
+    rows = pool.positions
+    searched = [int(pid) for pid in searcher.pool_ids]
+    check_k(k, len(searched), False)
+    check_quota_fits(selection, [labels[rows[pid]] for pid in searched], k, pool.name)
+    return len(searched)
+
+
 def label_ranking(searcher, pool, labels: Sequence[str], queries: Sequence[str], k: int, selection: LabelSelection):
     """[(pool ids, similarities)] per query: `searcher`'s candidates over `pool` (whose rows carry `labels`; the
     searcher holds the pool's rows, or those a metadata filter passes) chosen by
     :func:`udr.retriever.label_selection.select`. A quota the candidates leave short is filled from all the rows
     searched; a quota their labels cannot fill at all is a one-line error."""
     rows = pool.positions
-    searched = [int(pid) for pid in searcher.pool_ids]  # the pool's rows, or those a filter passes
-    size = len(searched)
-    check_k(k, size, False)
-    check_quota_fits(selection, [labels[rows[pid]] for pid in searched], k, pool.name)
+    size = check_label_k(searcher, pool, labels, k, selection)
 
     def rank(positions, n):
         return searcher.rank([queries[p] for p in positions], n)

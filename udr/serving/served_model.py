@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from udr.data.tasks import builtin_tasks, get_task
-from udr.errors import UdrError
+from udr.errors import UdrError, quoted
 from udr.lm.models import hub_id
 from udr.paths import Paths
 from udr.serving.evidence import (
@@ -307,8 +307,16 @@ def _download(repo_id: str) -> Path:
         ) from None
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
 def check_device(device: str) -> str:
-    """The device type `device` ("auto", "cpu" or "cuda") resolves to here, or a one-line UdrError."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise UdrError(f"bad device '{device}' (expected auto, cpu or cuda)")
+    """The device type `device` (one of DEVICES) resolves to here, or a one-line UdrError."""
+    check_device_name(device)
     return resolve_device_type(device, "device")
+
+
+def check_device_name(device) -> None:
+    """A one-line UdrError unless `device` is one of DEVICES (checked without torch)."""
+    if not isinstance(device, str) or device not in DEVICES:
+        raise UdrError(f"bad device {quoted(device)} (expected {', '.join(DEVICES)})")

@@ -60,9 +60,17 @@ class ServedPool:
                 return [[] for _ in queries]
         labels = None
         if selection is not None and selection.active:
-            from udr.serving.selection import label_ranking, pool_labels
+            from udr.serving.selection import check_label_k, label_ranking, pool_labels
 
             labels = pool_labels(self.pool, own_shape=own_shape)
+        if not queries:  # the checks a query would meet: an empty batch checks k and the options against the pool
+            from udr.retriever.search import check_k
+
+            if labels is None:
+                check_k(k, len(searcher.pool_ids), False)
+            else:
+                check_label_k(searcher, self.pool, labels, k, selection)
+            return []
         out: list[list[tuple[int, float]]] = []
         for lo in range(0, len(queries), batch_size):
             chunk = queries[lo : lo + batch_size]

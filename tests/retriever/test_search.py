@@ -214,9 +214,13 @@ def test_dense_retriever_diversity_reranks_within_the_fetched_neighbours():
         assert len(set(ids)) == 3 and set(ids) <= set(fetched)
         assert np.allclose(scores, pool[ids - 100] @ np.asarray(query.split(","), dtype=np.float32))  # own scores
     assert not np.array_equal(diverse.ids, plain.ids)  # it re-ranks on this data
-    for bad in (-0.1, 1.5, True):
+    for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(UdrError, match="diversity out of range"):
             retriever.rank(queries, 3, diversity=bad)
+    for bad in (True, "0.5", None):
+        with pytest.raises(UdrError, match="diversity: expected a number from 0 to 1"):
+            retriever.rank(queries, 3, diversity=bad)
+    assert np.array_equal(retriever.rank(queries, 3, diversity=np.float32(0.7)).ids, diverse.ids)  # numpy's numbers too
 
 
 # ---------------------------------------------------------------- approximate search
@@ -246,6 +250,14 @@ def test_approximate_search_reaches_its_calibrated_recall_on_new_queries():
     true = np.einsum("nd,nkd->nk", q.astype(np.float64), p[got_i].astype(np.float64))
     assert np.allclose(got_s, true, atol=1e-5)
     assert (np.diff(got_s, axis=1) <= 0).all()
+
+
+def test_a_small_pool_is_indexed_without_faiss_warnings(capfd):
+    """Under 39 rows per cell faiss prints a multi-line k-means warning to stderr, which says nothing about the
+    search: a pool of a few hundred rows is indexed silently."""
+    _, p = clustered_data(3, n=1, m=300)
+    ApproximateIndex(p)
+    assert "WARNING" not in capfd.readouterr().err
 
 
 def test_approximate_search_honours_exclusion_and_always_fills_k():

@@ -11,6 +11,7 @@ retrieve` light.
 from __future__ import annotations
 
 import importlib.util
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -203,6 +204,8 @@ class ApproximateIndex:
         quantizer = faiss.IndexFlatIP(dim)
         self._faiss = faiss.IndexIVFFlat(quantizer, dim, self.nlist, faiss.METRIC_INNER_PRODUCT)
         self._faiss.cp.seed = seed
+        # faiss only warns below 39 rows per cell (k-means runs the same): a pool of under ~1,500 rows has fewer
+        self._faiss.cp.min_points_per_centroid = 1
         train = self.pool if m <= train_rows else self.pool[np.sort(rng.choice(m, train_rows, replace=False))]
         self._faiss.train(train)
         self._faiss.add(self.pool)
@@ -316,8 +319,10 @@ class PoolRetriever(Protocol):
 
 
 def check_diversity(diversity: float) -> float:
-    """A one-line error unless 0 <= diversity <= 1."""
-    if not isinstance(diversity, (int, float)) or isinstance(diversity, bool) or not 0.0 <= diversity <= 1.0:
+    """A one-line error unless `diversity` is a real number (numpy's too, not a bool) with 0 <= diversity <= 1."""
+    if isinstance(diversity, bool) or not isinstance(diversity, numbers.Real):
+        raise UdrError(f"diversity: expected a number from 0 to 1, got {type(diversity).__name__}")
+    if not 0.0 <= float(diversity) <= 1.0:
         raise UdrError(f"diversity out of range: {diversity!r} (0: most similar first, up to 1: most diverse)")
     return float(diversity)
 

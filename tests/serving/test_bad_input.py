@@ -268,3 +268,13 @@ def test_a_dspy_trainset_state_that_fails_to_load_serves_the_old_trainset_again(
     with pytest.raises(UdrError, match="k out of range"):
         program.load(str(path))
     assert {d.question for d in program.demonstrations("my card")} <= {r["input"] for r in ROWS}
+
+
+def test_a_retrieval_reads_a_pools_shape_with_the_pool(retriever):
+    """An own pool in the generation shape, whose outputs are its labels, is searched by label in that shape
+    whatever the name's other records say: the shape is served with the pool, so a retrieval that meets a pool
+    another thread is replacing reads one pool with its own shape."""
+    name = retriever.add_pool(ROWS, instruction="Reason of the message: ", name="cards")
+    retriever._read_as[name] = "sst2"  # the record of a pool being swapped in, read before its served pool
+    found = retriever.retrieve_batch(["my card was refused"], task=name, k=2, per_label=1)
+    assert sorted(d.output for d in found[0]) == ["declined", "lost"]

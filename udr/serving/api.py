@@ -47,7 +47,7 @@ import os
 import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from udr.data.tasks import get_task
@@ -268,8 +268,8 @@ class Retriever:
         else:
             pool = records_pool(records, spec, columns=columns)
         # Embed now, so errors and the cost come here, before anything is replaced.
-        served = self._serve(pool, self.model.base_reason(task, own=True))
-        self._served[pool.name] = served
+        served = replace(self._serve(pool, self.model.base_reason(task, own=True)), own_shape=task is None)
+        self._served[pool.name] = served  # the pool with its shape: a concurrent retrieval reads one or the other
         self._pools[pool.name] = pool
         self._read_as[pool.name] = task
         return pool.name
@@ -364,12 +364,12 @@ class Retriever:
                 per_label=per_label,
                 filter=filter,
             )
-        own_shape = self._read_as.get(name, "") is None
-        if selection.active:  # a pool without labels is refused before it is embedded
+        if selection.active:  # a pool without labels is refused before it is embedded (an own pool is already)
             from udr.serving.selection import pool_labels
 
-            pool_labels(self._pools[name], own_shape=own_shape)
-        served = self._served_pool(name)  # one reference: pool and searcher together
+            known = self._served.get(name)
+            pool_labels(known.pool if known else self._pools[name], own_shape=known is not None and known.own_shape)
+        served = self._served_pool(name)  # one reference: pool, searcher and shape together
         pool = served.pool
         self.model.note_untrained(pool.name, *self._reading(pool.name), served.base)
         found = served.search(
@@ -378,7 +378,6 @@ class Retriever:
             diversity=diversity,
             selection=selection,
             where=where,
-            own_shape=own_shape,
             batch_size=self.batch_size,
         )
         rows = pool.positions

@@ -33,6 +33,7 @@ class ServedPool:
     pool: Any
     searcher: Any
     base: str = ""  # served with the base encoder: BY_EVIDENCE or AS_ASKED ("": UDR serves it)
+    own_shape: bool = False  # an own pool read in the generation shape (no task's): its outputs are its labels
     # Metadata filter -> the searcher over the rows that pass it (udr.serving.filters.filtered_search).
     filtered: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -44,13 +45,12 @@ class ServedPool:
         diversity: float = 0.0,
         selection: LabelSelection | None = None,
         where: dict | None = None,
-        own_shape: bool = False,
         batch_size: int = 64,
     ) -> list[list[tuple[int, float]]]:
         """(pool id, similarity) of the k best rows for each query, `batch_size` queries at a time: by similarity,
         or MMR's pick order with `diversity` (:meth:`udr.retriever.search.DenseRetriever.rank`), or the label-aware
-        order with an active `selection` (:mod:`udr.serving.selection`; `own_shape`: an own pool's rows in the
-        generation shape); among the rows that pass `where` only (:mod:`udr.serving.filters`)."""
+        order with an active `selection` (:mod:`udr.serving.selection`; an own-shaped pool's outputs are its
+        labels); among the rows that pass `where` only (:mod:`udr.serving.filters`)."""
         searcher = self.searcher
         if where:  # search the rows that pass only
             from udr.serving.filters import filtered_search
@@ -62,7 +62,7 @@ class ServedPool:
         if selection is not None and selection.active:
             from udr.serving.selection import check_label_k, label_ranking, pool_labels
 
-            labels = pool_labels(self.pool, own_shape=own_shape)
+            labels = pool_labels(self.pool, own_shape=self.own_shape)
         if not queries:  # the checks a query would meet: an empty batch checks k and the options against the pool
             from udr.retriever.search import check_k
 

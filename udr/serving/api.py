@@ -76,6 +76,7 @@ __all__ = [
     "check_count",
     "check_encoder_choice",
     "check_instruction",
+    "check_k_from_one",
     "check_path",
     "check_query",
     "check_search",
@@ -537,6 +538,14 @@ def check_count(k, what: str = "k", of: str | None = None) -> int:
         raise UdrError(f"{what}: expected a whole number of {of or 'demonstrations'}, got {quoted(k)}")
     if of is not None and k < 1:
         raise UdrError(f"{what}: expected at least 1 {of}, got {k}")
+    return int(k)
+
+
+def check_k_from_one(k, unit: str = "demonstrations") -> int:
+    """`k` checked as :func:`check_count` checks it and at least 1, before a pool bounds it from above (a one-line
+    "k out of range" naming `unit`)."""
+    if check_count(k) < 1:
+        raise UdrError(f"k out of range: asked for {k} {unit} (at least 1)")
     return int(k)
 
 

@@ -116,15 +116,14 @@ class UDRExampleSelector(BaseExampleSelector):
         label_weight, label_votes, per_label: label-aware selection, as `udr retrieve --label-weight --label-votes
         --per-label` (a classification task's pool, or your own examples, whose outputs are their labels).
         filter: select among the rows whose metadata have these values only (see the module docstring)."""
-        from udr.serving.api import Retriever, check_count
+        from udr.serving.api import Retriever, check_k_from_one
         from udr.serving.filters import check_filter
 
         if not isinstance(retriever, Retriever):
             raise UdrError(
                 f"UDRExampleSelector needs a udr.Retriever (Retriever.load(...)), got a {type(retriever).__name__}"
             )
-        if check_count(k) < 1:
-            raise UdrError(f"k out of range: asked for {k} examples (at least 1)")
+        check_k_from_one(k, "examples")
         self.labels = LabelSelection(label_weight, label_votes, per_label)
         self.labels.check_with(diversity)
         self.retriever, self.k, self.diversity, self.ascending = retriever, k, diversity, ascending

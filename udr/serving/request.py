@@ -68,7 +68,7 @@ class RetrieveRequest:
         ):
             if value is not None and self.pool is None:
                 raise UdrError(f"{option} goes with --pool (your own demonstrations)")
-        from udr.serving.api import check_count, check_encoder_choice, check_instruction, check_path, check_query
+        from udr.serving.api import check_encoder_choice, check_instruction, check_k_from_one, check_path, check_query
         from udr.serving.served_model import check_device_name
         from udr.serving.served_pool import check_search
 
@@ -97,8 +97,7 @@ class RetrieveRequest:
                 raise UdrError(f"{option}: expected a name (a string), got {type(value).__name__}")
         if self.query is not None:
             check_query(self.query)
-        if check_count(self.k) < 1:  # its upper bound is the pool's size, known once the pool is read
-            raise UdrError(f"k out of range: asked for {self.k} demonstrations (at least 1)")
+        check_k_from_one(self.k)  # its upper bound is the pool's size, known once the pool is read
         check_instruction(self.instruction)
         check_device_name(self.device)
         check_search(self.search, "cuda" if self.device == "cuda" else "cpu")

@@ -1,6 +1,7 @@
 """The one exception type the CLI turns into a one-line message and a non-zero exit."""
 
 import reprlib
+from collections.abc import Iterable, Mapping
 
 
 class UdrError(Exception):
@@ -44,3 +45,9 @@ def listed(names, limit: int = 12) -> str:
     names = list(names)
     shown = ", ".join(shorten(str(n), 40) for n in names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def is_collection(value, *also_not: type) -> bool:
+    """Whether `value` is a collection of items, as an argument taking a list expects: iterable, and not a string
+    or bytes (whose items are characters), a mapping (its keys) or an instance of one of `also_not`."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping, *also_not))

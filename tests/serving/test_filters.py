@@ -117,3 +117,7 @@ def test_parse_where():
             parse_where([bad])
     with pytest.raises(UdrError, match="two values for column 'lang'"):
         parse_where(["lang=en", "lang=de"])
+    # A mapping's items would be its keys, each read as a clause: refused like one string.
+    for not_clauses in ({"lang=en": 1}, "lang=en", b"lang=en", 3):
+        with pytest.raises(UdrError, match="expected COLUMN=VALUE clauses"):
+            parse_where(not_clauses)

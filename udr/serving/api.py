@@ -46,12 +46,12 @@ import numbers
 import os
 import unicodedata
 import warnings
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from udr.data.tasks import get_task
-from udr.errors import UdrError, quoted
+from udr.errors import UdrError, is_collection, quoted
 from udr.serving.evidence import UntrainedTaskWarning
 from udr.serving.served_model import (
     ENCODERS,
@@ -343,7 +343,7 @@ class Retriever:
         where = check_filter(filter)
         if isinstance(queries, (str, bytes)):
             raise UdrError("queries: expected a list of strings, got one string (use retrieve() for a single query)")
-        if isinstance(queries, (Mapping, Set)) or not isinstance(queries, Iterable):
+        if not is_collection(queries, Set):
             # a set's order is not the caller's, and a dict's would be its keys: results in query order need a sequence
             raise UdrError(f"queries: expected a list of strings, got {type(queries).__name__}")
         queries = list(queries)
@@ -585,14 +585,14 @@ def _pool_file(records) -> Path | None:
 
     if isinstance(records, (str, os.PathLike)):
         return checked_pool_file(records)
-    if isinstance(records, (bytes, Mapping)) or not isinstance(records, Iterable):
+    if not is_collection(records):
         raise UdrError(f"records: expected a file path or a list of dicts, got {type(records).__name__}")
     return None
 
 
 def _demonstration_pairs(demonstrations) -> list[tuple[str, str]]:
     """(input, output) of each demonstration, or a one-line error unless they are Demonstrations of text."""
-    if isinstance(demonstrations, (str, bytes, Mapping, Demonstration)) or not isinstance(demonstrations, Iterable):
+    if not is_collection(demonstrations, Demonstration):
         raise UdrError(f"demonstrations: expected a list of Demonstrations, got {type(demonstrations).__name__}")
     pairs = []
     for i, d in enumerate(demonstrations):

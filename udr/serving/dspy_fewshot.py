@@ -29,7 +29,6 @@ import asyncio
 import copy
 import inspect
 import os
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -42,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
     raise UdrError("the DSPy component needs dspy: pip install 'udr[dspy]'") from exc
 
-from udr.errors import UdrError
+from udr.errors import UdrError, is_collection
 from udr.retriever.label_selection import DEFAULT_VOTES, LabelSelection
 from udr.serving.filters import check_filter
 
@@ -196,7 +195,7 @@ class UDRFewShot(dspy.Module):
     def _records(self, trainset) -> list[dict]:
         """The trainset's examples as own-pool records {input, target, its metadata: the example's other fields
         with a text, number, boolean or null value}; a one-line error for a bad example."""
-        if isinstance(trainset, (str, bytes, Mapping)) or not isinstance(trainset, Iterable):
+        if not is_collection(trainset):
             raise UdrError(f"trainset: expected a list of dspy.Examples, got {type(trainset).__name__}")
         records = []
         fields = (self.input_field, self.output_field)

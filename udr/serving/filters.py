@@ -17,11 +17,11 @@ is built).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from udr.errors import UdrError, quoted
+from udr.errors import UdrError, is_collection, quoted
 from udr.util.notice import notice
 
 # Filtered searchers kept per served pool (the most recent filters): a repeated filter is not rebuilt.
@@ -34,7 +34,7 @@ def parse_where(clauses: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     if clauses is None:
         return out
-    listed = None if isinstance(clauses, (str, bytes)) or not isinstance(clauses, Iterable) else list(clauses)
+    listed = list(clauses) if is_collection(clauses) else None
     if listed is None or not all(isinstance(clause, str) for clause in listed):
         raise UdrError(f"--where: expected COLUMN=VALUE clauses (a list of strings), got {quoted(clauses)}")
     for clause in listed:

@@ -51,3 +51,14 @@ def is_collection(value, *also_not: type) -> bool:
     """Whether `value` is a collection of items, as an argument taking a list expects: iterable, and not a string
     or bytes (whose items are characters), a mapping (its keys) or an instance of one of `also_not`."""
     return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping, *also_not))
+
+
+def check_text(text: str, what: str) -> None:
+    """A one-line error where `text` (a string) is no valid Unicode: a lone surrogate, which no encoder can read
+    (e.g. from a JSON "\\ud800" escape, or text decoded with errors="surrogateescape")."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UdrError(
+            f"{what}: not valid Unicode (a lone surrogate {text[exc.start]!r} at character {exc.start + 1})"
+        ) from None

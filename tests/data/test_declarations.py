@@ -88,6 +88,7 @@ def test_a_declaration_builds_a_task_from_local_files(tmp_path):
             for b in ("os:getcwd", "sys:exit", "this:x", "no_such_module:f", "justtext", "x" * 500)
         ),
         ({"instruction": ""}, r"instruction: "),
+        ({"instruction": " \t "}, r"instruction: .*blank: give the text UDR and the LM read before each input"),
         *(
             ({"input": value}, rf"input: .*column '{re.escape(col)}' cannot be read in a format.*rename the column")
             for value, col in [("review.text", "review.text"), ("{0}", "0"), ("{text[0]} x", "text[0]")]

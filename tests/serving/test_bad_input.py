@@ -167,7 +167,7 @@ def test_a_filter_over_a_value_no_json_writes_names_the_row(retriever):
         ({"task": 5}, "--task: expected a name"),
         ({"model": 5}, "--model: expected a path, got int"),
         ({"pool": 5, "instruction": "I: "}, "--pool: expected a path, got int"),
-        ({"pool": "rows.csv", "instruction": ""}, "empty instruction"),
+        ({"pool": "rows.csv", "instruction": ""}, "instruction .* is blank"),
         ({"pool": "rows.csv", "instruction": 5}, "instruction: expected a string, got int"),
         ({"pool": "rows.csv", "input_column": 5}, "--input-column: expected a name"),
         ({"pool": "rows.csv", "where": (5,)}, "--where: expected COLUMN=VALUE clauses"),

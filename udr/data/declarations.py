@@ -56,12 +56,13 @@ from udr.data.tasks import (
     check_builder,
     format_fields,
 )
-from udr.errors import UdrError, quoted
+from udr.errors import UdrError, check_text, quoted
 from udr.util.files import shown_path
 from udr.util.safe_yaml import load_yaml
 
 BUILTIN_FILE = Path(__file__).with_name("builtin_tasks.yaml")
 TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a file name in data/ and models/: 64 at most
+
 _COLUMN = re.compile(r"[^.\[\]{}!:]+")  # a column name a format field can name as it is
 _DEFAULT_INPUT = {"classification": "{text}", "multiple_choice": "{question}", "generation": "{input}"}
 # Fields that only one kind of task reads: declaring them for another kind is an error.
@@ -74,6 +75,21 @@ _KIND_FIELDS = {
     "keep_lines": ("generation",),
     "group_test_references": ("generation",),
 }
+
+
+BLANK_INSTRUCTION = "blank: give the text UDR and the LM read before each input"
+
+
+def check_instruction(instruction, what: str = "instruction") -> None:
+    """A one-line error unless `instruction` is None or a task instruction: a string of valid Unicode that is not
+    blank (`what` names it in the message: the option or argument it came from)."""
+    if instruction is None:
+        return
+    if not isinstance(instruction, str):
+        raise UdrError(f"{what}: expected a string, got {type(instruction).__name__}")
+    if not instruction.strip():
+        raise UdrError(f"{what} {instruction!r} is {BLANK_INSTRUCTION}, or leave it out")
+    check_text(instruction, what)
 
 
 class _Strict(BaseModel):
@@ -151,6 +167,13 @@ class TaskDeclaration(_Strict):
     references: str | None = Field(None, description="A list column of references that wins where present.")
     keep_lines: bool = Field(False, description="Keep the input's line structure (code), escaped to one line.")
     group_test_references: bool = Field(False, description="Merge test rows with equal input into one example.")
+
+    @field_validator("instruction")
+    @classmethod
+    def _instruction_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(BLANK_INSTRUCTION)
+        return value
 
     @field_validator("verbalizers", mode="before")
     @classmethod

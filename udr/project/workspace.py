@@ -124,7 +124,7 @@ class WorkspaceRequest:
     validation: int | None = None
 
     def __post_init__(self) -> None:
-        from udr.data.declarations import TASK_NAME
+        from udr.data.declarations import TASK_NAME, check_instruction
 
         if not TASK_NAME.fullmatch(self.name):
             raise UdrError(
@@ -136,11 +136,7 @@ class WorkspaceRequest:
             raise UdrError(f"--max-test {self.max_test}: keep 1 test row or more")
         if self.validation is not None and self.validation < 1:
             raise UdrError(f"--validation {self.validation}: carve 1 row or more, or leave it out")
-        if self.instruction is not None and not self.instruction.strip():
-            raise UdrError(
-                f"--instruction {self.instruction!r} is blank: give the text UDR and the LM read before each input, "
-                "or leave it out"
-            )
+        check_instruction(self.instruction, "--instruction")
         for name in ("source", "folder", "test"):
             value = getattr(self, name)
             object.__setattr__(self, name, Path(value) if value is not None else None)

@@ -50,8 +50,9 @@ from collections.abc import Iterable, Sequence, Set
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from udr.data.declarations import check_instruction
 from udr.data.tasks import get_task
-from udr.errors import UdrError, is_collection, quoted
+from udr.errors import UdrError, check_text, is_collection, quoted
 from udr.serving.evidence import UntrainedTaskWarning
 from udr.serving.served_model import (
     ENCODERS,
@@ -554,28 +555,6 @@ def check_path(value, what: str) -> Path:
     if not isinstance(value, (str, os.PathLike)):
         raise UdrError(f"{what}: expected a path, got {type(value).__name__}")
     return Path(value)
-
-
-def check_text(text: str, what: str) -> None:
-    """A one-line error where `text` (a string) is no valid Unicode: a lone surrogate, which no encoder can read
-    (e.g. from a JSON "\\ud800" escape, or text decoded with errors="surrogateescape")."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise UdrError(
-            f"{what}: not valid Unicode (a lone surrogate {text[exc.start]!r} at character {exc.start + 1})"
-        ) from None
-
-
-def check_instruction(instruction) -> None:
-    """A one-line error unless `instruction` is None or a non-blank string of valid Unicode."""
-    if instruction is None:
-        return
-    if not isinstance(instruction, str):
-        raise UdrError(f"instruction: expected a string, got {type(instruction).__name__}")
-    if not instruction.strip():
-        raise UdrError("empty instruction: give the task instruction UDR reads with every demonstration")
-    check_text(instruction, "instruction")
 
 
 def _pool_file(records) -> Path | None:

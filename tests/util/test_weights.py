@@ -141,3 +141,21 @@ def test_a_saved_tokenizer_is_the_same_bytes_whatever_the_environment_it_was_loa
     assert not set(LOAD_OPTIONS) & set(json.loads(configs[0]))
     reloaded = AutoTokenizer.from_pretrained(tmp_path / "saved-True", trust_remote_code=False)
     assert reloaded("a b c")["input_ids"] == AutoTokenizer.from_pretrained(source)("a b c")["input_ids"]
+
+
+def test_what_the_files_lack_starts_the_same_on_every_load_and_leaves_the_callers_random_state(tmp_path):
+    """The tiny encoder is saved without a pooler, which BertModel builds: transformers initialises it at
+    random, and a training saves it, so an unseeded load made the trained files differ run after run."""
+    import torch
+
+    from udr.lm.loading import load_encoder
+    from udr.lm.models import resolve_model
+
+    folder = resolve_model(str(save_tiny_encoder(tmp_path / "src")), tmp_path / "enc", kind="encoder")
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first, second = load_encoder(folder)[0], load_encoder(folder)[0]
+    assert first.pooler is not None  # built, with no weights in the files
+    for (name, a), b in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert torch.equal(torch.get_rng_state(), state)  # the loads drew nothing from the caller's stream

@@ -15,6 +15,8 @@ from udr.errors import UdrError, first_line
 T = TypeVar("T")
 
 
+# The torch seed of every model load: what the files lack is initialised the same way each time.
+LOAD_SEED = 0
 REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json")
 
 
@@ -45,10 +47,19 @@ def load_weights(load: Callable[[], T], path: Path, rebuild: str) -> T:
     that does not parse, is nested too deep, or holds a wrong type or a zero dimension: ValueError,
     TypeError, KeyError, RecursionError, ZeroDivisionError, ...) becomes a one-line UdrError naming
     `path` and the command that rebuilds it; running out of memory and Ctrl-C are not the files' fault
-    and propagate, as does a missing library (ImportError: the environment's fault, not the files')."""
+    and propagate, as does a missing library (ImportError: the environment's fault, not the files').
+
+    The load runs under a fixed torch seed, on a fork of torch's random state: parameters the files lack
+    (e.g. a BERT pooler a sentence-transformers export leaves out), which transformers initialises at
+    random, start the same on every load, so the weights a training saves are the same bytes run after run;
+    the caller's random state is left as it was."""
+    import torch
+
     refuse_remote_code(path)
     try:
-        return load()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(LOAD_SEED)
+            return load()
     except (UdrError, ImportError):
         raise
     except Exception as exc:

@@ -103,7 +103,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
-        compute(args, args.worker, args.out)
+        from udr.errors import UdrError
+
+        try:
+            compute(args, args.worker, args.out)
+        except UdrError as exc:  # a missing project file or a bad parameter: one line, the parent says which run
+            raise SystemExit(f"benchmarks/threads.py: error: {exc}") from None
         return 0
 
     counts = sorted({int(n) for n in args.threads.split(",")} - {args.reference})
@@ -115,7 +120,8 @@ def main(argv=None) -> int:
         for i, (label, n) in enumerate(runs):
             out = Path(tmp) / f"{i}.npz"
             worker = [*(argv if argv is not None else sys.argv[1:]), "--worker", str(n), "--out", str(out)]
-            subprocess.run([sys.executable, __file__, *worker], check=True)
+            if subprocess.run([sys.executable, __file__, *worker]).returncode != 0:
+                raise SystemExit(f"benchmarks/threads.py: error: the run on {n} {_threads(n)} failed (above)")
             with np.load(out) as saved:
                 results[label] = dict(saved)
 

@@ -28,3 +28,13 @@ def test_each_count_is_compared_with_the_reference_run_twice(looped):
     for name, cells in table.items():
         assert cells[1] == "same", f"{name}: the reference count twice must give the same bits"
         assert all(c == "same" or re.fullmatch(r"\d\.\de[-+]\d\d", c) for c in cells[2:]), cells
+
+
+def test_a_missing_project_is_a_one_line_error_naming_the_run(tmp_path):
+    args = ["--params", str(tmp_path / "params.yaml"), "--threads", "1"]
+    out = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        f"benchmarks/threads.py: error: params file not found: {tmp_path / 'params.yaml'}",
+        "benchmarks/threads.py: error: the run on 2 threads failed (above)",
+    ]

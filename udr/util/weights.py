@@ -1,6 +1,8 @@
 """Loading saved transformers weights with a one-line error for a damaged, missing or crafted file: the
 one guarded path every model load goes through; and saving a tokenizer whatever the environment it was
 loaded in.
+
+Imports of torch are inside the functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations

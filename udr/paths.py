@@ -1,7 +1,8 @@
 """Every path of the pipeline, defined once. `dvc.yaml` declares the same layout as stage outputs.
 
 data/prepared/<task>/{train,test}.parquet, meta.json        udr prepare
-data/candidates/round<N>/<task>.parquet (+ .json)            udr candidates (N = 0), udr mine (N > 0)
+data/candidates/round<N>/<task>.parquet                      udr candidates (N = 0), udr mine (N > 0)
+metrics/mine/round<N>/<task>.json                            udr mine (how it went)
 data/scores/round<N>/<task>.parquet (+ .json)                udr score
 data/precision/{score,train,evaluate}.json                   udr precision
 models/base/{lm,encoder,eval_lm}/                            udr models (eval_lm: udr evaluate)
@@ -101,8 +102,13 @@ class Paths:
         return sorted(p.parent.name for p in found if not p.parent.name.startswith("."))  # not temporary dirs
 
     def candidates(self, round_: int, task: str) -> Path:
-        """Round 0: BM25 candidates; later rounds: mined and merged (a .json summary beside)."""
+        """Round 0: BM25 candidates; later rounds: mined and merged."""
         return self.root / "data" / "candidates" / round_label(round_) / f"{task}.parquet"
+
+    def mine_report(self, round_: int, task: str) -> Path:
+        """How a round's mining of a task went (counts, time): apart from the candidates, whose folder the
+        later stages read, so that a re-run that mines the same candidates re-runs nothing after it."""
+        return self.root / "metrics" / "mine" / round_label(round_) / f"{task}.json"
 
     def scores(self, round_: int, task: str) -> Path:
         """The LM's scores of a round's candidates (their manifest, :mod:`udr.feedback.scores_file`, beside)."""

@@ -15,7 +15,7 @@ def test_rounds_report(looped, run_cli):
     totals = {r["round"]: r for r in rows if r["task"] == "all"}
     assert set(totals) == {0, 1}
     assert totals[0]["pairs"] == 2 * 8 * 5 and totals[1]["scored"] == sum(
-        json.loads((looped / f"data/candidates/round1/{t}.json").read_text())["new"] for t in TASKS
+        json.loads((looped / f"metrics/mine/round1/{t}.json").read_text())["new"] for t in TASKS
     )
     assert totals[1]["train_steps"] >= 1 and totals[1]["mined_new_fraction"] is not None
     per_task = [r for r in rows if r["task"] != "all"]

@@ -374,3 +374,24 @@ def test_an_export_serves_filters_label_options_and_incremental_pools(
     assert [d.pool_id for d in got] == [d.pool_id for d in want]
     assert [d.similarity for d in got] == pytest.approx([d.similarity for d in want], abs=1e-5)
     assert sorted(Counter(d.output for d in got).values()) == [1, 1, 2]
+
+
+def test_an_export_is_the_same_bytes_with_and_without_hf_hub_offline(served, real_model, tmp_path):
+    """transformers writes how a tokenizer was loaded (`local_files_only`, from HF_HUB_OFFLINE) into the
+    tokenizer_config.json it saves: an export made offline differed from one made online."""
+    import os
+    import subprocess
+    import sys
+
+    files = {}
+    for offline in (True, False):
+        env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"} | (
+            {"HF_HUB_OFFLINE": "1"} if offline else {}
+        )
+        out = tmp_path / "udr-st"  # one folder, which the card names: the second export replaces the first
+        command = [sys.executable, "-m", "udr.cli", "export", str(out), "--model", str(real_model)]
+        done = subprocess.run(command, cwd=served, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        files[offline] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert any(path.name == "tokenizer_config.json" for path in files[True])
+    assert files[True] == files[False]

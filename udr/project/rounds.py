@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from udr.paths import Paths, round_label, summary_file
+from udr.paths import Paths, round_label
 from udr.retriever.record import read_record
 from udr.util.readers import read_parquet_checked
 
@@ -70,7 +70,7 @@ def rounds_table(settings: Settings) -> list[dict]:
         per_task = []
         for task in settings.task_names():
             score = _read(paths.score_report(it, task), ScoreReport) or ScoreReport()
-            mine = (_read(summary_file(paths.candidates(it, task)), MineReport) if it > 0 else None) or MineReport()
+            mine = (_read(paths.mine_report(it, task), MineReport) if it > 0 else None) or MineReport()
             per_task.append(
                 {
                     "round": it,

@@ -35,7 +35,7 @@ from udr.retriever.encoder import BiEncoder
 from udr.serving.served_model import BASE_EXPORT_NAME
 from udr.util.files import building_dir, check_dir_target, json_text, resolve_target, staging_dir
 from udr.util.locks import holding
-from udr.util.weights import refuse_remote_code
+from udr.util.weights import drop_load_options, refuse_remote_code
 
 EXPORT_FORMATS = ("sentence-transformers",)
 # Where sentence-transformers' Router keeps each route's Transformer module in the export.
@@ -82,6 +82,7 @@ def build_sentence_transformer(model_dir: Path, prompts: dict[str, str], staging
             if item.is_file() and not (staged / item.name).exists():
                 shutil.copy2(item, staged / item.name)
         encoder = Transformer(str(staged), max_seq_length=length)
+        drop_load_options(encoder.tokenizer)  # else HF_HUB_OFFLINE decides the exported tokenizer_config.json
         modules = [encoder, Pooling(encoder.get_embedding_dimension(), pooling_mode=settings.pooling)]
         if settings.similarity == "cosine":
             modules.append(Normalize())

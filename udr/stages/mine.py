@@ -1,7 +1,8 @@
 """The `udr mine` stage: round N's candidates of a task, mined with round N-1's retriever over the
 task's pool for the scored queries and merged with round N-1's candidates
 (:func:`udr.retriever.mining.mine_candidates`). Writes data/candidates/round<N>/<task>.parquet and, in
-the JSON beside it, how many mined candidates were new and how much of the previous list was found again.
+metrics/mine/round<N>/<task>.json, how many mined candidates were new, how much of the previous list was
+found again and the time it took (kept out of the candidates' folder, which the next stages depend on).
 
 Imports of the udr modules that load numpy or pydantic are inside the functions that use them, to keep the
 start of `udr` and of its commands light.
@@ -14,7 +15,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
-from udr.paths import summary_file
 from udr.util.distributed import resolve_device_type
 from udr.util.files import write_json_atomic, write_parquet_atomic
 from udr.util.readers import read_parquet_checked
@@ -92,5 +92,5 @@ def run_mine(settings: Settings, task_name: str, round_: int, *, progress: bool 
         len(mined.frame),
         round(time.perf_counter() - start, 2),
     )
-    write_json_atomic(summary_file(out), asdict(summary))
+    write_json_atomic(paths.mine_report(round_, task_name), asdict(summary))
     return summary

@@ -8,7 +8,7 @@ udr does not read is kept as it is (a file written by a newer udr reads too). Th
 
 - :class:`ScoreReport`: `metrics/score/round<N>/<task>.json` (`udr score`);
 - :class:`TrainReport`: `metrics/train/<run>/summary.json` (`udr train`);
-- :class:`MineReport`: the summary beside `data/candidates/round<N>/<task>.parquet` (`udr mine`);
+- :class:`MineReport`: `metrics/mine/round<N>/<task>.json`, how `udr mine` went;
 - :class:`EvaluationResult`: `metrics/<method>/<task>.json` (`udr evaluate`);
 - :class:`ModelRecord`: a model folder's `udr_record.json` (`udr train`, `udr index`, `udr interpolate`),
   and :class:`TrainingRun`, one training run of it as the model card describes it;

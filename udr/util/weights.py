@@ -78,9 +78,15 @@ LOAD_OPTIONS = ("local_files_only", "cache_dir", "token")
 def save_tokenizer(tokenizer: Any, folder: Path) -> None:
     """`tokenizer.save_pretrained(folder)` without :data:`LOAD_OPTIONS`, so that the folder holds the same
     bytes in every environment (a model folder is a DVC output: its hash decides what runs again)."""
+    drop_load_options(tokenizer)
+    tokenizer.save_pretrained(folder)
+
+
+def drop_load_options(tokenizer: Any) -> None:
+    """Forget how `tokenizer` was loaded (:data:`LOAD_OPTIONS`, e.g. `local_files_only`, which transformers sets
+    from HF_HUB_OFFLINE), which its `save_pretrained` would otherwise write into tokenizer_config.json."""
     for option in LOAD_OPTIONS:
         tokenizer.init_kwargs.pop(option, None)
-    tokenizer.save_pretrained(folder)
 
 
 def _reason(exc: BaseException) -> str:

@@ -91,24 +91,31 @@ def test_training_does_not_depend_on_the_lm_engine():
 
 
 def _precision_sections(command: str) -> set[str]:
-    """The settings sections whose precision a command's code resolves (`resolve_lm_precision(device, dtype,
-    "<section>")` in a module it imports)."""
+    """The settings sections whose precision or device a command's code resolves (`resolve_lm_precision(device,
+    dtype, "<section>")` or `resolve_device_type(device, "<section>.device")` in a module it imports)."""
     found = set()
     for name in closure(command_imports(command)):
         path = module_file(name)
         for node in ast.walk(ast.parse(path.read_text())) if path else ():
             callee = getattr(node, "func", None)
-            if getattr(callee, "id", getattr(callee, "attr", None)) == "resolve_lm_precision" and len(node.args) == 3:
-                section = node.args[2]
-                if isinstance(section, ast.Constant) and isinstance(section.value, str):
-                    found.add(section.value)
+            called = getattr(callee, "id", getattr(callee, "attr", None))
+            args = getattr(node, "args", [])
+            if called == "resolve_lm_precision" and len(args) == 3:
+                section = args[2]
+            elif called == "resolve_device_type" and len(args) == 2:
+                section = args[1]
+            else:
+                continue
+            if isinstance(section, ast.Constant) and isinstance(section.value, str):
+                found.add(section.value.removesuffix(".device"))
     return found
 
 
 @pytest.mark.parametrize("stage", sorted(_stages()))
 def test_a_stage_computing_in_a_resolved_precision_depends_on_its_file(stage):
-    """`dtype: auto` resolves per CPU kind: a stage computing in a section's precision must depend on the file
-    `udr precision` writes for it, else a machine resolving otherwise reuses outputs made in another one."""
+    """`dtype: auto` resolves per CPU kind, `device: auto` per machine: a stage computing in a section's
+    precision or on its device must depend on the file `udr precision` writes for it, else a machine resolving
+    otherwise reuses outputs made in another one."""
     from udr.stages.precision import SECTIONS
 
     body = _stages()[stage].get("do", _stages()[stage])
@@ -153,6 +160,59 @@ def test_dvc_yaml_evaluates_every_method_of_the_config():
 # Train settings that change where or how often training runs, never the trained model; and final_alpha, which
 # `udr index` reads (a param of the index stage, tested below), not training.
 TRAIN_NOT_RECIPE = {"checkpoint_steps", "device", "final_alpha"}
+
+
+# Settings a stage's code reads (`settings.<section>.<key>`) that are no input of what it writes, and why.
+READ_NOT_AN_INPUT = {
+    "models.encoder": "the base encoder's name: its folder models/base/encoder is the dep",
+    "train.check_round": "a method: the round's own check",
+    "train.device": "resolved into data/precision/train.json, the dep",
+    "train.rounds": "train.later_rounds's rounds",
+    "score.shipped": "read for round 0 only, which `score` (not `rescore`) runs",
+}
+# Per stage: settings its code reads only in another case than the stage's.
+READ_NOT_AN_INPUT_OF = {
+    # the recipe sets feedback, and E_d learns (not frozen): no pool is embedded in training
+    "train_epr": {"train.feedback", "mine.batch_size"},
+    "train_dr_target": {"train.feedback", "mine.batch_size"},
+}
+
+
+def _settings_reads(command: str) -> set[str]:
+    """Every `settings.<section>.<key>` a command's code reads (udr.config's own validation aside); a
+    `model_dump()` of a section records the settings beside a model, as provenance."""
+    sections = set(yaml.safe_load((REPO / "params.yaml").read_text()))
+    found = set()
+    for name in closure(command_imports(command)) - {"udr.config"}:
+        path = module_file(name)
+        for node in ast.walk(ast.parse(path.read_text())) if path else ():
+            inner = node.value if isinstance(node, ast.Attribute) else None
+            if (
+                isinstance(inner, ast.Attribute)
+                and inner.attr in sections
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id == "settings"
+                and node.attr != "model_dump"
+            ):
+                found.add(f"{inner.attr}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("stage", sorted(_stages()))
+def test_each_setting_a_stage_reads_is_one_of_its_params(stage):
+    """A setting a stage reads but does not list is one `dvc exp run -S` changes without re-running it."""
+    body = _stages()[stage].get("do", _stages()[stage])
+    params = set(body.get("params", []))
+    reads = _settings_reads(stage_command(body["cmd"]))
+    unlisted = {r for r in reads if r not in params and r.split(".")[0] not in params}
+    unlisted -= set(READ_NOT_AN_INPUT) | READ_NOT_AN_INPUT_OF.get(stage, set())
+    assert not unlisted, f"dvc.yaml stage {stage!r} reads settings it does not list in its params: {sorted(unlisted)}"
+
+
+def test_the_settings_reads_are_found():
+    """The scan sees what the stages read (else the test above passes on nothing)."""
+    assert {"mine.batch_size", "train.device", "train.tasks"} <= _settings_reads("train") | _settings_reads("mine")
+    assert "train.tasks" in _settings_reads("report")
 
 
 def test_the_index_stage_depends_on_the_interpolation_it_applies():
@@ -298,6 +358,8 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     # A training parameter: training stages only; no data prep, BM25 candidates or round-0 scoring.
     baselines = {f"{stage}@{t}" for stage in ("train_epr", "train_dr_target") for t in ("sst2", "e2e")}
     assert with_change("train", "lr", 1e-3) == {"train", "retrain@round1", *baselines}
+    # The embedding batch: every stage embedding with a trained bi-encoder (E_d frozen in UDR's training).
+    assert with_change("mine", "batch_size", 32) == {"train", "retrain@round1", "mine@round1", "index", *evaluations}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert _changed_stages(root, env) == set()
 
@@ -305,7 +367,7 @@ def test_what_a_change_re_runs(tmp_path, data_dir):
     # there): the stages computing in it, and only those; `dvc repro` here writes this machine's back.
     computing = {
         "score": {"score@sst2", "score@e2e", "rescore@round1"},
-        "train": {"train", "retrain@round1", *baselines},
+        "train": {"train", "retrain@round1", *baselines, "mine@round1", "index"},  # these two: on its device
         "evaluate": evaluations,
     }
     for section, stages in computing.items():

@@ -52,7 +52,8 @@ class ShippedSample:
         check found (for the summary); a UdrError where a sampled pair differs beyond the tolerance."""
         import polars as pl
 
-        both = self.shipped.join(new.select([*KEY, "score"]), on=KEY, suffix="_here")
+        # sorted: a join's row order is not fixed, and the mean's float sum (and the worst pair named) follow it
+        both = self.shipped.join(new.select([*KEY, "score"]), on=KEY, suffix="_here").sort(KEY)
         if len(both) != len(self.shipped):
             missing = len(self.shipped) - len(both)
             raise UdrError(f"shipped feedback {self.source}: {missing} sampled pair(s) not scored")

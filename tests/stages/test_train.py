@@ -30,7 +30,7 @@ def test_loop_writes_every_round(looped):
     for task in TASKS:
         mined = pl.read_parquet(root / f"data/candidates/round1/{task}.parquet")
         assert set(mined.columns) == {"query_id", "candidate_id", "rank", "score", "new"}
-        report = json.loads((root / f"data/candidates/round1/{task}.json").read_text())
+        report = json.loads((root / f"metrics/mine/round1/{task}.json").read_text())
         assert report["mined"] == 8 * 4 and report["new"] == int(mined["new"].sum())
         # every previous candidate of the scored queries is kept
         prev = pl.read_parquet(root / f"data/candidates/round0/{task}.parquet")

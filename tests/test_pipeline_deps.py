@@ -90,24 +90,29 @@ def test_training_does_not_depend_on_the_lm_engine():
         assert "udr/lm/loading.py" in deps
 
 
+def _code_nodes(command: str, skip: frozenset[str] = frozenset()):
+    """Every AST node of the udr modules a command's code imports (`skip`: modules left out)."""
+    for name in closure(command_imports(command)) - skip:
+        path = module_file(name)
+        yield from ast.walk(ast.parse(path.read_text())) if path else ()
+
+
 def _precision_sections(command: str) -> set[str]:
     """The settings sections whose precision or device a command's code resolves (`resolve_lm_precision(device,
     dtype, "<section>")` or `resolve_device_type(device, "<section>.device")` in a module it imports)."""
     found = set()
-    for name in closure(command_imports(command)):
-        path = module_file(name)
-        for node in ast.walk(ast.parse(path.read_text())) if path else ():
-            callee = getattr(node, "func", None)
-            called = getattr(callee, "id", getattr(callee, "attr", None))
-            args = getattr(node, "args", [])
-            if called == "resolve_lm_precision" and len(args) == 3:
-                section = args[2]
-            elif called == "resolve_device_type" and len(args) == 2:
-                section = args[1]
-            else:
-                continue
-            if isinstance(section, ast.Constant) and isinstance(section.value, str):
-                found.add(section.value.removesuffix(".device"))
+    for node in _code_nodes(command):
+        callee = getattr(node, "func", None)
+        called = getattr(callee, "id", getattr(callee, "attr", None))
+        args = getattr(node, "args", [])
+        if called == "resolve_lm_precision" and len(args) == 3:
+            section = args[2]
+        elif called == "resolve_device_type" and len(args) == 2:
+            section = args[1]
+        else:
+            continue
+        if isinstance(section, ast.Constant) and isinstance(section.value, str):
+            found.add(section.value.removesuffix(".device"))
     return found
 
 
@@ -183,18 +188,16 @@ def _settings_reads(command: str) -> set[str]:
     `model_dump()` of a section records the settings beside a model, as provenance."""
     sections = set(yaml.safe_load((REPO / "params.yaml").read_text()))
     found = set()
-    for name in closure(command_imports(command)) - {"udr.config"}:
-        path = module_file(name)
-        for node in ast.walk(ast.parse(path.read_text())) if path else ():
-            inner = node.value if isinstance(node, ast.Attribute) else None
-            if (
-                isinstance(inner, ast.Attribute)
-                and inner.attr in sections
-                and isinstance(inner.value, ast.Name)
-                and inner.value.id == "settings"
-                and node.attr != "model_dump"
-            ):
-                found.add(f"{inner.attr}.{node.attr}")
+    for node in _code_nodes(command, skip=frozenset({"udr.config"})):
+        inner = node.value if isinstance(node, ast.Attribute) else None
+        if (
+            isinstance(inner, ast.Attribute)
+            and inner.attr in sections
+            and isinstance(inner.value, ast.Name)
+            and inner.value.id == "settings"
+            and node.attr != "model_dump"
+        ):
+            found.add(f"{inner.attr}.{node.attr}")
     return found
 
 

@@ -62,7 +62,7 @@ from udr.util.safe_yaml import load_yaml
 
 BUILTIN_FILE = Path(__file__).with_name("builtin_tasks.yaml")
 TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a file name in data/ and models/: 64 at most
-
+BLANK_INSTRUCTION = "blank: give the text UDR and the LM read before each input"
 _COLUMN = re.compile(r"[^.\[\]{}!:]+")  # a column name a format field can name as it is
 _DEFAULT_INPUT = {"classification": "{text}", "multiple_choice": "{question}", "generation": "{input}"}
 # Fields that only one kind of task reads: declaring them for another kind is an error.
@@ -75,9 +75,6 @@ _KIND_FIELDS = {
     "keep_lines": ("generation",),
     "group_test_references": ("generation",),
 }
-
-
-BLANK_INSTRUCTION = "blank: give the text UDR and the LM read before each input"
 
 
 def check_instruction(instruction, what: str = "instruction") -> None:

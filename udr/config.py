@@ -223,8 +223,9 @@ class TrainSettings(_Strict):
         description="What ranks each query's candidates: lm (the LM's scores); labels (classification and "
         "multiple choice: 1 where a candidate's label is the query's gold label, else 0, ties in candidate "
         "list order); lm+labels (same-label candidates first, then the LM's order). Generation tasks keep "
-        "the LM's scores under these. target: the BM25 similarity of a candidate's target to the query's, "
-        "every kind of task, no LM read (the paper's DR-Target baseline, `udr train --dr-target`).",
+        "the LM's scores under these. target: the BM25 similarity (Lucene's idf) of a candidate's target to the "
+        "query's, ties in candidate list order, every kind of task, no LM read (the paper's DR-Target baseline, "
+        "`udr train --dr-target`).",
     )
     freeze_demo_encoder: bool = Field(
         True,

@@ -3,7 +3,9 @@
 
 Scores are on the classic Okapi scale: bm25s' `robertson` variant times (k1 + 1), which equals
 rank-bm25's `BM25Okapi(epsilon=0)` (the test oracle). Top-k is exact and deterministic: ties are
-broken by position in the pool (lower first).
+broken by position in the pool (lower first). `idf="lucene"` takes Lucene's (Elasticsearch's) idf,
+log(1 + (N - n + 0.5) / (n + 0.5)), which stays above 0 where Robertson's is 0 (a word in half the texts
+or more).
 
 Imports of bm25s and polars are inside the functions that use them, to keep the start of `udr` and of its commands
 light; bm25s is in the `pipeline` extra.
@@ -12,6 +14,7 @@ light; bm25s is in the `pipeline` extra.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import numpy as np
 
@@ -47,14 +50,17 @@ def stable_top_k(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 class BM25Index:
-    """A BM25 index over a list of texts."""
+    """A BM25 index over a list of texts; `idf` robertson (Okapi's, clipped at 0) or lucene."""
 
-    def __init__(self, texts: list[str], k1: float = K1, b: float = B):
+    def __init__(
+        self, texts: list[str], k1: float = K1, b: float = B, idf: Literal["robertson", "lucene"] = "robertson"
+    ):
         import bm25s
 
         self.k1 = k1
         self.size = len(texts)
-        self._bm25 = bm25s.BM25(method="robertson", k1=k1, b=b)
+        # Both variants share bm25s' term-frequency part; only the idf differs.
+        self._bm25 = bm25s.BM25(method=idf, k1=k1, b=b)
         self._bm25.index([tokenize(t) for t in texts], show_progress=False)
 
     def scores(self, query: str) -> np.ndarray:

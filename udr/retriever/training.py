@@ -129,9 +129,9 @@ def training_queries(
     lm+labels: a classification or multiple-choice task's scores and order are its candidates' labels'
     (:func:`label_feedback`, the list's order read from `candidates`, the round's candidates file); a
     generation task, which has no labels, keeps the LM's; target: every task's are the BM25 similarities of its
-    candidates' targets to the query's (:func:`target_feedback`)."""
+    candidates' targets to the query's, ties in the candidates file's order (:func:`target_feedback`)."""
     if feedback == "target":
-        scores = target_feedback(scores, train.select("id", "target"))
+        scores = target_feedback(scores, train.select("id", "target"), pl.read_parquet(candidates))
     elif feedback != "lm" and not task.generation:
         scores = label_feedback(scores, train.select("id", "label"), pl.read_parquet(candidates), feedback)
     rows = {r["id"]: r for r in train.iter_rows(named=True)}
@@ -155,27 +155,46 @@ def training_queries(
     return queries
 
 
-def target_feedback(scores, targets):
+def target_feedback(scores, targets, order):
     """A task's scores (query_id, candidate_id, score, rank; sorted by query and rank) replaced by DR-Target's
-    signal: the Okapi BM25 similarity of each candidate's target to its query's target, over an index of the
-    task's pool targets (`targets`: the prepared train split's id and target columns), no LM score read.
-    Ranked by it, ties in the list's own order (earlier: better); the paper's fifth baseline, whose positives
-    are the candidates with the most similar targets (Li et al. 2023, section 4.1). Returns the frame with its
-    score and rank replaced, sorted by query and the new rank."""
+    signal: the BM25 similarity of each candidate's target to its query's target, over an index of the task's
+    pool targets (`targets`: the prepared train split's id and target columns) with Lucene's idf (the published
+    code's Elasticsearch), under which a label shared by most of the pool still counts. Ranked by it, ties in
+    the candidate list's own order (`order`, as :func:`label_feedback` reads it: BM25's rank in round 0), so no
+    LM score is read, not even through the scores' order; the paper's fifth baseline, whose positives are the
+    candidates with the most similar targets (Li et al. 2023, section 4.1). Returns the frame with its score
+    and rank replaced, sorted by query and the new rank."""
     from udr.feedback.bm25 import BM25Index
 
-    scores = scores.sort(["query_id", "rank"])
     ids, texts = targets["id"].to_list(), [str(t) for t in targets["target"].to_list()]
     position = {int(i): p for p, i in enumerate(ids)}
-    index = BM25Index(texts)
+    index = BM25Index(texts, idf="lucene")
+    frame = _with_list_order(scores, order, "target").sort(["query_id", "_order"])
     values = []
-    for qid, cids in zip(*scores.group_by("query_id", maintain_order=True).agg("candidate_id")):
+    for qid, cids in zip(*frame.group_by("query_id", maintain_order=True).agg("candidate_id")):
         similarity = index.scores(texts[position[int(qid)]])
         values += [float(similarity[position[int(c)]]) for c in cids]
-    frame = scores.with_columns(pl.Series("score", values, dtype=pl.Float64))
-    frame = frame.with_columns(pl.int_range(pl.len()).over("query_id").alias("_order"))
+    frame = frame.with_columns(pl.Series("score", values, dtype=pl.Float64))
     frame = frame.sort(["query_id", "score", "_order"], descending=[False, True, False])
-    return frame.with_columns((pl.int_range(pl.len()).over("query_id") + 1).alias("rank")).drop("_order")
+    frame = frame.with_columns((pl.int_range(pl.len()).over("query_id") + 1).cast(scores.schema["rank"]).alias("rank"))
+    return frame.select(scores.columns)
+
+
+def _with_list_order(scores, order, feedback: str):
+    """`scores` with `_order`: each candidate's place in its query's candidate list (`order`: the round's
+    candidates file, query_id, candidate_id, rank), by its rank, candidates without one (carried over from an
+    earlier round) last, by id. A scored candidate missing from the list is an error naming `feedback`."""
+    place = (
+        order.sort(["query_id", "rank", "candidate_id"], nulls_last=True)
+        .select("query_id", "candidate_id", pl.int_range(pl.len()).over("query_id").alias("_order"))
+        .unique(["query_id", "candidate_id"], keep="first", maintain_order=True)
+    )
+    frame = scores.join(place, on=["query_id", "candidate_id"], how="left")
+    missing = frame.filter(pl.col("_order").is_null())
+    if len(missing):
+        q, c = missing.row(0, named=True)["query_id"], missing.row(0, named=True)["candidate_id"]
+        raise UdrError(f"train.feedback {feedback}: candidate {c} of query {q} is not in the candidate list")
+    return frame
 
 
 def label_feedback(scores, labels, order, feedback: str):
@@ -202,21 +221,14 @@ def label_feedback(scores, labels, order, feedback: str):
         pl.col("candidate_id").replace_strict(label, return_dtype=pl.Int64).alias("_label"),
     ).with_columns((pl.col("_gold") == pl.col("_label")).cast(pl.Float64).alias("_match"))
     if feedback == "labels":
-        # The list's order: by its rank, candidates without one (carried over from an earlier round) last.
-        place = (
-            order.sort(["query_id", "rank", "candidate_id"], nulls_last=True)
-            .select("query_id", "candidate_id", pl.int_range(pl.len()).over("query_id").alias("_order"))
-            .unique(["query_id", "candidate_id"], keep="first", maintain_order=True)
+        frame = (
+            _with_list_order(frame, order, feedback)
+            .with_columns(
+                (pl.col("_order").rank("ordinal").over("query_id").cast(pl.Float64) - 1).alias("_i"),
+                pl.len().over("query_id").cast(pl.Float64).alias("_n"),
+            )
+            .with_columns((pl.col("_match") + 0.01 * (1 - pl.col("_i") / pl.col("_n"))).alias("_score"))
         )
-        frame = frame.join(place, on=["query_id", "candidate_id"], how="left")
-        missing = frame.filter(pl.col("_order").is_null())
-        if len(missing):
-            q, c = missing.row(0, named=True)["query_id"], missing.row(0, named=True)["candidate_id"]
-            raise UdrError(f"train.feedback {feedback}: candidate {c} of query {q} is not in the candidate list")
-        frame = frame.with_columns(
-            (pl.col("_order").rank("ordinal").over("query_id").cast(pl.Float64) - 1).alias("_i"),
-            pl.len().over("query_id").cast(pl.Float64).alias("_n"),
-        ).with_columns((pl.col("_match") + 0.01 * (1 - pl.col("_i") / pl.col("_n"))).alias("_score"))
         key = ["query_id", "_score"]
     else:
         spread = pl.col("score").max().over("query_id") - pl.col("score").min().over("query_id") + 1

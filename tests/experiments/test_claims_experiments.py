@@ -5,6 +5,7 @@ retriever that answers every validation row, a seed experiment or a fold whose U
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -152,6 +153,21 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     kept = seed_table(project, (1,))
     assert kept["read_from"][1]["udr"].startswith("udr-seed-1 at HEAD")
     assert {k: v for k, v in kept.items() if k != "read_from"} == {k: v for k, v in table.items() if k != "read_from"}
+
+    # seed 1 run again after its keep (here: UDR as the global seed's): the newer experiment, not the kept run
+    root_commit = _git(project, "rev-list", "--max-parents=0", "HEAD")
+    _git(project, "checkout", "-q", "-b", "seed1-again", root_commit)
+    env = {**os.environ, "GIT_COMMITTER_DATE": "2099-01-01T00:00:00+00:00"}
+    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "again"]
+    subprocess.run(cmd, cwd=project, check=True, env=env)
+    _git(project, "checkout", "-q", "-")
+    _git(project, "update-ref", "refs/exps/ab/cdef/seed-1", "seed1-again")
+    again = seed_table(project, (1,))
+    assert again["read_from"][1]["udr"].startswith("udr at ")
+    assert again["read_from"][1]["dr-target"].startswith("dr-target-seed-1 at HEAD")  # no newer experiment
+    for t in TASKS:
+        assert again["tasks"][t]["udr"] == [head[t]["graded"]["score"]] * 2
+    _git(project, "update-ref", "-d", "refs/exps/ab/cdef/seed-1")
 
     # a seed evaluated on some tasks only (the suite's: those that bear on a claim) counts where it was
     _git(project, "rm", "-q", "metrics/udr-seed-1/break.json", "data/predictions/udr-seed-1/break.parquet")

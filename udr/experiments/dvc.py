@@ -357,6 +357,14 @@ def compare_revisions(root: Path, rows: dict, b: dict, seed: int, scorers: Saved
     }
 
 
+def commit_time(root: Path, rev: str, path: str | None = None) -> int:
+    """Committer time (Unix seconds) of git revision `rev`, or of the last commit up to `rev` that changed
+    `path` (0 where none did)."""
+    args = ["git", "log", "-1", "--format=%ct", rev, *(["--", path] if path else [])]
+    out = subprocess.run(args, cwd=root, capture_output=True, text=True).stdout.strip()
+    return int(out) if out else 0
+
+
 def saved_experiments(root: Path) -> dict[str, str]:
     """{experiment name: commit} of the DVC experiments in this repository (refs/exps), the newest
     commit where a name was run more than once."""

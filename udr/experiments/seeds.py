@@ -28,6 +28,7 @@ from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
 from udr.experiments.analyses import Experiment, queue_experiments
 from udr.experiments.dvc import (
     SavedScorers,
+    commit_time,
     compare_revisions,
     keep_evaluation,
     method_results,
@@ -222,18 +223,25 @@ def seed_sides(
     root: Path, seeds, covered: dict[str, list[str]], rev: str = "HEAD", experiments: bool = True
 ) -> dict[int, dict[str, tuple]]:
     """{seed: {method: (saved evaluation, revision)}} of each extra seed run: its evaluations kept at `rev`
-    (:func:`keep_seed_evaluations`), else (with `experiments`) those of its DVC experiment. A seed may have some
-    seeded retrievers only (the others' runs still to come), and an evaluation some of `covered`'s tasks only."""
+    (:func:`keep_seed_evaluations`), or (with `experiments`) those of its DVC experiment where there is no kept
+    one or the experiment is newer than the kept one's last commit (a seed run again: the kept evaluation is the
+    earlier run's until this one is kept and committed). A seed may have some seeded retrievers only (the
+    others' runs still to come), and an evaluation some of `covered`'s tasks only."""
     saved = saved_experiments(root) if experiments else {}
     out = {}
     for s in seeds:
         sides = {}
         for group, methods in SEED_GROUPS.items():
+            experiment = saved.get(experiment_name(group, s))
             for m in methods:
-                if saved_tasks(root, kept_name(m, s), covered[m], rev):
+                kept = saved_tasks(root, kept_name(m, s), covered[m], rev)
+                newer = experiment is not None and (
+                    not kept or commit_time(root, experiment) > commit_time(root, rev, f"metrics/{kept_name(m, s)}")
+                )
+                if newer:
+                    sides[m] = (m, experiment)
+                elif kept:
                     sides[m] = (kept_name(m, s), rev)
-                elif experiment_name(group, s) in saved:
-                    sides[m] = (m, saved[experiment_name(group, s)])
         if sides:
             out[s] = sides
     return out

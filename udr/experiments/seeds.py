@@ -235,10 +235,10 @@ def seed_sides(
             experiment = saved.get(experiment_name(group, s))
             for m in methods:
                 kept = saved_tasks(root, kept_name(m, s), covered[m], rev)
-                newer = experiment is not None and (
+                from_experiment = experiment is not None and (
                     not kept or commit_time(root, experiment) > commit_time(root, rev, f"metrics/{kept_name(m, s)}")
                 )
-                if newer:
+                if from_experiment:
                     sides[m] = (m, experiment)
                 elif kept:
                     sides[m] = (kept_name(m, s), rev)

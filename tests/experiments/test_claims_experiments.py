@@ -16,9 +16,9 @@ from tests.conftest import EVAL_TASKS as TASKS
 from tests.conftest import UNSEEN_TASK
 
 
-def _git(project, *args):
+def _git(project, *args, env=None):
     cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
-    return subprocess.run(cmd, cwd=project, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(cmd, cwd=project, check=True, capture_output=True, text=True, env=env).stdout.strip()
 
 
 def _answer(path, prediction):
@@ -158,8 +158,7 @@ def test_the_seed_table_averages_each_seeds_retrievers(with_signal, run_cli):
     root_commit = _git(project, "rev-list", "--max-parents=0", "HEAD")
     _git(project, "checkout", "-q", "-b", "seed1-again", root_commit)
     env = {**os.environ, "GIT_COMMITTER_DATE": "2099-01-01T00:00:00+00:00"}
-    cmd = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "again"]
-    subprocess.run(cmd, cwd=project, check=True, env=env)
+    _git(project, "commit", "-q", "--allow-empty", "-m", "again", env=env)
     _git(project, "checkout", "-q", "-")
     _git(project, "update-ref", "refs/exps/ab/cdef/seed-1", "seed1-again")
     again = seed_table(project, (1,))

@@ -233,10 +233,11 @@ def seed_sides(
         sides = {}
         for group, methods in SEED_GROUPS.items():
             experiment = saved.get(experiment_name(group, s))
+            run_at = commit_time(root, experiment) if experiment is not None else 0
             for m in methods:
                 kept = saved_tasks(root, kept_name(m, s), covered[m], rev)
                 from_experiment = experiment is not None and (
-                    not kept or commit_time(root, experiment) > commit_time(root, rev, f"metrics/{kept_name(m, s)}")
+                    not kept or run_at > commit_time(root, rev, f"metrics/{kept_name(m, s)}")
                 )
                 if from_experiment:
                     sides[m] = (m, experiment)

@@ -30,7 +30,7 @@ RECIPES = {
     "distill": (("train.loss=distill",), False, None),
     "anchored": (("train.loss=anchored", "train.anchor_top=2", "train.loss_lambda=0.5"), False, None),
     "anchored-frozen": (("train.loss=anchored", "train.anchor_top=2", "train.freeze_demo_encoder=true"), False, None),
-    "anchored-resumed": (("train.loss=anchored", "train.anchor_top=2", "train.checkpoint_steps=2"), False, 2),
+    "anchored-resumed": (("train.loss=anchored", "train.anchor_top=2", "train.checkpoint_seconds=0"), False, 2),
     "paper-frozen": (("train.freeze_demo_encoder=true",), False, None),
     "published-gradcache-cosine": (
         ("train.loss=published", "train.grad_cache=true", "encoder.similarity=cosine"),
@@ -68,7 +68,7 @@ def build_project(root: Path, data_dir: Path) -> Path:
             "epochs_first": 2,
             "warmup_steps": 1,
             "lr": 1e-3,
-            "checkpoint_steps": 100,
+            "checkpoint_seconds": 120,
             "candidates_per_query": 4,
             "freeze_demo_encoder": False,
         },

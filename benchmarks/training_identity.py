@@ -91,7 +91,7 @@ scoring_project(
     score={{"queries_per_task": 8, "shard_pairs": 16, "batch_tokens": 2048, "dtype": "fp32"}},
     lm_src="tiny-lm", encoder={{"max_query_length": 64, "max_demo_length": 96}},
     train={{"later_rounds": {{"round1": "round0"}}, "batch_size": 4, "micro_batch": 2, "epochs_first": 2,
-           "epochs_later": 1, "warmup_steps": 1, "lr": 1e-3, "checkpoint_steps": 3, "candidates_per_query": 4,
+           "epochs_later": 1, "warmup_steps": 1, "lr": 1e-3, "checkpoint_seconds": 0, "candidates_per_query": 4,
            "freeze_demo_encoder": False}},
     mine={{"k": 4, "batch_size": 8}},
 )

@@ -226,7 +226,7 @@ def loop_project(tmp_path_factory, data_dir):
             "epochs_later": 1,
             "warmup_steps": 1,
             "lr": 1e-3,
-            "checkpoint_steps": 3,
+            "checkpoint_seconds": 0,  # a checkpoint after every step
             "candidates_per_query": 4,
             "freeze_demo_encoder": False,  # the paper's recipe, both encoders (the frozen E_d: test_train)
         },

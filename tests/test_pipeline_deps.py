@@ -164,7 +164,7 @@ def test_dvc_yaml_evaluates_every_method_of_the_config():
 
 # Train settings that change where or how often training runs, never the trained model; and final_alpha, which
 # `udr index` reads (a param of the index stage, tested below), not training.
-TRAIN_NOT_RECIPE = {"checkpoint_steps", "device", "final_alpha"}
+TRAIN_NOT_RECIPE = {"checkpoint_seconds", "device", "final_alpha"}
 
 
 # Settings a stage's code reads (`settings.<section>.<key>`) that are no input of what it writes, and why.

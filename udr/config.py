@@ -283,7 +283,12 @@ class TrainSettings(_Strict):
         description="WiSE-FT weight of the last round's trained model in models/final: alpha * trained + "
         "(1 - alpha) * its initial encoder (`udr index`; 1: the trained model as is).",
     )
-    checkpoint_steps: int = Field(10, gt=0, description="Save a resumable checkpoint every this many steps.")
+    checkpoint_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="Save a resumable checkpoint after the first step that ends this many seconds or more after the "
+        "last one (0: after every step). Where checkpoints fall changes no weight.",
+    )
     dtype: Dtype = Field(
         "auto",
         description="bf16: forwards under bf16 autocast; auto: bf16 on a GPU that supports it and on a CPU where "

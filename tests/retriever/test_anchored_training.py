@@ -110,8 +110,8 @@ def test_the_defaults_record_and_fingerprint_keep_the_keys_they_had(looped):
     new = {"anchor_beta", "anchor_top", "feedback", "seed", "final_alpha"}  # final_alpha: the index's
     default = TrainSettings()
     kept = recorded_train_settings(default)
-    assert kept == default.model_dump(exclude={"checkpoint_steps", "device", *new})
-    assert list(kept) == [k for k in default.model_dump(exclude={"checkpoint_steps", "device"}) if k not in new]
+    assert kept == default.model_dump(exclude={"checkpoint_seconds", "device", *new})
+    assert list(kept) == [k for k in default.model_dump(exclude={"checkpoint_seconds", "device"}) if k not in new]
     record = json.loads((looped / "models/rounds/round0/udr_record.json").read_text())
     assert not new & set(record["train"]) and record["train"]["loss"] == "paper"
     assert recorded_train_settings(default.model_copy(update={"final_alpha": 0.5})) == kept

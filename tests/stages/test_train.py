@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,22 +52,31 @@ def test_training_moves_the_model(looped):
     assert not np.allclose(e0, e1)
 
 
-def test_resumed_training_equals_uninterrupted(looped, tmp_path):
-    """Kill round 0's training after a few steps (a checkpoint exists), run again: same weights."""
+def test_resumed_training_equals_uninterrupted(looped, tmp_path, monkeypatch):
+    """Kill round 0's training a step after a checkpoint, run again: the step is trained again, same weights.
+    The clock reads one second more at every look: a checkpoint after the step ending 3 s after the last."""
+    import itertools
+    import types
+
     from udr.config import load_settings
     from udr.project.training import run_train
+    from udr.retriever import training
     from udr.retriever.encoder import BiEncoder
 
+    clock = itertools.count()
+    monkeypatch.setattr(
+        training, "time", types.SimpleNamespace(monotonic=lambda: next(clock), perf_counter=time.perf_counter)
+    )
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
-    settings = load_settings(root / "params.yaml")
+    settings = load_settings(root / "params.yaml", ["train.checkpoint_seconds=3"])
     kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
     out = root / "models/rounds/round0"
     assert run_train(settings, 0, out=out, stop_after_steps=4, **kw) is None
     partial = out.parent / ".round0.partial"
     state = partial / "checkpoint/state.json"
     assert state.is_file() and (partial / "manifest.json").is_file() and not out.exists()
-    assert json.loads(state.read_text())["step"] == 3  # checkpoint_steps
+    assert json.loads(state.read_text())["step"] == 3  # the clock at 0 (start), 1, 2, 3 (saved), 4, 5
     summary = run_train(settings, 0, out=out, **kw)
     texts = ["some query text", "another one"]
     for side in ("query", "demo"):
@@ -111,7 +121,7 @@ def test_a_kill_while_a_checkpoint_is_written_keeps_the_one_before(looped, tmp_p
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
-    settings = load_settings(root / "params.yaml", ["train.checkpoint_steps=2"])
+    settings = load_settings(root / "params.yaml", ["train.checkpoint_seconds=0"])
     kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
     out = root / "models/rounds/round0"
     saves, real_save = [], torch.save
@@ -128,7 +138,7 @@ def test_a_kill_while_a_checkpoint_is_written_keeps_the_one_before(looped, tmp_p
         run_train(settings, 0, out=out, **kw)
     monkeypatch.setattr(torch, "save", real_save)
     checkpoint = out.parent / ".round0.partial/checkpoint"
-    assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
+    assert json.loads((checkpoint / "state.json").read_text())["step"] == 1
     assert len(torch.load(checkpoint / "optimizer.pt", weights_only=True)["optimizer"]["state"]) > 0
     run_train(settings, 0, out=out, **kw)
     texts = ["some query text", "another one"]
@@ -176,7 +186,7 @@ def test_a_checkpoint_resumes_only_in_the_precision_it_was_made_in(looped, tmp_p
 
     root = tmp_path / "proj"
     shutil.copytree(looped, root, ignore=shutil.ignore_patterns("rounds", "final"))
-    settings = load_settings(root / "params.yaml", ["train.dtype=auto", "train.checkpoint_steps=2"])
+    settings = load_settings(root / "params.yaml", ["train.dtype=auto", "train.checkpoint_seconds=0"])
     kw = dict(init=root / "models/base/encoder", log_dir=root / "metrics/train/round0", progress=False)
     out = root / "models/rounds/round0"
     manifest, state = out.parent / ".round0.partial/manifest.json", out.parent / ".round0.partial/checkpoint/state.json"
@@ -185,7 +195,7 @@ def test_a_checkpoint_resumes_only_in_the_precision_it_was_made_in(looped, tmp_p
     assert json.loads(manifest.read_text())["precision"] == "bf16" and json.loads(state.read_text())["step"] == 4
     monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: False)
     assert run_train(settings, 0, out=out, stop_after_steps=3, **kw) is None
-    assert json.loads(manifest.read_text())["precision"] == "fp32" and json.loads(state.read_text())["step"] == 2
+    assert json.loads(manifest.read_text())["precision"] == "fp32" and json.loads(state.read_text())["step"] == 3
 
 
 def test_training_seed_changes_only_the_draws(looped, tmp_path):

@@ -117,7 +117,7 @@ def run_train(
     """Train one round from `init` (a base encoder directory, or a saved bi-encoder) into `out`; per-step
     losses go to `log_dir` (dvclive's file layout) with `summary.json` and `loss.png`, written beside it
     (``.<name>.live``) and swapped in when the run ends, a checkpoint beside `out` (``.<name>.partial``)
-    every `train.checkpoint_steps` steps. Returns None on processes other than
+    every `train.checkpoint_seconds`. Returns None on processes other than
     rank 0 and when `stop_after_steps` stopped the run early (tests use it to simulate a kill)."""
     cfg = settings.train
     tasks = settings.training_tasks()

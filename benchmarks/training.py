@@ -9,7 +9,8 @@ processes falls on both alike. Each step's time is `time.perf_counter()` around 
 
 Dropout masks are drawn per forward chunk, so the two runs' random draws, and hence their losses,
 differ after step 0; the script also checks, with dropout off, that the chunked embeddings equal the
-one-batch ones (max |diff|), which is what makes the change a pure saving.
+one-batch ones (max |diff|), which is what makes the change a pure saving. `--epr` times the EPR
+baseline's steps (`epr_train_settings`: two candidates a query, both encoders learn) instead of UDR's.
 
     .venv/bin/python benchmarks/training.py --steps 12
 """
@@ -40,6 +41,11 @@ def main() -> None:
         default="chunk",
         help="chunk: one padded batch against length-sorted chunks; dtype: train.dtype fp32 against bf16",
     )
+    ap.add_argument(
+        "--epr",
+        action="store_true",
+        help="the EPR baseline's steps (two candidates a query, both encoders learn) instead of UDR's",
+    )
     args = ap.parse_args()
 
     import torch
@@ -47,11 +53,14 @@ def main() -> None:
     from benchmarks.lm_throughput import cpu_name
     from udr.config import load_settings
     from udr.project.training import build_trainer, load_scored_queries
+    from udr.retriever.recipes import epr_train_settings
     from udr.retriever.sampling import TaskSampler
     from udr.retriever.training import train_step
     from udr.util.distributed import Distributed
 
     base = load_settings(args.params, args.set)
+    if args.epr:
+        base = base.model_copy(update={"train": epr_train_settings(base.train)})
     if args.compare == "chunk":
         variants = {"one padded batch (0)": {"length_chunk": 0}, f"length-sorted chunks ({args.chunk})": {}}
         variants = {n: {"length_chunk": args.chunk, **v} for n, v in variants.items()}
@@ -86,9 +95,11 @@ def main() -> None:
         with torch.no_grad():
             diff = (encoder.embed(texts, "demo") - encoder.embed(texts, "demo", chunk=args.chunk)).abs().max().item()
 
+    recipe = "EPR's (both encoders learn)" if args.epr else "UDR's"
+    candidates = 2 if args.epr else base.train.candidates_per_query
     print(
-        f"tasks {', '.join(tasks)}; {args.steps} steps of {base.train.batch_size} queries x "
-        f"{base.train.candidates_per_query} candidates, micro-batch {base.train.micro_batch}; torch threads "
+        f"tasks {', '.join(tasks)}; {args.steps} of {recipe} steps of {base.train.batch_size} queries x "
+        f"{candidates} candidates, micro-batch {base.train.micro_batch}; torch threads "
         f"{torch.get_num_threads()}\n"
     )
     print(f"CPU: {cpu_name()}")

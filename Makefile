@@ -17,11 +17,13 @@ PIP = $(VENV)/bin/pip --disable-pip-version-check -q
 # uv installs the extras: it resolves and downloads in parallel (the pipeline's ~100 packages in ~10 s, where
 # pip took ~70 on 2 cores; notebook/2026-12-intel-speed.md), torch held at the build pip installed from TORCH. pip does
 # where uv is missing or fails: uv reads no pip.conf, so an index that only pip.conf names is pip's to use.
+# uv compiles the bytecode at install, as pip does: where PYTHONDONTWRITEBYTECODE is set, each stage's process
+# would otherwise compile every module it imports again (about 2 s a process; notebook/2026-12-amx-speed.md).
 UV_PACKAGE ?= uv==0.13.9
 UV = $(VENV)/bin/uv
 TORCH_PIN = $(VENV)/torch-pin.txt
 define venv_install
-	{ test -x $(UV) && $(UV) pip install -q --python $(VENV)/bin/python -c $(TORCH_PIN) $(1); } || $(PIP) install $(1)
+	{ test -x $(UV) && $(UV) pip install -q --compile-bytecode --python $(VENV)/bin/python -c $(TORCH_PIN) $(1); } || $(PIP) install $(1)
 endef
 STAMP = $(VENV)/.udr-installed
 DEV_STAMP = $(VENV)/.udr-dev-installed

@@ -332,16 +332,31 @@ def _changed_stages(root: Path, env: dict) -> set[str]:
     return {stage for stage, changes in status.items() if changes != ["always changed"]}
 
 
+def test_dvc_ignores_the_bytecode_beside_the_code_deps():
+    """Python writes `__pycache__/` into udr/'s subpackages, every stage's code deps, wherever
+    PYTHONDONTWRITEBYTECODE is unset; DVC must hash the sources alone, or a stage's first run would make
+    every later stage stale, and every clean clone differ from the lock (a .pyc holds its source's mtime)."""
+    from dvc.repo import Repo
+
+    with Repo(str(REPO)) as repo:
+        assert repo.dvcignore.is_ignored_file(str(REPO / "udr" / "data" / "__pycache__" / "tasks.cpython-311.pyc"))
+        assert not repo.dvcignore.is_ignored_file(str(REPO / "udr" / "data" / "tasks.py"))
+
+
 @pytest.mark.slow
 def test_what_a_change_re_runs(tmp_path, data_dir):
-    """On a tiny real pipeline (with an unseen task): a second look finds nothing stale; an evaluation
-    parameter re-runs only the evaluations; a training parameter only training; a task's template or
-    instruction the task's data, its LM scoring, training and every evaluation; a new task declaration
-    in data/tasks the data preparation (whose unchanged outputs stop it there)."""
+    """On a tiny real pipeline (with an unseen task), its stages writing bytecode beside their code: a second
+    look finds nothing stale; an evaluation parameter re-runs only the evaluations; a training parameter only
+    training; a task's template or instruction the task's data, its LM scoring, training and every
+    evaluation; a new task declaration in data/tasks the data preparation (whose unchanged outputs stop it
+    there)."""
     root, params = tiny_pipeline_project(tmp_path, data_dir)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     env.pop("UDR_DATA_DIR", None)
+    # The stages run the project's copy of udr/, and write bytecode beside it, as on most machines.
+    env["PYTHONPATH"] = str(root)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     dvc = str(Path(sys.executable).with_name("dvc"))
     subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=root, env=env, check=True)
     done = subprocess.run([dvc, "repro"], cwd=root, env=env, capture_output=True, text=True)

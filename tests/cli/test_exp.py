@@ -27,6 +27,14 @@ def test_cli_dry_runs_print_the_dvc_commands(run_cli):
     )
     code, _, err = run_cli(["exp", "ablations", "--only", "nope"], REPO)
     assert code == 1 and "unknown experiment nope" in err
+    code, out, err = run_cli(["exp", "seeds", "--dry", "--only", "dr-target-seed-2"], REPO)
+    assert code == 0, err
+    assert out.splitlines() == [
+        "dvc exp run -n dr-target-seed-2 -S train.seed=2 -S 'evaluate.shots_tasks=[]' --queue evaluate@dr-target",
+        "dvc queue start -j 1",
+    ]
+    code, out, err = run_cli(["exp", "seeds", "--dry", "--only", "seed-3"], REPO)
+    assert code == 1 and out == "" and "unknown experiment seed-3; known: seed-1, dr-target-seed-1" in err
 
 
 def test_cli_exp_overrides_are_validated_before_dvc_runs(run_cli):

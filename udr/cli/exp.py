@@ -165,6 +165,7 @@ def exp_signal_cmd(params: ParamsOpt = Path("params.yaml")) -> None:
 @exp_app.command("seeds")
 def exp_seeds_cmd(
     seed: SeedOpt = None,
+    only: OnlyOpt = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Experiments at a time.")] = 1,
     missing: MissingOpt = False,
     table: Annotated[bool, typer.Option("--table", help="Only write the table from the saved experiments.")] = False,
@@ -174,7 +175,10 @@ def exp_seeds_cmd(
     from udr.experiments.seeds import SEEDS, run_seeds, write_seeds
 
     seeds = tuple(seed or SEEDS)
-    out = write_seeds(Path("."), seeds) if table else run_seeds(Path("."), seeds, jobs=jobs, missing=missing, dry=dry)
+    if table:
+        out = write_seeds(Path("."), seeds)
+    else:
+        out = run_seeds(Path("."), seeds, only=only, jobs=jobs, missing=missing, dry=dry)
     if out is not None:
         console().print(f"-> {out}")
 

@@ -182,14 +182,19 @@ def row_intervals(root: Path, experiments, saved: dict[str, str], results: dict,
     return {key: versus[1] for key, versus in compare_revisions(root, complete, head, seed).items()}
 
 
-def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False, dry=False, tasks=None) -> Path:
-    """Run an analysis's experiments (`only` some; with `missing`, those not saved yet) and write its
-    table, `metrics/<name>.md`, after each; returns the table's path."""
-    chosen = [e for e in experiments if not only or e.name in only]
+def chosen_experiments(experiments, only=None) -> list[Experiment]:
+    """Those of `experiments` named in `only` (all without it); a name none has is an error listing the known."""
     unknown = set(only or []) - {e.name for e in experiments}
     if unknown:
         known = ", ".join(e.name for e in experiments)
         raise UdrError(f"unknown experiment {listed(sorted(unknown))}; known: {known}")
+    return [e for e in experiments if not only or e.name in only]
+
+
+def run_analysis(root: Path, name: str, experiments, *, only=None, missing=False, dry=False, tasks=None) -> Path:
+    """Run an analysis's experiments (`only` some; with `missing`, those not saved yet) and write its
+    table, `metrics/<name>.md`, after each; returns the table's path."""
+    chosen = chosen_experiments(experiments, only)
     if missing:
         done = saved_experiments(root)
         chosen = [e for e in chosen if e.name not in done]

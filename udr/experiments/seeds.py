@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
 from udr.evaluation.claims import BOOTSTRAP_RESAMPLES, CLAIM_MARGIN
-from udr.experiments.analyses import Experiment, queue_experiments
+from udr.experiments.analyses import Experiment, chosen_experiments, queue_experiments
 from udr.experiments.dvc import (
     SavedScorers,
     commit_time,
@@ -112,13 +112,16 @@ def seed_experiments(seeds=SEEDS) -> tuple[Experiment, ...]:
     )
 
 
-def run_seeds(root: Path, seeds=SEEDS, *, jobs: int = 1, missing: bool = False, dry: bool = False) -> Path | None:
-    """Queue and run the seeds' experiments (with `missing`, only those not saved yet), then write the table;
-    returns its path (None on a dry run)."""
+def run_seeds(
+    root: Path, seeds=SEEDS, *, only=None, jobs: int = 1, missing: bool = False, dry: bool = False
+) -> Path | None:
+    """Queue and run the seeds' experiments (`only` those named, e.g. DR-Target's alone after a change to it;
+    with `missing`, only those not saved yet), then write the table; returns its path (None on a dry run)."""
     from udr.config import load_settings
 
     settings = load_settings(root / "params.yaml")
-    queue_experiments(root, settings, seed_experiments(seeds), jobs=jobs, missing=missing, dry=dry)
+    experiments = chosen_experiments(seed_experiments(seeds), only)
+    queue_experiments(root, settings, experiments, jobs=jobs, missing=missing, dry=dry)
     if dry:
         return None
     keep_seed_evaluations(root, seeds)

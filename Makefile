@@ -1,5 +1,5 @@
 # Two entry points for a fresh machine (2 CPU cores, no GPU, package registries only):
-#   make run   - install into .venv, then `dvc repro` the default configuration
+#   make run   - install into .venv, then reproduce the default configuration (`udr repro`: dvc repro, stages at once)
 #   make test  - install into .venv, then run the test suite (the command CI runs)
 PYTHON ?= python3
 VENV ?= .venv
@@ -50,9 +50,10 @@ install-dev: $(DEV_STAMP)
 install-transfer: install-dev
 	$(PIP) install --no-deps $(TRANSFER_PACKAGES)
 
-# Ends with the results table the README shows (metrics/headline.md, copied into the README).
+# `dvc repro` with independent stages at once (`udr repro`: cores / threads of them; the same results as
+# `dvc repro`). Ends with the results table the README shows (metrics/headline.md, copied into the README).
 run: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/udr repro
 	$(VENV)/bin/python docs/sync_readme.py
 	cat metrics/headline.md
 

@@ -136,7 +136,7 @@ def test_the_precision_stage_runs_every_time_and_writes_a_file_per_section():
     stage = _stages()["precision"]
     assert stage["always_changed"] is True
     assert [next(iter(o)) for o in stage["outs"]] == [f"data/precision/{s}.json" for s in SECTIONS]
-    assert set(stage["params"]) == {f"{s}.{key}" for s in SECTIONS for key in ("device", "dtype")}
+    assert set(stage["params"]) == {f"{s}.{key}" for s in SECTIONS for key in ("device", "dtype", "threads")}
     assert {_precision_sections(c) != set() for c in ("score", "train", "evaluate")} == {True}
 
 
@@ -162,9 +162,10 @@ def test_dvc_yaml_evaluates_every_method_of_the_config():
     assert tuple(retrievers) == METHODS
 
 
-# Train settings that change where or how often training runs, never the trained model; and final_alpha, which
+# Train settings that change where or how often training runs (threads: through data/precision/train.json), never
+# the trained model's recipe; and final_alpha, which
 # `udr index` reads (a param of the index stage, tested below), not training.
-TRAIN_NOT_RECIPE = {"checkpoint_seconds", "device", "final_alpha"}
+TRAIN_NOT_RECIPE = {"checkpoint_seconds", "device", "threads", "final_alpha"}
 
 
 # Settings a stage's code reads (`settings.<section>.<key>`) that are no input of what it writes, and why.
@@ -172,6 +173,9 @@ READ_NOT_AN_INPUT = {
     "models.encoder": "the base encoder's name: its folder models/base/encoder is the dep",
     "train.check_round": "a method: the round's own check",
     "train.device": "resolved into data/precision/train.json, the dep",
+    "train.threads": "resolved into data/precision/train.json, the dep",
+    "score.threads": "resolved into data/precision/score.json, the dep",
+    "evaluate.threads": "resolved into data/precision/evaluate.json, the dep",
     "train.rounds": "train.later_rounds's rounds",
     "score.shipped": "read for round 0 only, which `score` (not `rescore`) runs",
 }

@@ -33,6 +33,13 @@ CandidateField = Literal["paper", "input", "target"]
 ScoreInstruction = Literal["none", "prefix"]
 Dtype = Literal["auto", "fp32", "bf16"]
 Device = Literal["auto", "cpu", "cuda"]
+
+# The torch threads of a section's stages: a matrix product's sums split among threads add up in another order,
+# so results' last bits depend on the count; a fixed count gives the same bits on machines of any core count.
+THREADS_HELP = (
+    "torch threads of this section's stage processes (0: one per core). Trained weights, LM scores and "
+    "predictions depend on the number in their last bits; `udr repro` runs cores/threads stages at once."
+)
 LossMode = Literal["paper", "published", "distill", "anchored"]
 LOSS_MODES: tuple[str, ...] = get_args(LossMode)
 Sampling = Literal["uniform", "published", "epr"]
@@ -138,6 +145,7 @@ class ScoreSettings(_Strict):
         "with AVX-512 BF16), fp32 elsewhere.",
     )
     device: Device = "auto"
+    threads: int = Field(1, ge=0, description=THREADS_HELP)
     shipped: str = Field(
         "data/feedback/round0",
         min_length=1,
@@ -295,6 +303,7 @@ class TrainSettings(_Strict):
         "it is faster (AMX, or AMD with AVX-512 BF16), fp32 elsewhere.",
     )
     device: Device = "auto"
+    threads: int = Field(1, ge=0, description=THREADS_HELP)
 
     @field_validator("later_rounds")
     @classmethod
@@ -424,6 +433,7 @@ class EvaluateSettings(_Strict):
     )
     dtype: Dtype = Field("auto", description="As score.dtype: the LM's precision (auto: the machine's faster).")
     device: Device = "auto"
+    threads: int = Field(1, ge=0, description=THREADS_HELP)
 
     def label_settings(self, method: str) -> LabelSettings:
         """The label-aware selection of `method` (METHOD or METHOD+labels): its own, else `labels`."""

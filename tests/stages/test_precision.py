@@ -1,4 +1,4 @@
-"""The `udr precision` stage: one file per section with the device and precision its params resolve to on
+"""The `udr precision` stage: one file per section with the device, precision and threads its params resolve to on
 this machine, and the committed files are what the kind the committed results were made on writes."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _files(settings) -> dict[str, dict]:
 def test_auto_is_written_as_the_cpu_kind_resolves_it(settings, bf16_kernels, monkeypatch, prefers, dtype):
     monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: prefers)
     resolved = run_precision(settings)
-    assert resolved == {s: {"device": "cpu", "dtype": dtype} for s in SECTIONS}
+    assert resolved == {s: {"device": "cpu", "dtype": dtype, "threads": 1} for s in SECTIONS}
     assert _files(settings) == resolved
 
 
@@ -55,6 +55,12 @@ def test_a_kind_resolving_otherwise_changes_the_files_bytes_and_only_a_sections_
     assert written(["train.dtype=bf16"]) == {**fp32, "train": bf16["train"]}
 
 
+def test_threads_are_written_and_zero_is_this_machines_core_count(settings, bf16_kernels, monkeypatch):
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: 6)
+    resolved = run_precision(load_settings(settings.root / "params.yaml", ["train.threads=0", "score.threads=3"]))
+    assert {s: facts["threads"] for s, facts in resolved.items()} == {"score": 3, "train": 6, "evaluate": 1}
+
+
 def test_the_committed_files_are_the_committed_results_kinds(settings, bf16_kernels, monkeypatch):
     """The committed results were made in bf16 on a CPU (an AMD EPYC with AVX-512 BF16, where `dtype: auto`
     is bf16): dvc.lock's entries of data/precision/ must be what the stage writes there with params.yaml,
@@ -69,7 +75,7 @@ def test_the_committed_files_are_the_committed_results_kinds(settings, bf16_kern
 def test_the_command_prints_each_sections_resolution_and_refuses_a_bad_dtype(settings, bf16_kernels, run_cli):
     code, _, err = run_cli(["precision", "-S", "evaluate.dtype=fp32", "-S", "train.dtype=bf16"], settings.root)
     assert code == 0 and "evaluate: fp32 on cpu" in err and "train: bf16 on cpu" in err  # messages: stderr
-    assert _files(settings)["evaluate"] == {"device": "cpu", "dtype": "fp32"}
+    assert _files(settings)["evaluate"] == {"device": "cpu", "dtype": "fp32", "threads": 1}
     before = settings.paths.precision("evaluate").read_bytes()
     code, _, err = run_cli(["precision", "-S", "evaluate.dtype=fp16"], settings.root)
     assert code != 0 and "evaluate.dtype" in err and len(err.strip().splitlines()) == 1

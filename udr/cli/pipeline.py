@@ -122,13 +122,13 @@ def models_cmd(
 
 @app.command("precision")
 def precision_cmd(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = None) -> None:
-    """Write the device and precision each of score, train and evaluate resolves to on this machine
+    """Write the device, precision and threads each of score, train and evaluate resolves to on this machine
     (data/precision/<section>.json): DVC re-runs the stages that compute in one where it changes."""
     from udr.stages.precision import run_precision
 
     settings = load(params, set_)
     for section, facts in run_precision(settings).items():
-        console().print(f"{section}: {facts['dtype']} on {facts['device']}")
+        console().print(f"{section}: {facts['dtype']} on {facts['device']}, {facts['threads']} thread(s)")
 
 
 @app.command("candidates")

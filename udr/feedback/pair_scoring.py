@@ -16,7 +16,6 @@ commands light.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from udr.lm.packed import make_scorer
 from udr.lm.prompt import PromptBuilder
 from udr.lm.scorer import BatchStats
 from udr.paths import round_label, summary_file
-from udr.util.distributed import Distributed, resolve_lm_precision
+from udr.util.distributed import Distributed, resolve_lm_precision, use_threads
 from udr.util.files import check_output_path, file_sha256, write_json_atomic, write_parquet_atomic
 from udr.util.machine import machine_kind
 from udr.util.progress import progress_bar
@@ -187,8 +186,8 @@ def score_shards(
     import torch
 
     cfg = setup.score
-    if device_type == "cpu" and dist.world > 1:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.world))
+    if device_type == "cpu":
+        use_threads(cfg.threads, dist.world)
     device = torch.device(f"cuda:{dist.local_rank}" if device_type == "cuda" else "cpu")
     model, tokenizer = load_causal_lm(setup.lm_dir)
     model.to(device)

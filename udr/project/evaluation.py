@@ -20,7 +20,7 @@ from udr.retriever.encoder import SETTINGS_NAME, task_model_dir
 from udr.retriever.index import model_fingerprint
 from udr.retriever.label_selection import LabelSelection
 from udr.retriever.search import PoolRetriever
-from udr.util.distributed import resolve_device_type
+from udr.util.distributed import resolve_device_type, use_threads
 from udr.util.schemas import PreparedMeta, read_model
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 def language_model(settings: Settings) -> LanguageModel:
     """The inference LM: `evaluate.lm` where set (resolved once, next to the scoring LM), else the
-    scoring LM of `udr models`; on `evaluate.device` in `evaluate.dtype`."""
+    scoring LM of `udr models`; on `evaluate.device` in `evaluate.dtype`, with `evaluate.threads` torch threads."""
+    use_threads(settings.evaluate.threads)
     if settings.evaluate.lm:
         lm_dir = resolve_model(settings.evaluate.lm, settings.paths.base_model("eval_lm"), kind="lm")
     else:
@@ -41,7 +42,8 @@ def retriever_setup(settings: Settings, method: str | None = None) -> RetrieverS
     """The project's seed, `evaluate.device` and `mine.batch_size` to embed pools and queries with, and the
     label-aware selection of `method` (`evaluate.label_settings`, for a `METHOD+labels` method); the
     device is resolved (and checked) only where `method` embeds (sbert, epr, udr; None: a bi-encoder of
-    one's own): random and BM25 embed nothing, and run whatever it says."""
+    one's own): random and BM25 embed nothing, and run whatever it says. Sets `evaluate.threads`."""
+    use_threads(settings.evaluate.threads)
     embeds = method is None or settings.paths.method_model(method) is not None
     device = resolve_device_type(settings.evaluate.device, "evaluate.device") if embeds else "cpu"
     return RetrieverSetup(

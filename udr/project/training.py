@@ -35,7 +35,7 @@ from udr.retriever.training import (
     train_steps,
     training_queries,
 )
-from udr.util.distributed import Distributed, resolve_device_type, resolve_lm_precision
+from udr.util.distributed import Distributed, resolve_device_type, resolve_lm_precision, use_threads
 from udr.util.files import file_sha256, remove
 from udr.util.resume import open_partial, partial_dir
 
@@ -128,6 +128,7 @@ def run_train(
     device_type = resolve_device_type(cfg.device, "train.device")
     _, dtype = resolve_lm_precision(device_type, cfg.dtype, "train")
     dp = Distributed(device_type)
+    use_threads(cfg.threads, dp.world)
     partial = partial_dir(out)
     fingerprint = {
         "round": round_,

@@ -25,7 +25,7 @@ from udr.retriever.index import (
     save_embeddings,
 )
 from udr.retriever.record import read_record, rebase_project, write_record, writing_model
-from udr.util.distributed import resolve_device_type
+from udr.util.distributed import resolve_device_type, use_threads
 from udr.util.files import building_dir, check_no_links_out, file_sha256, write_atomic, write_json_atomic
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ def _write_index(
         if folder.is_dir():
             check_no_links_out(folder)
     device = resolve_device_type(settings.train.device, "train.device")
+    use_threads(settings.train.threads)
     label = settings.train.rounds[-1] if model is None else str(src)
     if tasks is None:
         with building_dir(dst) as tmp:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
-from udr.util.distributed import resolve_device_type
+from udr.util.distributed import resolve_device_type, use_threads
 from udr.util.files import write_json_atomic, write_parquet_atomic
 from udr.util.readers import read_parquet_checked
 
@@ -69,6 +69,7 @@ def run_mine(settings: Settings, task_name: str, round_: int, *, progress: bool 
     if k < 1:
         raise UdrError(f"{task_name}: the pool has {len(pool)} rows, too few to mine from")
     device = resolve_device_type(settings.train.device, "train.device")
+    use_threads(settings.train.threads)
     encoder = BiEncoder.load(model_dir).to(device)
     pair = {"query_id": "integer", "candidate_id": "integer"}
     again = f"run round {round_ - 1} again"

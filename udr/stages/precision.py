@@ -1,5 +1,5 @@
-"""The `udr precision` stage: the device and precision that each section computing with a model (`score`,
-`train`, `evaluate`) resolves its `device` and `dtype` to on this machine, one file per section
+"""The `udr precision` stage: the device, precision and torch threads that each section computing with a model
+(`score`, `train`, `evaluate`) resolves its `device`, `dtype` and `threads` to on this machine, one file per section
 (data/precision/<section>.json).
 
 `dtype: auto` resolves per CPU kind (:func:`udr.util.distributed.resolve_lm_precision`), so the same params
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from udr.util.distributed import resolve_lm_precision
+from udr.util.distributed import resolve_lm_precision, resolve_threads
 from udr.util.files import json_text, write_text_atomic
 
 if TYPE_CHECKING:
@@ -24,12 +24,13 @@ SECTIONS = ("score", "train", "evaluate")
 
 
 def resolved_precisions(settings: Settings) -> dict[str, dict[str, str]]:
-    """{section: {"device": cpu | cuda, "dtype": bf16 | fp32}} as this machine resolves the params."""
+    """{section: {"device": cpu | cuda, "dtype": bf16 | fp32, "threads": N}} as this machine resolves the params
+    (threads 0: this machine's core count, so a machine with another count re-runs the section's stages)."""
     resolved = {}
     for section in SECTIONS:
         cfg = getattr(settings, section)
         device_type, dtype = resolve_lm_precision(cfg.device, cfg.dtype, section)
-        resolved[section] = {"device": device_type, "dtype": dtype}
+        resolved[section] = {"device": device_type, "dtype": dtype, "threads": resolve_threads(cfg.threads)}
     return resolved
 
 

@@ -23,6 +23,22 @@ def resolve_device_type(want: str, key: str) -> str:
     return "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
 
 
+def resolve_threads(threads: int, world: int = 1) -> int:
+    """The torch threads a stage process computes with for a section's `threads` parameter: the number, or
+    (0) one per core shared among the `world` processes of a torchrun launch."""
+    return threads if threads > 0 else max(1, (os.cpu_count() or 1) // world)
+
+
+def use_threads(threads: int, world: int = 1) -> int:
+    """Set torch's intra-op threads for this process as `threads` resolves (:func:`resolve_threads`); returns
+    the number. Results' last bits depend on it (a sum split among threads adds up in another order)."""
+    import torch
+
+    resolved = resolve_threads(threads, world)
+    torch.set_num_threads(resolved)
+    return resolved
+
+
 def resolve_lm_precision(device: str, dtype: str, section: str) -> tuple[str, str]:
     """(device type, dtype) for a stage's `device` and `dtype` parameters: dtype auto means bf16 autocast
     on a GPU that supports it or on a CPU where it is the faster precision

@@ -1,0 +1,35 @@
+"""`udr repro`: the DVC pipeline with several stages at once (:mod:`udr.workflows.repro`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from udr.cli.app import app, load
+
+
+@app.command("repro")
+def repro_cmd(
+    targets: Annotated[
+        list[str] | None, typer.Argument(help="Stages to reproduce, with what they depend on (default: all).")
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Stages at once (default: the cores over the largest `threads` of score, train and evaluate). "
+            "Results do not depend on it; 1 is `dvc repro`.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Reproduce the DVC pipeline (`dvc repro`) of params.yaml here, running independent stages at once."""
+    from udr.workflows.repro import default_jobs, run_repro
+
+    settings = load(Path("params.yaml"), None)
+    run_repro(settings.root, list(targets or []), jobs or default_jobs(settings, os.cpu_count() or 1))

@@ -117,3 +117,28 @@ def test_make_run_times_a_clean_clone(tmp_path, rc):
         again.stderr.strip()
         == f"benchmarks/make_run.sh: error: {clone} exists; give a new directory beside the checkout"
     )
+
+
+def test_stages_run_at_once_add_their_own_seconds(tmp_path):
+    log = tmp_path / "make-run.log"
+    log.write_text(
+        "1000 .venv/bin/pip install torch\n"
+        "1060 Running stage 'precision':\n"
+        "1066 Stage 'prepare@sst2' didn't change, skipping\n"
+        "1070 7 stage(s) may run, 2 at a time (each stage's output: .dvc/tmp/repro/<stage>.log)\n"
+        "1100 [1/7] prepare@sst2: unchanged (1.5s)\n"
+        "1190 [2/7] train_epr@sst2: ran (120.0s)\n"
+        "1250 [3/7] train_dr_target@sst2: ran (180.0s)\n"
+        "1310 [4/7] train_epr@trec: ran (120.0s)\n"
+        "1400 \tElapsed (wall clock) time (h:mm:ss or m:ss): 6:40\n"
+    )
+    out = _times(log)
+    assert out.returncode == 0, out.stderr
+    rows = _rows(out.stdout)
+    assert list(rows) == ["install", "precision", "train_epr", "train_dr_target", "total"]
+    assert rows["install"] == ["", "1.0"]
+    assert rows["precision"] == ["1", "0.2"]  # until the stages at once began
+    assert rows["train_epr"] == ["2", "4.0"]  # each stage's own seconds, added up
+    assert rows["train_dr_target"] == ["1", "3.0"]
+    assert rows["total"] == ["4", "6.7"]
+    assert "prepare@sst2" in out.stdout.splitlines()[-1]

@@ -70,3 +70,17 @@ def test_bf16_on_a_cpu_with_bf16_kernels_says_nothing(monkeypatch):
 
 def test_the_kernel_check_answers_a_bool():
     assert isinstance(distributed.cpu_has_bf16_kernels(), bool)
+
+
+def test_threads_are_the_parameter_or_the_cores_shared_among_processes(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: 8)
+    assert distributed.resolve_threads(3) == 3 and distributed.resolve_threads(3, world=4) == 3
+    assert distributed.resolve_threads(0) == 8 and distributed.resolve_threads(0, world=3) == 2
+    assert distributed.resolve_threads(0, world=16) == 1
+    before = torch.get_num_threads()
+    try:
+        assert distributed.use_threads(1) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

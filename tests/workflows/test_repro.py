@@ -129,3 +129,11 @@ def test_an_unknown_stage_is_a_one_line_error(tmp_path):
     _dvc_project(tmp_path)
     with pytest.raises(UdrError, match="unknown stage 'nope'"):
         plan_stages(tmp_path, ["nope"])
+
+
+def test_a_folder_without_a_pipeline_is_a_one_line_error(tmp_path):
+    with pytest.raises(UdrError, match="no dvc.yaml in"):
+        plan_stages(tmp_path, [])
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    with pytest.raises(UdrError, match="not a DVC repository"):
+        plan_stages(tmp_path, [])

@@ -62,11 +62,20 @@ def plan_stages(root: Path, targets: list[str], *, status: bool = True) -> Stage
     """Steps 1-2's reading of the pipeline (DVC's graph and, with `status`, its status): the always-changed
     stages to run first, then every stage that is changed or downstream of a changed one, among `targets` and
     what they depend on (all stages when there are none)."""
-    import networkx as nx
-    from dvc.repo import Repo
-
+    try:
+        import networkx as nx
+        from dvc.exceptions import NotDvcRepoError
+        from dvc.repo import Repo
+    except ImportError as exc:
+        raise UdrError(f"dvc is not installed ({exc.name}): `make install` installs the pipeline's extras") from exc
+    if not (root / "dvc.yaml").is_file():
+        raise UdrError(f"no dvc.yaml in {root}: run `udr repro` in the project's folder")
     # a stage's address (`train_epr@sst2`, `dir/dvc.yaml:name`) is relative to the working directory
-    with contextlib.chdir(root), Repo(".") as repo:
+    with contextlib.chdir(root), contextlib.ExitStack() as stack:
+        try:
+            repo = stack.enter_context(Repo("."))
+        except NotDvcRepoError as exc:
+            raise UdrError(f"{root} is not a DVC repository (no .dvc/): `dvc init` makes one") from exc
         graph = repo.index.graph  # an edge runs from a stage to one it depends on
         named = {stage.addressing: stage for stage in graph}
         unknown = [t for t in targets if t not in named]

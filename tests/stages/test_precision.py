@@ -62,9 +62,9 @@ def test_threads_are_written_and_zero_is_this_machines_core_count(settings, bf16
 
 
 def test_the_committed_files_are_the_committed_results_kinds(settings, bf16_kernels, monkeypatch):
-    """The committed results were made in bf16 on a CPU (an AMD EPYC with AVX-512 BF16, where `dtype: auto`
-    is bf16): dvc.lock's entries of data/precision/ must be what the stage writes there with params.yaml,
-    else a `dvc repro` on that kind would re-run every evaluation."""
+    """The committed results were made in bf16 on a CPU (an Intel Xeon with AMX, where `dtype: auto` is bf16)
+    with one thread a stage: dvc.lock's entries of data/precision/ must be what the stage writes there with
+    params.yaml, else a `dvc repro` on that kind would re-run every evaluation."""
     monkeypatch.setattr(distributed, "cpu_prefers_bf16", lambda: True)
     run_precision(settings)
     for section in SECTIONS:

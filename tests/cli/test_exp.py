@@ -35,6 +35,8 @@ def test_cli_dry_runs_print_the_dvc_commands(run_cli):
     ]
     code, out, err = run_cli(["exp", "seeds", "--dry", "--only", "seed-3"], REPO)
     assert code == 1 and out == "" and "unknown experiment seed-3; known: seed-1, dr-target-seed-1" in err
+    code, out, err = run_cli(["exp", "seeds", "--table", "--only", "seed-1"], REPO)  # the table is every seed's
+    assert code == 1 and out == "" and "--table writes the table of every saved seed" in err
 
 
 def test_cli_exp_overrides_are_validated_before_dvc_runs(run_cli):

@@ -175,6 +175,8 @@ def exp_seeds_cmd(
     from udr.experiments.seeds import SEEDS, run_seeds, write_seeds
 
     seeds = tuple(seed or SEEDS)
+    if table and (only or missing or dry):
+        raise UdrError("--table writes the table of every saved seed; --only, --missing and --dry choose what runs")
     if table:
         out = write_seeds(Path("."), seeds)
     else:

@@ -1,4 +1,7 @@
-"""`udr repro`: the DVC pipeline with several stages at once (:mod:`udr.workflows.repro`)."""
+"""`udr repro`: the DVC pipeline with several stages at once (:mod:`udr.workflows.repro`).
+
+Imports of udr.workflows.repro (DVC's) are inside the functions that use them, to keep `udr`'s start light.
+"""
 
 from __future__ import annotations
 

@@ -45,6 +45,12 @@ def dvc_args(*args: str) -> list[str]:
     return [dvc_executable(), *args]
 
 
+def dvc_env() -> dict[str, str]:
+    """The environment to run DVC in: DVC's queue workers start `dvc` and the stages start `udr` by name, so
+    this Python's scripts come first on PATH."""
+    return {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+
+
 def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = False, env: dict | None = None) -> str:
     """Run `dvc ARGS` in `root` (output streamed unless `capture`; `env`: variables set for it beside the
     process's); a failure is one UdrError line."""
@@ -52,11 +58,7 @@ def run_dvc(args: list[str], root: Path, *, capture: bool = False, dry: bool = F
     if dry:
         print(" ".join(shlex.quote(a) for a in ["dvc", *args]))
         return ""
-    # DVC's queue workers start `dvc` and the stages start `udr` by name: this Python's scripts come first.
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    done = subprocess.run(
-        cmd, cwd=root, text=True, capture_output=capture, env={**os.environ, "PATH": path, **(env or {})}
-    )
+    done = subprocess.run(cmd, cwd=root, text=True, capture_output=capture, env={**dvc_env(), **(env or {})})
     if done.returncode != 0:
         why = _dvc_error_line(done.stderr or "") if capture else ""
         raise UdrError(f"`dvc {' '.join(args)}` failed with exit {done.returncode}" + (f": {why}" if why else ""))

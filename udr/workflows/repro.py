@@ -1,8 +1,8 @@
 """`udr repro`: the DVC pipeline with several stages at once.
 
 `dvc repro` runs one stage at a time, and a stage's torch computes with as many threads as it is given, yet
-two cores run two one-thread trainings in about 1.2 times the time one two-thread training takes
-(docs/performance.md). Each section's `threads` parameter fixes a stage's bits whatever runs beside it, so
+two cores run two one-thread trainings side by side in 1.1 to 1.6 times the time one two-thread training
+takes alone (docs/performance.md). Each section's `threads` parameter fixes a stage's bits whatever runs beside it, so
 this runs `jobs` stages at once, each DVC's own: `dvc --wait-for-lock repro --single-item STAGE`. DVC
 releases its repository lock while a stage's command runs and takes it again to record the stage in
 dvc.lock; its read/write locks keep a stage's outputs from being read while written. The steps:
@@ -15,14 +15,14 @@ dvc.lock; its read/write locks keep a stage's outputs from being read while writ
 
 With one job it is `dvc repro`. Each stage's output goes to `.dvc/tmp/repro/<stage>.log`; a stage that fails
 stops new ones from starting, and its log's end is the error.
+
+Imports of dvc and networkx are inside the functions that use them, to keep the start of `udr` light.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
+from udr.experiments.dvc import dvc_args, dvc_env
 
 if TYPE_CHECKING:
     from udr.config import Settings
@@ -44,18 +45,6 @@ class StagePlan:
     waits_for: dict[str, set[str]]
     priority: dict[str, int] = field(default_factory=dict)
     first: list[str] = field(default_factory=list)
-
-
-def dvc_command(*args: str) -> list[str]:
-    """`dvc ARGS` with the `dvc` next to this Python (the project's venv) where there is one."""
-    here = Path(sys.executable).with_name("dvc")
-    return [str(here) if here.is_file() else "dvc", *args]
-
-
-def stage_env() -> dict[str, str]:
-    """The environment of DVC and the stages it starts: this Python's scripts (`udr`) first on PATH."""
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return {**os.environ, "PATH": path}
 
 
 def plan_stages(root: Path, targets: list[str], *, status: bool = True) -> StagePlan:
@@ -177,13 +166,13 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 def run_repro(root: Path, targets: list[str], jobs: int, say: Callable[[str], None] = print) -> None:
     """The whole run: with one job `dvc repro TARGETS`, else steps 1-3 (see the module)."""
-    env = stage_env()
+    env = dvc_env()
     if jobs <= 1:
-        if subprocess.run(dvc_command("repro", *targets), cwd=root, env=env).returncode != 0:
+        if subprocess.run(dvc_args("repro", *targets), cwd=root, env=env).returncode != 0:
             raise UdrError("dvc repro failed: its output above names the stage")
         return
     first = plan_stages(root, targets, status=False).first
-    if first and subprocess.run(dvc_command("repro", *first), cwd=root, env=env).returncode != 0:
+    if first and subprocess.run(dvc_args("repro", *first), cwd=root, env=env).returncode != 0:
         raise UdrError(f"dvc repro {' '.join(first)} failed: its output above names the stage")
     plan = plan_stages(root, targets)
     logs = root / LOG_DIR
@@ -193,7 +182,7 @@ def run_repro(root: Path, targets: list[str], jobs: int, say: Callable[[str], No
 
     def start(name: str) -> subprocess.Popen:
         with open(logs / f"{name}.log", "w") as log:
-            args = dvc_command("--wait-for-lock", "repro", "--single-item", name)
+            args = dvc_args("--wait-for-lock", "repro", "--single-item", name)
             return subprocess.Popen(args, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def on_end(name: str, code: int, seconds: float) -> None:

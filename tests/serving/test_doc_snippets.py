@@ -53,9 +53,14 @@ def snippets(page: Path) -> list[Snippet]:
             out.append(Snippet(where, code=body, shown=shown))
         elif lang == "text" and body.startswith("$ "):
             out += _transcript(body, where)
-        elif lang == "bash":  # a setup block: its `udr` commands (make and dvc build the real project)
+        elif lang == "bash":  # a setup block: its `udr` commands (make, dvc and `udr repro` build the real project)
             commands = (line.split("#")[0].strip() for line in body.splitlines())
-            out += [Snippet(where, command=shlex.split(c)[1:]) for c in commands if c.startswith("udr ")]
+            built = ("udr repro",)
+            out += [
+                Snippet(where, command=shlex.split(c)[1:])
+                for c in commands
+                if c.startswith("udr ") and not c.startswith(built)
+            ]
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 RUNNING = re.compile(r"Running stage '([^']+)'")
@@ -27,33 +28,45 @@ ENDED = re.compile(r"\[\d+/\d+\] (\S+): (ran|unchanged|failed) \((\d+(?:\.\d+)?)
 ELAPSED = re.compile(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
 
 
-def parse(lines: list[str]) -> dict:
-    """The stamped lines (second, text); the stages as they started one after the other (second, name); the
-    stages `udr repro` ran at once as they ended (second, name, seconds); the skipped stages; the second
-    stages started running at once (None: never); /usr/bin/time's elapsed seconds where the log has them."""
-    found: dict = {"stamped": [], "started": [], "ended": [], "skipped": [], "at_once": None, "elapsed": None}
+@dataclass
+class RunLog:
+    """What a stamped `make run` log says: its lines (second, text); the stages as they started one after
+    the other (second, name); the stages `udr repro` ran at once as they ended (second, name, seconds); the
+    skipped stages; the second stages began to run at once (None: never); /usr/bin/time's elapsed seconds."""
+
+    stamped: list[tuple[int, str]] = field(default_factory=list)
+    started: list[tuple[int, str]] = field(default_factory=list)
+    ended: list[tuple[int, str, float]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    at_once: int | None = None
+    elapsed: float | None = None
+
+
+def parse(lines: list[str]) -> RunLog:
+    """The log's stamped lines read (:class:`RunLog`)."""
+    log = RunLog()
     for number, line in enumerate(lines, 1):
         stamp, _, text = line.partition(" ")
         if not stamp.isdigit():
             raise ValueError(f"line {number} does not start with a stamp in epoch seconds: {line[:60]!r}")
         second = int(stamp)
-        found["stamped"].append((second, text))
+        log.stamped.append((second, text))
         if m := RUNNING.search(text):
-            found["started"].append((second, m.group(1)))
+            log.started.append((second, m.group(1)))
         elif m := SKIPPED.search(text):
-            found["skipped"].append(m.group(1))
+            log.skipped.append(m.group(1))
         elif m := ENDED.search(text):
             name, what, seconds = m.groups()
             if what == "unchanged":
-                found["skipped"].append(name)
+                log.skipped.append(name)
             else:
-                found["ended"].append((second, name, float(seconds)))
-        elif AT_ONCE.search(text) and found["at_once"] is None:
-            found["at_once"] = second
+                log.ended.append((second, name, float(seconds)))
+        elif AT_ONCE.search(text) and log.at_once is None:
+            log.at_once = second
         elif m := ELAPSED.search(text):
             hours, minutes, seconds = m.groups()
-            found["elapsed"] = int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
-    return found
+            log.elapsed = int(hours or 0) * 3600 + int(minutes) * 60 + float(seconds)
+    return log
 
 
 def row_of(stage: str) -> str:
@@ -62,21 +75,20 @@ def row_of(stage: str) -> str:
     return stage if group == "evaluate" else group
 
 
-def stage_rows(found: dict) -> list[tuple[str, int, float]]:
+def stage_rows(log: RunLog) -> list[tuple[str, int, float]]:
     """(row, stages, seconds) in the order the rows first ran, the install first."""
-    stamped, started, ended, at_once = found["stamped"], found["started"], found["ended"], found["at_once"]
-    if not started and not ended:
+    if not log.started and not log.ended:
         raise ValueError('no "Running stage" line: not the log of a `make run` that ran a stage')
+    # a stage run one after the other lasts until the next starts, or stages begin to run at once, or the log ends
+    boundaries = [second for second, _ in log.started[1:]] + [log.stamped[-1][0]]
     spans = []  # (start, name, seconds)
-    log_end = stamped[-1][0]
-    for i, (second, stage) in enumerate(started):
-        ends = [started[i + 1][0]] if i + 1 < len(started) else [log_end]
-        if at_once is not None and at_once >= second:
-            ends.append(at_once)
-        spans.append((second, stage, min(ends) - second))
-    spans += [(second - seconds, stage, seconds) for second, stage, seconds in ended]
+    for (second, stage), end in zip(log.started, boundaries, strict=True):
+        if log.at_once is not None and log.at_once >= second:
+            end = min(end, log.at_once)
+        spans.append((second, stage, end - second))
+    spans += [(second - seconds, stage, seconds) for second, stage, seconds in log.ended]
     spans.sort(key=lambda span: span[0])
-    rows: dict[str, list] = {"install": [0, spans[0][0] - stamped[0][0]]}
+    rows: dict[str, list] = {"install": [0, spans[0][0] - log.stamped[0][0]]}
     for _, stage, seconds in spans:
         row = rows.setdefault(row_of(stage), [0, 0])
         row[0] += 1
@@ -104,14 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         lines = [line for line in text.split("\n") if line.strip()]
         if not lines:
             raise ValueError("the log is empty")
-        found = parse(lines)
-        rows = stage_rows(found)
+        log = parse(lines)
+        rows = stage_rows(log)
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         print(f"benchmarks/make_run_times.py: error: {args.log}: {reason}", file=sys.stderr)
         return 1
-    stamped, elapsed = found["stamped"], found["elapsed"]
-    print(table(rows, elapsed if elapsed is not None else stamped[-1][0] - stamped[0][0], found["skipped"]))
+    total = log.elapsed if log.elapsed is not None else log.stamped[-1][0] - log.stamped[0][0]
+    print(table(rows, total, log.skipped))
     return 0
 
 

@@ -94,7 +94,8 @@ def _dvc_project(root: Path) -> None:
         "c": step("c", ["a.txt"]),
         "d": step("d", ["b.txt", "c.txt"]),
     }
-    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False))
+    # one line a command whatever the interpreter's path, so that the test's edit of one finds it
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}, sort_keys=False, width=1 << 16))
     (root / "params.yaml").write_text("seed: 1\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run([str(Path(python).with_name("dvc")), "init", "-q"], cwd=root, check=True)
@@ -118,9 +119,9 @@ def test_a_dvc_pipeline_runs_two_at_a_time_then_finds_nothing_to_do(tmp_path):
     run_repro(tmp_path, [], jobs=2, say=said.append)
     assert not [line for line in said if ": ran" in line], said
     # one stage's input changed: it and what is downstream of it may run, the rest not
-    (tmp_path / "dvc.yaml").write_text(
-        (tmp_path / "dvc.yaml").read_text().replace("sleep(0.5); pathlib.Path('b", "sleep(0.4); pathlib.Path('b")
-    )
+    pipeline = (tmp_path / "dvc.yaml").read_text()
+    assert pipeline.count("sleep(0.5); pathlib.Path('b") == 1
+    (tmp_path / "dvc.yaml").write_text(pipeline.replace("sleep(0.5); pathlib.Path('b", "sleep(0.4); pathlib.Path('b"))
     assert set(plan_stages(tmp_path, []).waits_for) == {"b", "d"}
     assert set(plan_stages(tmp_path, ["c"]).waits_for) == set()
 

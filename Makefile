@@ -57,10 +57,11 @@ run: install
 	$(VENV)/bin/python docs/sync_readme.py
 	cat metrics/headline.md
 
-# Everything from scratch: every pair of the shipped feedback scored here (score.reuse_shipped=false), as a
-# DVC experiment (`dvc exp show` compares it with the workspace).
+# Everything from scratch: every pair of the shipped feedback scored here (score.reuse_shipped=false, written
+# into params.yaml), stages at once as in `make run`; saved as the DVC experiment `reproduce` (`dvc exp show`).
 reproduce: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc exp run -S score.reuse_shipped=false
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/udr repro -S score.reuse_shipped=false
+	$(VENV)/bin/dvc exp save --force --name reproduce
 
 # ruff: lint and formatting (configured in pyproject.toml); CI runs this before the tests.
 lint: install-dev

@@ -4,12 +4,13 @@
 # that ../shared holds the task data for it as for the checkout; there `/usr/bin/time -v make run`, the
 # install of a fresh .venv included, each output line stamped with the second it came
 # (CLONE/make-run.log); then make_run_times.py's table. Run it alone on the machine, in the background: it
-# takes as long as `make run` (docs/performance.md).
+# takes as long as `make run` (docs/performance.md). TARGET=reproduce times `make reproduce` instead.
 #
 #   nohup bash benchmarks/make_run.sh [CLONE=../udr-make-run] > make-run.md 2> make-run.err &
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CLONE=${1:-$(dirname "$REPO")/udr-make-run}
+TARGET=${TARGET:-run}
 if [ -e "$CLONE" ]; then
     echo "benchmarks/make_run.sh: error: $CLONE exists; give a new directory beside the checkout" >&2
     exit 1
@@ -17,15 +18,15 @@ fi
 [ -x /usr/bin/time ] || { echo "benchmarks/make_run.sh: error: /usr/bin/time is missing (apt install time)" >&2; exit 1; }
 git clone -q "$REPO" "$CLONE"
 source "$REPO/benchmarks/cpu_line.sh"
-echo "# CPU: $(cpu_line); $(nproc) cores; commit $(git -C "$CLONE" rev-parse --short HEAD)"
+echo "# CPU: $(cpu_line); $(nproc) cores; commit $(git -C "$CLONE" rev-parse --short HEAD); make $TARGET"
 echo
 cd "$CLONE"
 set +e
-/usr/bin/time -v make run 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%s)" "$line"; done > make-run.log
+/usr/bin/time -v make "$TARGET" 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%s)" "$line"; done > make-run.log
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then
-    echo "benchmarks/make_run.sh: error: make run failed (exit $status); its log: $CLONE/make-run.log" >&2
+    echo "benchmarks/make_run.sh: error: make $TARGET failed (exit $status); its log: $CLONE/make-run.log" >&2
     exit 1
 fi
 "${PYTHON:-python3}" "$REPO/benchmarks/make_run_times.py" make-run.log

@@ -30,9 +30,19 @@ def repro_cmd(
             show_default=False,
         ),
     ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-S",
+            help="Set a parameter in params.yaml first, as `dvc exp run -S` does: key.path=value (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Reproduce the DVC pipeline (`dvc repro`) of params.yaml here, running independent stages at once."""
-    from udr.workflows.repro import default_jobs, run_repro
+    from udr.workflows.repro import default_jobs, run_repro, set_params
 
+    if overrides:
+        set_params(Path("."), overrides)
     settings = load(Path("params.yaml"), None)
     run_repro(settings.root, list(targets or []), jobs or default_jobs(settings, os.cpu_count() or 1))

@@ -176,3 +176,11 @@ def test_udr_repro_with_a_bad_override_exits_with_one_line_and_runs_nothing(tmp_
     code, _, err = run_cli(["repro", "-S", "seed=two"], tmp_path)
     assert code != 0 and len(err.strip().splitlines()) == 1 and "seed" in err
     assert (tmp_path / "params.yaml").read_text() == "seed: 1\n" and not (tmp_path / "dvc.lock").exists()
+
+
+def test_without_dvc_setting_a_param_is_a_one_line_error(tmp_path, monkeypatch):
+    (tmp_path / "params.yaml").write_text("seed: 1\n")
+    monkeypatch.setitem(sys.modules, "dvc.utils.hydra", None)
+    with pytest.raises(UdrError, match="dvc is not installed"):
+        set_params(tmp_path, ["seed=2"])
+    assert (tmp_path / "params.yaml").read_text() == "seed: 1\n"

@@ -50,6 +50,10 @@ class StagePlan:
     first: list[str] = field(default_factory=list)
 
 
+def dvc_missing(exc: ImportError) -> UdrError:
+    return UdrError(f"dvc is not installed ({exc.name}): `make install` installs the pipeline's extras")
+
+
 def plan_stages(root: Path, targets: list[str], *, status: bool = True) -> StagePlan:
     """Steps 1-2's reading of the pipeline (DVC's graph and, with `status`, its status): the always-changed
     stages to run first, then every stage that is changed or downstream of a changed one, among `targets` and
@@ -59,7 +63,7 @@ def plan_stages(root: Path, targets: list[str], *, status: bool = True) -> Stage
         from dvc.exceptions import NotDvcRepoError
         from dvc.repo import Repo
     except ImportError as exc:
-        raise UdrError(f"dvc is not installed ({exc.name}): `make install` installs the pipeline's extras") from exc
+        raise dvc_missing(exc) from exc
     if not (root / "dvc.yaml").is_file():
         raise UdrError(f"no dvc.yaml in {root}: run `udr repro` in the project's folder")
     # a stage's address (`train_epr@sst2`, `dir/dvc.yaml:name`) is relative to the working directory
@@ -171,8 +175,11 @@ def set_params(root: Path, overrides: list[str]) -> None:
     """Write `overrides` (`key.path=value`) into `root`/params.yaml as `dvc exp run -S` does: checked first (a bad
     key or value is one UdrError line and leaves the file as it was), written beside and renamed, and read back
     to the very settings the overrides give."""
-    from dvc.exceptions import InvalidArgumentError
-    from dvc.utils.hydra import apply_overrides
+    try:
+        from dvc.exceptions import InvalidArgumentError
+        from dvc.utils.hydra import apply_overrides
+    except ImportError as exc:
+        raise dvc_missing(exc) from exc
 
     from udr.config import load_settings
 

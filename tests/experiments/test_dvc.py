@@ -3,12 +3,76 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from udr.errors import UdrError
-from udr.experiments.dvc import exp_run_args, saved_experiments
+from udr.experiments.dvc import check_overrides, exp_run_args, saved_experiments, set_params
+
+
+def _params(root: Path) -> Path:
+    params = root / "params.yaml"
+    params.write_text((REPO / "params.yaml").read_text())
+    return params
+
+
+def test_set_params_writes_the_override_and_keeps_the_comments(tmp_path):
+    from udr.config import load_settings
+
+    params = _params(tmp_path)
+    comments = [line for line in params.read_text().splitlines() if line.lstrip().startswith("#")]
+    set_params(params, ["score.reuse_shipped=false", "train.threads=2"])
+    settings = load_settings(params)
+    assert (settings.score.reuse_shipped, settings.train.threads) == (False, 2)
+    assert [line for line in params.read_text().splitlines() if line.lstrip().startswith("#")] == comments
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_set_params_takes_hydras_add_and_delete_forms_as_dvc_exp_run_does(tmp_path):
+    """`++key=v` sets a key (or adds it), `~key` deletes one (its default applies), `+key=v` adds one the file
+    lacks."""
+    from udr.config import Settings, load_settings
+
+    params = _params(tmp_path)
+    set_params(params, ["++seed=5", "++train.threads=2"])
+    assert (load_settings(params).seed, load_settings(params).train.threads) == (5, 2)
+    set_params(params, ["~seed"])
+    assert not any(line.startswith("seed:") for line in params.read_text().splitlines())
+    assert load_settings(params).seed == Settings.model_fields["seed"].default
+    set_params(params, ["+seed=7"])
+    assert load_settings(params).seed == 7 and sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("score.nope=1", "score.nope: unknown key"),
+        ("train.threads=-1", "bad parameter train.threads"),
+        ("+seed=2", "An item is already at 'seed'"),
+        ("~score.nope", "'score.nope' does not exist"),
+        ("~seed=12345", "is 42 and not 12345"),
+        ("x", "bad"),
+    ],
+)
+def test_a_bad_override_is_one_line_and_leaves_params_as_they_were(tmp_path, override, says):
+    params = _params(tmp_path)
+    before = params.read_bytes()
+    with pytest.raises(UdrError) as err:
+        set_params(params, [override])
+    assert "\n" not in str(err.value) and (says is None or says in str(err.value)), err.value
+    assert params.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_check_overrides_refuses_before_dvc_starts_what_dvc_would_refuse(tmp_path):
+    params = _params(tmp_path)
+    check_overrides(params, ["train.lr=1e-5,1e-4", "~seed", "+seed=3"], sweep=True)
+    for bad in (["+seed=2"], ["~score.nope"], ["seed=1,x"]):
+        with pytest.raises(UdrError):
+            check_overrides(params, bad, sweep=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
 
 
 def test_exp_run_args_pass_overrides_and_targets_to_dvc():
@@ -222,3 +286,12 @@ def test_good_experiment_names_pass():
 
     for name in ("suite", "abl-no-instruction", "seed-1", "udr_v2.1", "A1"):
         assert check_experiment_name(name) == name
+
+
+def test_without_dvc_setting_a_param_is_a_one_line_error(tmp_path, monkeypatch):
+    params = _params(tmp_path)
+    before = params.read_bytes()
+    monkeypatch.setitem(sys.modules, "dvc.utils.hydra", None)
+    with pytest.raises(UdrError, match="dvc is not installed"):
+        set_params(params, ["seed=2"])
+    assert params.read_bytes() == before

@@ -3,7 +3,6 @@ finds something changed."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 import yaml
 
 from udr.errors import UdrError
-from udr.workflows.repro import StagePlan, chain_lengths, default_jobs, plan_stages, run_repro, run_stages, set_params
+from udr.workflows.repro import StagePlan, chain_lengths, default_jobs, plan_stages, run_repro, run_stages
 
 
 class FakeProcess:
@@ -141,46 +140,8 @@ def test_a_folder_without_a_pipeline_is_a_one_line_error(tmp_path):
         plan_stages(tmp_path, [])
 
 
-def test_set_params_writes_the_override_and_keeps_the_comments(tmp_path):
-    from tests.conftest import REPO
-    from udr.config import load_settings
-
-    params = tmp_path / "params.yaml"
-    params.write_text((REPO / "params.yaml").read_text())
-    comments = [line for line in params.read_text().splitlines() if line.lstrip().startswith("#")]
-    set_params(tmp_path, ["score.reuse_shipped=false", "train.threads=2"])
-    settings = load_settings(params)
-    assert (settings.score.reuse_shipped, settings.train.threads) == (False, 2)
-    assert [line for line in params.read_text().splitlines() if line.lstrip().startswith("#")] == comments
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
-
-
-@pytest.mark.parametrize(
-    ("override", "says"),
-    [("score.nope=1", "score.nope: unknown key"), ("train.threads=-1", "bad parameter train.threads"), ("x", "bad")],
-)
-def test_a_bad_override_is_one_line_and_leaves_params_as_they_were(tmp_path, override, says):
-    from tests.conftest import REPO
-
-    params = tmp_path / "params.yaml"
-    params.write_text((REPO / "params.yaml").read_text())
-    before = params.read_bytes()
-    with pytest.raises(UdrError, match=re.escape(says)) as err:
-        set_params(tmp_path, [override])
-    assert "\n" not in str(err.value)
-    assert params.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
-
-
 def test_udr_repro_with_a_bad_override_exits_with_one_line_and_runs_nothing(tmp_path, run_cli):
     _dvc_project(tmp_path)
     code, _, err = run_cli(["repro", "-S", "seed=two"], tmp_path)
     assert code != 0 and len(err.strip().splitlines()) == 1 and "seed" in err
     assert (tmp_path / "params.yaml").read_text() == "seed: 1\n" and not (tmp_path / "dvc.lock").exists()
-
-
-def test_without_dvc_setting_a_param_is_a_one_line_error(tmp_path, monkeypatch):
-    (tmp_path / "params.yaml").write_text("seed: 1\n")
-    monkeypatch.setitem(sys.modules, "dvc.utils.hydra", None)
-    with pytest.raises(UdrError, match="dvc is not installed"):
-        set_params(tmp_path, ["seed=2"])
-    assert (tmp_path / "params.yaml").read_text() == "seed: 1\n"

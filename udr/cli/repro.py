@@ -35,14 +35,16 @@ def repro_cmd(
         typer.Option(
             "--set",
             "-S",
-            help="Set a parameter in params.yaml first, as `dvc exp run -S` does: key.path=value (repeatable).",
+            help="Set a parameter in params.yaml first, as `dvc exp run -S` does: key.path=value,"
+            " +key=value (add), ~key (delete); repeatable.",
         ),
     ] = None,
 ) -> None:
     """Reproduce the DVC pipeline (`dvc repro`) of params.yaml here, running independent stages at once."""
-    from udr.workflows.repro import default_jobs, run_repro, set_params
+    from udr.experiments.dvc import set_params
+    from udr.workflows.repro import default_jobs, run_repro
 
     if overrides:
-        set_params(Path("."), overrides)
+        set_params(Path("params.yaml"), overrides)
     settings = load(Path("params.yaml"), None)
     run_repro(settings.root, list(targets or []), jobs or default_jobs(settings, os.cpu_count() or 1))

@@ -1,11 +1,13 @@
-"""Calling DVC for `udr exp`: experiment runs, the queue, and reading saved experiments back from git.
+"""Calling DVC for `udr exp` and `udr repro`: experiment runs, the queue, `-S` overrides written as DVC writes
+them, and reading saved experiments back from git.
 
-Imports of udr.config, udr.data.prepare and udr.evaluation.bootstrap (numpy, pydantic) are inside the
+Imports of dvc, udr.config, udr.data.prepare and udr.evaluation.bootstrap (numpy, pydantic) are inside the
 functions that use them, to keep the start of `udr` and of its commands light.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -85,26 +87,91 @@ def _sweep_choices(value: str) -> list[str]:
     return [*out, value[start:]]
 
 
+def dvc_missing(exc: ImportError) -> UdrError:
+    return UdrError(f"dvc is not installed ({exc.name}): `make install` installs the pipeline's extras")
+
+
 def check_overrides(params: Path, overrides, *, sweep: bool = False) -> None:
-    """Validate `dvc exp run -S` overrides against `params` as udr reads them, before DVC starts:
-    an unknown key or a bad value is a one-line UdrError. `+key=v` (add a key) and `++key=v` are
-    checked as `key=v`; `~key` (delete) is left to DVC. With `sweep`, each value of `key=v1,v2` is
-    checked (with the other overrides at their first value); Hydra's sweep functions are left to DVC."""
+    """Validate `dvc exp run -S` overrides against `params` before DVC starts: first as udr reads them (an
+    unknown key or a bad value is a one-line UdrError), then applied by DVC's own editor to a copy, which udr
+    must read as valid settings. With `sweep`, each value of `key=v1,v2` is checked as udr reads it (with the
+    other overrides at their first value) and the first values applied by DVC; Hydra's sweep functions are
+    left to DVC."""
+    if not overrides:
+        return
+    firsts = _check_as_udr_reads(params, overrides, sweep)
+    with _beside(params, "check") as copy:
+        _apply_as_dvc(params, firsts, copy)
+
+
+def set_params(params: Path, overrides) -> None:
+    """Write `overrides` into `params` as `dvc exp run -S` writes them: checked as udr reads them, applied by
+    DVC's own editor (Hydra's forms: `key=v` sets a key, `+key=v` adds one, `++key=v` sets or adds, `~key`
+    deletes; the file's comments kept) to a copy beside it, which must be valid settings, then renamed over
+    it. A bad override is one UdrError line and leaves `params` as it was."""
+    _check_as_udr_reads(params, overrides, sweep=False)
+    with _beside(params, "set") as copy:
+        _apply_as_dvc(params, overrides, copy)
+        copy.replace(params)
+
+
+def _check_as_udr_reads(params: Path, overrides, sweep: bool) -> list[str]:
+    """Load `params` with each override as udr reads it (`+key=v`, `++key=v` as `key=v`; `~key` left to DVC);
+    return the overrides with a sweep's values cut to its first, and without Hydra's sweep functions."""
     from udr.config import load_settings
 
-    plain = []
+    plain, firsts = [], []
     for o in overrides:
         if o.startswith("~"):
+            firsts.append(o)
             continue
-        key, _, value = o.lstrip("+").partition("=")
+        prefix = o[: len(o) - len(o.lstrip("+"))]
+        key, _, value = o.removeprefix(prefix).partition("=")
         if sweep and re.match(r"\s*\w+\(", value):  # a Hydra sweep function (range(...), choice(...))
             continue
-        plain.append((key, _sweep_choices(value) if sweep else [value]))
-    firsts = [f"{k}={choices[0]}" for k, choices in plain]
-    load_settings(params, firsts)
+        choices = _sweep_choices(value) if sweep else [value]
+        plain.append((key, choices))
+        firsts.append(f"{prefix}{key}={choices[0]}")
+    udr_firsts = [f"{k}={choices[0]}" for k, choices in plain]
+    load_settings(params, udr_firsts)
     for i, (key, choices) in enumerate(plain):
         for choice in choices[1:]:
-            load_settings(params, [*firsts[:i], f"{key}={choice}", *firsts[i + 1 :]])
+            load_settings(params, [*udr_firsts[:i], f"{key}={choice}", *udr_firsts[i + 1 :]])
+    return firsts
+
+
+@contextlib.contextmanager
+def _beside(params: Path, what: str):
+    """A hidden `.yaml` path beside `params` (DVC's editor picks its format by the suffix), removed after."""
+    path = params.with_name(f".{params.stem}.{what}-{os.getpid()}.yaml")
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _apply_as_dvc(params: Path, overrides: list[str], copy: Path) -> None:
+    """Write `params` with `overrides` applied by DVC (`dvc.utils.hydra.apply_overrides`) to `copy` and check
+    that udr reads it as valid settings, the same as udr reads the overrides where it reads them alike (no
+    `~key`); a refusal is one UdrError line."""
+    try:
+        from dvc.exceptions import InvalidArgumentError
+        from dvc.utils.hydra import apply_overrides
+    except ImportError as exc:
+        raise dvc_missing(exc) from exc
+    from udr.config import load_settings
+
+    shutil.copyfile(params, copy)
+    try:
+        apply_overrides(copy, overrides)
+    except InvalidArgumentError as exc:
+        why = " ".join(str(exc.__cause__ or exc).split())
+        raise UdrError(f"bad override {' '.join(overrides)}: DVC cannot set it ({why})") from None
+    written = load_settings(copy)
+    if not any(o.startswith("~") for o in overrides):
+        read = load_settings(params, [o.lstrip("+") for o in overrides])
+        if written.model_dump() != read.model_dump():
+            raise UdrError(f"bad override {' '.join(overrides)}: DVC writes it otherwise than udr reads it")
 
 
 EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]|\.(?!\.))*")

@@ -13,8 +13,8 @@ dvc.lock; its read/write locks keep a stage's outputs from being read while writ
 3. those, `jobs` at a time, each started once the stages it depends on have ended, the longest chain of
    stages still to come first; DVC skips any whose inputs came out unchanged.
 
-With one job it is `dvc repro`. `--set` overrides are written into params.yaml first, as `dvc exp run -S`
-writes them (DVC's own editor, which keeps the file's comments). Each stage's output goes to
+With one job it is `dvc repro`. The command writes its `--set` overrides into params.yaml first
+(`udr.experiments.dvc.set_params`, as `dvc exp run -S` writes them). Each stage's output goes to
 `.dvc/tmp/repro/<stage>.log`; a stage that fails stops new ones from starting, and its log's end is the error.
 
 Imports of dvc and networkx are inside the functions that use them, to keep the start of `udr` light.
@@ -23,8 +23,6 @@ Imports of dvc and networkx are inside the functions that use them, to keep the 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -33,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from udr.errors import UdrError
-from udr.experiments.dvc import dvc_args, dvc_env
+from udr.experiments.dvc import dvc_args, dvc_env, dvc_missing
 
 if TYPE_CHECKING:
     from udr.config import Settings
@@ -48,10 +46,6 @@ class StagePlan:
     waits_for: dict[str, set[str]]
     priority: dict[str, int] = field(default_factory=dict)
     first: list[str] = field(default_factory=list)
-
-
-def dvc_missing(exc: ImportError) -> UdrError:
-    return UdrError(f"dvc is not installed ({exc.name}): `make install` installs the pipeline's extras")
 
 
 def plan_stages(root: Path, targets: list[str], *, status: bool = True) -> StagePlan:
@@ -169,34 +163,6 @@ def log_tail(path: Path, lines: int = 15) -> str:
     """The last `lines` lines of a stage's log."""
     text = path.read_text(errors="replace") if path.is_file() else ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-def set_params(root: Path, overrides: list[str]) -> None:
-    """Write `overrides` (`key.path=value`) into `root`/params.yaml as `dvc exp run -S` does: checked first (a bad
-    key or value is one UdrError line and leaves the file as it was), written beside and renamed, and read back
-    to the very settings the overrides give."""
-    try:
-        from dvc.exceptions import InvalidArgumentError
-        from dvc.utils.hydra import apply_overrides
-    except ImportError as exc:
-        raise dvc_missing(exc) from exc
-
-    from udr.config import load_settings
-
-    params = root / "params.yaml"
-    wanted = load_settings(params, overrides)
-    beside = params.with_name(f".{params.stem}.set-{os.getpid()}.yaml")  # DVC's editor goes by the suffix
-    try:
-        shutil.copyfile(params, beside)
-        try:
-            apply_overrides(beside, overrides)
-        except InvalidArgumentError as exc:
-            raise UdrError(f"bad override {' '.join(overrides)}: DVC cannot set it ({exc.__cause__ or exc})") from None
-        if load_settings(beside).model_dump() != wanted.model_dump():
-            raise UdrError(f"bad override {' '.join(overrides)}: DVC writes it otherwise than udr reads it")
-        beside.replace(params)
-    finally:
-        beside.unlink(missing_ok=True)
 
 
 def run_repro(root: Path, targets: list[str], jobs: int, say: Callable[[str], None] = print) -> None:

@@ -409,8 +409,8 @@ def test_a_step_a_session_cut_off_goes_on_where_it_was(tmp_path):
     from udr.config import load_settings
     from udr.experiments.seeds import MULTITASK
     from udr.experiments.suite import multitask_trained, step_args, step_done, suite_steps
-    from udr.retriever.recipes import baseline_train_settings
-    from udr.retriever.record import recorded_train_settings, write_record
+    from udr.retriever.recipes import baseline_train_settings, recorded_train_settings
+    from udr.retriever.record import write_record
 
     settings = load_settings(REPO / "params.yaml")
     steps = {s.args[:1]: s for s in suite_steps() if s.part == "multitask"}

@@ -105,7 +105,7 @@ def test_anchored_training_runs_records_and_resumes_exactly(looped, tmp_path, mo
 
 def test_the_defaults_record_and_fingerprint_keep_the_keys_they_had(looped):
     from udr.config import TrainSettings
-    from udr.retriever.record import recorded_train_settings
+    from udr.retriever.recipes import recorded_train_settings
 
     new = {"anchor_beta", "anchor_top", "feedback", "seed", "final_alpha"}  # final_alpha: the index's
     default = TrainSettings()

@@ -19,6 +19,7 @@ from udr.retriever.recipes import (
     PublishedRecipe,
     epr_train_settings,
     recipe_for,
+    settings_of_other_recipes,
 )
 from udr.retriever.training import ScoredQuery
 
@@ -79,6 +80,28 @@ def test_every_loss_setting_names_one_recipe_class():
     assert set(RECIPES) == set(LOSS_MODES)
     for loss, kind in RECIPES.items():
         assert type(recipe_for(TrainSettings(loss=loss), 1.0)) is kind
+
+
+def test_a_record_keeps_a_recipes_own_settings_only_where_it_trains():
+    """Each recipe's own settings are training settings; a record drops the other recipes' own, and the EPR
+    baseline's settings carry them at their defaults."""
+    from udr.retriever.recipes import recorded_train_settings
+
+    owned = {name for kind in RECIPES.values() for name in kind.own_settings}
+    assert owned == {"anchor_beta", "anchor_top"} and owned <= set(TrainSettings.model_fields)
+    for loss, kind in RECIPES.items():
+        cfg = TrainSettings(loss=loss, anchor_beta=0.3, anchor_top=3)
+        assert set(settings_of_other_recipes(cfg)) == owned - set(kind.own_settings)
+        assert owned - set(recorded_train_settings(cfg)) == owned - set(kind.own_settings)
+        epr = epr_train_settings(cfg)
+        assert all(getattr(epr, n) == TrainSettings.model_fields[n].default for n in owned)
+
+
+def test_each_recipe_describes_its_lists_for_the_model_card():
+    cfg = TrainSettings(loss="anchored", anchor_top=3, anchor_beta=0.2, loss_lambda=0.5, candidates_per_query=7)
+    assert RECIPES["anchored"].describe(cfg) == ("lambda 0.5, beta 0.2", "the 3 best against the 3 worst candidates")
+    for loss in ("paper", "published", "distill"):
+        assert RECIPES[loss].describe(cfg) == ("lambda 0.5", "7 candidates per query")
 
 
 def test_only_the_anchored_recipe_prepares_and_it_needs_the_queries():

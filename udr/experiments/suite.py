@@ -354,8 +354,8 @@ def step_tasks(step: Step, work: Path, settings: Settings) -> list[str]:
 def multitask_trained(work: Path, settings: Settings) -> bool:
     """Whether `work` holds the multi-task EPR that `udr train --epr` trains from its settings: a finished model
     (one is renamed into place whole) whose record has this run's seed and EPR training settings."""
-    from udr.retriever.recipes import baseline_train_settings
-    from udr.retriever.record import read_record, recorded_train_settings
+    from udr.retriever.recipes import baseline_train_settings, recorded_train_settings
+    from udr.retriever.record import read_record
 
     record = read_record(work / "models" / MULTITASK)
     if record is None:

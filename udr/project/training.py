@@ -23,7 +23,8 @@ from udr.data.prepare import read_prepared
 from udr.feedback.scores_file import load_scores
 from udr.paths import TRAINED_BASELINES
 from udr.retriever.initial import describe_init, initial_encoder
-from udr.retriever.record import recorded_train_settings, trained_model_record
+from udr.retriever.recipes import recorded_train_settings
+from udr.retriever.record import trained_model_record
 from udr.retriever.train_log import TrainLog
 from udr.retriever.training import (
     ScoredQuery,

@@ -1,9 +1,10 @@
 """Training recipes: which of its scored candidates a query brings to a step, and the loss over them.
 
 Every training choice is one recipe class, chosen from the training settings' `train.loss` in one place
-(:func:`recipe_for`); each owns its loss (a rank term combined with the in-batch loss,
-:mod:`udr.retriever.losses`), what that loss needs beyond the LM's ranks (:meth:`Recipe.targets`) and what
-it computes once before training (:meth:`Recipe.prepare`):
+(:func:`recipe_class`); each owns its loss (a rank term combined with the in-batch loss,
+:mod:`udr.retriever.losses`), what that loss needs beyond the LM's ranks (:meth:`Recipe.targets`), what
+it computes once before training (:meth:`Recipe.prepare`), the settings a model's record keeps only where it
+trains (:attr:`Recipe.own_settings`) and its words on a model card (:meth:`Recipe.describe`):
 
 - :class:`PaperRecipe`: UDR's, the LM's ranking of l sampled candidates injected list-wise plus the
   in-batch loss, lambda * L_rank + (1 - lambda) * L_ib (:class:`udr.retriever.losses.UDRLoss`, `train.loss`
@@ -84,6 +85,10 @@ class Recipe:
     A subclass chooses its loss (:meth:`from_settings`) and what that loss needs beyond the LM's ranks
     (:meth:`targets`)."""
 
+    #: settings only this recipe reads that a model's record keeps, and the EPR baseline's settings carry,
+    #: only where this recipe trains (:func:`settings_of_other_recipes`)
+    own_settings: tuple[str, ...] = ()
+
     def __init__(self, loss: UDRLoss, scheme: str, candidates: int) -> None:
         self.loss = loss
         self.scheme = scheme
@@ -94,6 +99,12 @@ class Recipe:
         """The recipe of the training settings `cfg` (`train.loss` naming this class), every similarity times
         `scale`."""
         raise NotImplementedError
+
+    @classmethod
+    def describe(cls, train) -> tuple[str, str]:
+        """A model card's words for the recipe of `train` (a record's train settings): its loss's weights, and
+        the lists a query brings."""
+        return f"lambda {train.loss_lambda}", f"{train.candidates_per_query} candidates per query"
 
     @staticmethod
     def candidates_of(cfg: TrainSettings) -> int:
@@ -161,6 +172,8 @@ class AnchoredRecipe(Recipe):
     :meth:`prepare` before training for every query's whole list (:func:`reference_similarities`):
     `reference`, {(task, query id): the dot products of the query and its candidates, in LM order}."""
 
+    own_settings = ("anchor_beta", "anchor_top")
+
     def __init__(self, loss: AnchoredUDRLoss, top: int) -> None:
         super().__init__(loss, "anchored", 2 * top)
         self.top = top
@@ -169,6 +182,12 @@ class AnchoredRecipe(Recipe):
     @classmethod
     def from_settings(cls, cfg: TrainSettings, scale: float) -> AnchoredRecipe:
         return cls(AnchoredUDRLoss(cfg.loss_lambda, cfg.anchor_beta, scale=scale), cfg.anchor_top)
+
+    @classmethod
+    def describe(cls, train) -> tuple[str, str]:
+        top = train.anchor_top
+        lists = f"the {top} best against the {top} worst candidates"
+        return f"lambda {train.loss_lambda}, beta {train.anchor_beta}", lists
 
     def sample(self, query, rng: np.random.Generator) -> list[int]:
         return anchor_positions(len(query.candidate_ids), self.top)
@@ -218,11 +237,39 @@ RECIPES: dict[str, type[Recipe]] = {
 }
 
 
+def recipe_class(cfg: TrainSettings) -> type[Recipe]:
+    """The recipe class the training settings `cfg` name (:data:`RECIPES`; the one place that reads `cfg.loss`)."""
+    return RECIPES[cfg.loss]
+
+
 def recipe_for(cfg: TrainSettings, scale: float) -> Recipe:
-    """The recipe of the training settings `cfg`: the class `cfg.loss` names (:data:`RECIPES`; the one place
-    that reads it), built from its settings (`loss_lambda`, `distill_temperature`, `anchor_beta`,
-    `anchor_top`, `sampling`, `candidates_per_query`), every similarity times `scale`."""
-    return RECIPES[cfg.loss].from_settings(cfg, scale)
+    """The recipe of the training settings `cfg` (:func:`recipe_class`), built from its settings (`loss_lambda`,
+    `distill_temperature`, `anchor_beta`, `anchor_top`, `sampling`, `candidates_per_query`), every similarity
+    times `scale`."""
+    return recipe_class(cfg).from_settings(cfg, scale)
+
+
+def settings_of_other_recipes(cfg: TrainSettings) -> list[str]:
+    """The settings of the recipes `cfg` does not train with that are theirs alone (:attr:`Recipe.own_settings`):
+    unread by this training, so a model's record leaves them out."""
+    chosen = recipe_class(cfg)
+    return [name for recipe in RECIPES.values() if recipe is not chosen for name in recipe.own_settings]
+
+
+def recorded_train_settings(cfg: TrainSettings, **dump) -> dict:
+    """The train settings (dumped with `dump`) a model's record and its resume fingerprint keep: all but where
+    and how often it runs and `final_alpha` (the index's, applied after training), the other recipes' own
+    settings (:func:`settings_of_other_recipes`), the feedback only where not lm and the
+    training seed only where set (so that a run of the settings that predate them records, and resumes, as it
+    did)."""
+    out = cfg.model_dump(exclude={"checkpoint_seconds", "device", "final_alpha"}, **dump)
+    for name in settings_of_other_recipes(cfg):
+        out.pop(name, None)
+    if cfg.feedback == "lm":
+        out.pop("feedback", None)
+    if cfg.seed is None:
+        out.pop("seed", None)
+    return out
 
 
 def epr_train_settings(cfg: TrainSettings, task: str | None = None) -> TrainSettings:
@@ -230,13 +277,14 @@ def epr_train_settings(cfg: TrainSettings, task: str | None = None) -> TrainSett
     positive of the top 5 and one hard negative of the bottom 5 per query, the in-batch (DPR) loss alone
     over the batch's candidates, two encoders both trained, and as many epochs as all of UDR's rounds
     together; the same batch, lr and the rest (Rubin et al., "Learning To Retrieve Prompts for In-Context
-    Learning", NAACL 2022). EPR learns the LM's feedback (`feedback` lm whatever UDR's), and the anchored
-    loss's settings, which its loss never reads, are reset to their defaults. With `task`: that task's
+    Learning", NAACL 2022). EPR learns the LM's feedback (`feedback` lm whatever UDR's), and the other
+    recipes' own settings, which its loss never reads, are reset to their defaults. With `task`: that task's
     EPR, trained on its feedback alone (the paper's baseline; task sampling's alpha, unread, is reset too),
     so that the tasks' EPRs take as many steps together as UDR on all of them."""
     epochs = cfg.epochs_first + cfg.epochs_later * len(cfg.later_rounds)
     update = {"sampling": "epr", "loss": "paper", "loss_lambda": 0.0, "epochs_first": epochs, "feedback": "lm"}
-    update |= {name: type(cfg).model_fields[name].default for name in ("anchor_beta", "anchor_top")}
+    unread = settings_of_other_recipes(cfg.model_copy(update=update))
+    update |= {name: type(cfg).model_fields[name].default for name in unread}
     if task is not None:
         update |= {"tasks": [task], "alpha": type(cfg).model_fields["alpha"].default}
     return cfg.model_copy(update={**update, "freeze_demo_encoder": False, "shared_encoder": False})

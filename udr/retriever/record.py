@@ -15,15 +15,11 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from udr.errors import UdrError, quoted
 from udr.retriever.encoder import MADE, SETTINGS_NAME
 from udr.util.files import check_dir_target, resolve_target, shown_path, write_json_atomic
 from udr.util.locks import holding
-
-if TYPE_CHECKING:
-    from udr.config import TrainSettings
 
 RECORD_FILE = "udr_record.json"
 
@@ -46,22 +42,6 @@ def read_record(model_dir: Path) -> dict | None:
 
 def write_record(model_dir: Path, record: dict) -> None:
     write_json_atomic(record_path(model_dir), record)
-
-
-def recorded_train_settings(cfg: TrainSettings, **dump) -> dict:
-    """The train settings (dumped with `dump`) a model's record and its resume fingerprint keep: all but where
-    and how often it runs and `final_alpha` (the index's, applied after training), the anchored loss's only
-    with loss anchored, the feedback only where not lm and the training seed only where set (so that a run of
-    the settings that predate them records, and resumes, as it did)."""
-    out = cfg.model_dump(exclude={"checkpoint_seconds", "device", "final_alpha"}, **dump)
-    if cfg.loss != "anchored":
-        out.pop("anchor_beta", None)
-        out.pop("anchor_top", None)
-    if cfg.feedback == "lm":
-        out.pop("feedback", None)
-    if cfg.seed is None:
-        out.pop("seed", None)
-    return out
 
 
 def trained_model_record(method: str, round_: int, trained_with: dict, summary, init: Path, base_spec: str) -> dict:

@@ -181,16 +181,14 @@ def _queries(runs: list[dict]) -> dict[str, int]:
 
 
 def _run_line(run: TrainingRun, label: str) -> str:
+    from udr.retriever.recipes import RECIPES, Recipe
+
     t = run.train
     what = "the EPR baseline" if run.method == "epr" else f"round {run.round}"
-    if t.loss == "anchored":  # its lists are each query's anchor_top best and worst candidates
-        top = t.anchor_top
-        lists = f"lambda {t.loss_lambda}, beta {t.anchor_beta}), the {top} best against the {top} worst candidates"
-    else:
-        lists = f"lambda {t.loss_lambda}), {t.candidates_per_query} candidates per query"
+    weights, lists = RECIPES.get(t.loss, Recipe).describe(t)  # a loss this version lacks: the recipes' words
     return (
         f"{label}{what}** (from `{run.params_file}`): {run.steps} steps, loss "
-        f"{run.loss.start:.3f} -> {run.loss.end:.3f}; loss `{t.loss}` ({lists}"
+        f"{run.loss.start:.3f} -> {run.loss.end:.3f}; loss `{t.loss}` ({weights}), {lists}"
         + ("" if t.feedback == "lm" else f", feedback `{t.feedback}`")
         + f", batch {t.batch_size}, lr {t.lr}, seed {run.seed}"
         + ("; E_d frozen (only E_q learned)." if t.freeze_demo_encoder else ".")

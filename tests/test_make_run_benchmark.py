@@ -119,6 +119,31 @@ def test_make_run_times_a_clean_clone(tmp_path, rc):
     )
 
 
+def test_twice_times_the_run_again_with_the_first_runs_results_committed(tmp_path):
+    """TWICE=1: the first clone commits what its run wrote, and the second clone is of that commit."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    make = bin_dir / "make"  # writes a result where the clone has none yet, as a first run on a CPU kind does
+    make.write_text(
+        "#!/bin/sh\nif [ ! -f metrics/kind.txt ]; then echo ran > metrics/kind.txt; fi\n"
+        "echo \"Running stage 'train':\"\n"
+    )
+    make.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHON": sys.executable, "TWICE": "1"}
+    clone = tmp_path / "clone"
+    (tmp_path / "clone-results").mkdir()
+    refused = subprocess.run(["bash", str(MAKE_RUN), str(clone)], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "clone-results exists" in refused.stderr and not clone.exists()
+    (tmp_path / "clone-results").rmdir()
+    out = subprocess.run(["bash", str(MAKE_RUN), str(clone)], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("# CPU: ") == 2 and out.stdout.count("| total |") == 2
+    first, second = (line.split("commit ")[1].split(";")[0] for line in out.stdout.splitlines() if "# CPU" in line)
+    kept = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    assert second == kept.stdout.strip() != first
+    assert (tmp_path / "clone-results" / "metrics" / "kind.txt").read_text() == "ran\n"
+
+
 def test_stages_run_at_once_add_their_own_seconds(tmp_path):
     log = tmp_path / "make-run.log"
     log.write_text(

@@ -54,7 +54,10 @@ def test_set_params_takes_hydras_add_and_delete_forms_as_dvc_exp_run_does(tmp_pa
         ("+seed=2", "An item is already at 'seed'"),
         ("~score.nope", "'score.nope' does not exist"),
         ("~seed=12345", "is 42 and not 12345"),
-        ("x", "bad"),
+        ("x", "bad override 'x': expected key.path=value"),
+        ("+seed", "bad override '+seed': expected key.path=value"),
+        ("=3", "bad override '=3': expected key.path=value"),
+        ("~~seed", "DVC cannot set it"),
     ],
 )
 def test_a_bad_override_is_one_line_and_leaves_params_as_they_were(tmp_path, override, says):

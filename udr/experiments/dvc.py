@@ -126,7 +126,9 @@ def _check_as_udr_reads(params: Path, overrides, sweep: bool) -> list[str]:
             firsts.append(o)
             continue
         prefix = o[: len(o) - len(o.lstrip("+"))]
-        key, _, value = o.removeprefix(prefix).partition("=")
+        key, eq, value = o.removeprefix(prefix).partition("=")
+        if not (key and eq):
+            raise UdrError(f"bad override {o!r}: expected key.path=value, +key.path=value or ~key.path")
         if sweep and re.match(r"\s*\w+\(", value):  # a Hydra sweep function (range(...), choice(...))
             continue
         choices = _sweep_choices(value) if sweep else [value]
